@@ -1,0 +1,117 @@
+"""One exception hierarchy for every layer of s2-spark.
+
+Codecs raise `FrameError`; protocol clients raise the `S2Error` family, each carrying the
+HTTP status and the service's error code when there was one. Messages say what happened
+and what to do. No message, repr or attribute ever holds an access token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class S2SparkError(Exception):
+    """Root of every error raised by s2-spark."""
+
+
+class FrameError(S2SparkError):
+    """Malformed S2S session data: bad length, flags, compression or terminal body."""
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """A stream position: the next sequence number and the timestamp (ms) at it."""
+
+    seq_num: int
+    timestamp: int
+
+
+class S2Error(S2SparkError):
+    """An S2 operation failed. `status` is the HTTP status (0 when none was received)."""
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, status: int = 0, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+
+
+class BadRequestError(S2Error):
+    """The request was invalid (HTTP 400/422, or rejected before it was sent)."""
+
+
+class UnauthorizedError(S2Error):
+    """The access token is missing, invalid, or lacks permission (HTTP 401/403)."""
+
+
+class NotFoundError(S2Error):
+    """The basin or stream does not exist (HTTP 404)."""
+
+
+class AlreadyExistsError(S2Error):
+    """The basin or stream already exists (HTTP 409)."""
+
+
+class ConditionFailedError(S2Error):
+    """An append precondition failed (HTTP 412)."""
+
+
+class SeqNumMismatchError(ConditionFailedError):
+    """`match_seq_num` did not equal the stream's tail; `expected_seq_num` is the tail."""
+
+    def __init__(self, message: str, *, expected_seq_num: int, status: int = 412) -> None:
+        super().__init__(message, status=status, code="seq_num_mismatch")
+        self.expected_seq_num = expected_seq_num
+
+
+class FencingTokenMismatchError(ConditionFailedError):
+    """The stream is fenced with another token; `expected_token` is the current one."""
+
+    def __init__(self, message: str, *, expected_token: str, status: int = 412) -> None:
+        super().__init__(message, status=status, code="fencing_token_mismatch")
+        self.expected_token = expected_token
+
+
+class ReadPastTailError(S2Error):
+    """A read started beyond the tail (HTTP 416); `tail` is the stream's tail."""
+
+    def __init__(self, message: str, *, tail: Position, status: int = 416) -> None:
+        super().__init__(message, status=status, code="range_not_satisfiable")
+        self.tail = tail
+
+
+class RecordTooLargeError(BadRequestError):
+    """One record exceeds S2's 1 MiB metered limit; it can never be appended."""
+
+    def __init__(self, message: str, *, metered_bytes: int, limit: int) -> None:
+        super().__init__(message, status=0, code="record_too_large")
+        self.metered_bytes = metered_bytes
+        self.limit = limit
+
+
+class RateLimitedError(S2Error):
+    """The service is throttling requests (HTTP 429); retried with backoff."""
+
+    retryable = True
+
+
+class UnavailableError(S2Error):
+    """The service or network failed transiently (5xx, 408, timeouts, resets)."""
+
+    retryable = True
+
+
+class SessionTimeoutError(UnavailableError):
+    """A read session went silent (no data or heartbeat) for longer than allowed."""
+
+
+class DataLossError(S2SparkError):
+    """Records in a planned range are gone (trimmed by retention or stream deleted)."""
+
+    def __init__(self, message: str, *, stream: str, start: int, end: int) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.start = start
+        self.end = end
