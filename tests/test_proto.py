@@ -1,4 +1,4 @@
-"""The checked-in generated protobuf code matches proto/ (regenerate with scripts/generate_proto.py)."""
+"""Checked-in generated protobuf code matches proto/ (regenerate: scripts/generate_proto.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _load_generator():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("generate_proto", ROOT / "scripts" / "generate_proto.py")
+    path = ROOT / "scripts" / "generate_proto.py"
+    spec = importlib.util.spec_from_file_location("generate_proto", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -34,8 +35,11 @@ def test_messages_coexist_with_other_s2_generated_code() -> None:
     from s2_spark._proto import s2_pb2
 
     ours = s2_pb2.ReadBatch(
-        records=[s2_pb2.SequencedRecord(seq_num=3, timestamp=4, body=b"b",
-                                        headers=[s2_pb2.Header(name=b"n", value=b"v")])],
+        records=[
+            s2_pb2.SequencedRecord(
+                seq_num=3, timestamp=4, body=b"b", headers=[s2_pb2.Header(name=b"n", value=b"v")]
+            )
+        ],
         tail=s2_pb2.StreamPosition(seq_num=4, timestamp=4),
     )
     theirs = sdk_pb2.ReadBatch.FromString(ours.SerializeToString())
