@@ -115,3 +115,14 @@ class DataLossError(S2SparkError):
         self.stream = stream
         self.start = start
         self.end = end
+
+
+class WriterFencedError(S2SparkError):
+    """A newer attempt of the same write (task retry or restarted query) owns the stream.
+
+    Raised by the exactly-once sink so a stale attempt stops instead of appending twice.
+    """
+
+    def __init__(self, message: str, *, stream: str) -> None:
+        super().__init__(message)
+        self.stream = stream

@@ -1,0 +1,110 @@
+"""The small interface the Spark layer needs from a stream service.
+
+The Spark layer (offsets, admission control, partitions, readers) is protocol-neutral: it
+plans ranges of positions per stream and asks a backend to list streams, resolve start and
+end positions, and read one range as Arrow record batches. A position is a JSON value owned
+by the backend (for S2, the next sequence number); the Spark layer stores it in offsets
+as-is and only compares, counts, advances and splits positions through the backend.
+
+Nothing here imports pyspark.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+__all__ = ["DataLossHandler", "PositionT", "ReadSettings", "StreamBackend"]
+
+#: A position in one stream, as stored in offsets: any JSON value the backend chooses.
+PositionT = int
+
+#: Called by `StreamBackend.read` for records of a planned range that are gone:
+#: (stream, first missing position, end of the missing run, exclusive).
+DataLossHandler = Callable[[str, PositionT, PositionT], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSettings:
+    """What a range read returns: record headers, and command records or not."""
+
+    include_headers: bool = True
+    include_command_records: bool = False
+
+
+class StreamBackend(ABC):
+    """One service's streams, as positions and ranges.
+
+    Instances are pickled into Spark tasks: keep connections out of the pickled state and
+    credentials out of `repr`.
+    """
+
+    #: Name of the service, used in messages ("S2").
+    service: str = ""
+
+    # -- discovery -------------------------------------------------------------------
+
+    @abstractmethod
+    def list_streams(self, prefix: str) -> list[str]:
+        """Names of the live streams starting with `prefix`, sorted."""
+
+    @abstractmethod
+    def describe(self, stream: str) -> str:
+        """How to name `stream` in messages (e.g. "stream 'x' in basin 'b'")."""
+
+    # -- positions -------------------------------------------------------------------
+
+    @abstractmethod
+    def parse_position(self, value: object) -> PositionT:
+        """Validate a position a user wrote in JSON; ValueError says what is accepted."""
+
+    @abstractmethod
+    def origin(self) -> PositionT:
+        """Where a stream that was never read begins (before any trimming)."""
+
+    @abstractmethod
+    def earliest(self, stream: str) -> PositionT:
+        """The first position still readable (after trimming), or the tail if none."""
+
+    @abstractmethod
+    def latest(self, stream: str) -> PositionT:
+        """The tail: the position the next appended record will take.
+
+        Raises `s2_spark.errors.NotFoundError` when the stream does not exist.
+        """
+
+    @abstractmethod
+    def at_timestamp(self, stream: str, timestamp_ms: int) -> PositionT:
+        """The first position whose record is at or after `timestamp_ms`, or the tail."""
+
+    @abstractmethod
+    def distance(self, start: PositionT, end: PositionT) -> int:
+        """How many positions lie in [start, end) (0 when end <= start)."""
+
+    @abstractmethod
+    def advance(self, start: PositionT, count: int) -> PositionT:
+        """The position `count` records after `start`."""
+
+    # -- reading ---------------------------------------------------------------------
+
+    @abstractmethod
+    def read(
+        self,
+        stream: str,
+        start: PositionT,
+        end: PositionT,
+        settings: ReadSettings,
+        on_data_loss: DataLossHandler,
+        *,
+        leading_gap_ok: bool = False,
+    ) -> Iterator[pa.RecordBatch]:
+        """Exactly the records of [start, end), in order, as Arrow batches.
+
+        The batches follow the decoder's read schema (with or without headers, per
+        `settings`). Positions of the range that are gone are reported to `on_data_loss`
+        and skipped; `leading_gap_ok` means a gap right at `start` is not loss (a stream
+        read from its origin whose first records were trimmed before it was discovered).
+        """

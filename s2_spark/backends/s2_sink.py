@@ -1,0 +1,613 @@
+"""Exactly-once appends to S2 streams from retried, restarted or stale writers (no pyspark).
+
+S2 has no server-side dedup, so the sink builds it from the two append conditions S2
+has: the stream's fencing token and `match_seq_num`.
+
+* A writer is one attempt at writing one input partition of one logical batch (a Spark
+  micro-batch, or a whole batch job): `WriterId`. Its rows for a stream must come in the
+  same order every time the batch is replayed (deterministic input per partition).
+* The fencing token is a lease, `LeaseToken`: who holds the stream (query, generation,
+  batch, partition, attempt), whether it is held or released, and how many of that
+  partition's rows for this stream are in the stream already (`progress`).
+* Every data append carries, as its last record, a `fence` command setting the token to
+  the writer's lease with the new progress, and is conditioned on the previous token and
+  on the tail. Data and progress land atomically, and a stale writer's append fails.
+* A writer takes the stream by a compare-and-set on the token. What it finds decides where
+  it resumes: its own partition's latest progress, zero for a fresh batch, or a backward
+  scan of the batch's fence records (after a restart or a stolen lease). Finding a newer
+  generation or attempt of its own partition means it is stale: `WriterFencedError`.
+* Partitions of one batch writing the same stream take turns: a writer waits while
+  another partition of the same generation holds the lease (releasing its own leases
+  first, so two writers never wait on each other) and steals it only after
+  `lease_timeout` seconds without progress. Leases of older generations (a killed or
+  restarted query) are taken over at once.
+
+The lease token is at most 36 bytes: ``w<state><mode><query>.<gen>.<batch>.<part>.<attempt>
+.<progress>`` with numbers in base 36. Fence records stay in the stream (readers skip
+command records by default).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from s2_spark.errors import (
+    AlreadyExistsError,
+    FencingTokenMismatchError,
+    NotFoundError,
+    RecordTooLargeError,
+    S2SparkError,
+    SeqNumMismatchError,
+    UnavailableError,
+    WriterFencedError,
+)
+
+if TYPE_CHECKING:
+    from s2_spark.client import BasinClient, StreamClient
+    from s2_spark.wire.appends import AppendBatch
+
+__all__ = [
+    "DATA_MAX_BYTES",
+    "DATA_MAX_RECORDS",
+    "ForeignFenceError",
+    "LeaseToken",
+    "SinkSettings",
+    "StreamSink",
+    "StreamWriteResult",
+    "WriterId",
+    "query_key",
+]
+
+MAX_TOKEN_BYTES = 36
+#: Metered size of the fence record that ends every data append: 8 + 2 * 1 header
+#: + len("fence") + the token.
+FENCE_RESERVE = 8 + 2 + len("fence") + MAX_TOKEN_BYTES
+DATA_MAX_RECORDS = 999
+DATA_MAX_BYTES = 1024 * 1024 - FENCE_RESERVE
+_PROBE = "w-probe"
+_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+class ForeignFenceError(S2SparkError):
+    """The target stream is fenced with a token that s2-spark did not set."""
+
+
+def _b36(n: int) -> str:
+    if n < 0:
+        raise ValueError(f"cannot encode negative number {n}")
+    out = ""
+    while True:
+        n, r = divmod(n, 36)
+        out = _DIGITS[r] + out
+        if n == 0:
+            return out
+
+
+def query_key(query_id: str) -> str:
+    """Three base-36 characters naming a streaming query (stable across restarts)."""
+    digest = int.from_bytes(hashlib.sha256(query_id.encode()).digest()[:4], "big")
+    return _b36(digest % 36**3).rjust(3, "0")
+
+
+@dataclass(frozen=True, slots=True)
+class WriterId:
+    """One attempt at writing one partition of one logical batch.
+
+    `streaming`: a micro-batch of query `query` (batch ids repeat across restarts);
+    otherwise a batch job (each job is its own logical batch, told apart by
+    `generation`). `generation`: milliseconds when the batch was planned, so a restarted
+    query's replay of batch N outranks the killed run's attempts.
+    """
+
+    query: str
+    streaming: bool
+    generation: int
+    batch: int
+    partition: int
+    attempt: int
+
+    def lease(self, *, held: bool, clean: bool, progress: int) -> LeaseToken:
+        return LeaseToken(held, clean, self.streaming, self.query, self.generation,
+                          self.batch, self.partition, self.attempt, progress)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseToken:
+    """A fencing token set by this sink. `clean`: every record of this logical batch in
+    the stream was written by the first attempt of its partition, in this generation,
+    without a stolen lease, so such an attempt can trust what it remembers."""
+
+    held: bool
+    clean: bool
+    streaming: bool
+    query: str
+    generation: int
+    batch: int
+    partition: int
+    attempt: int
+    progress: int
+
+    def encode(self) -> str:
+        mode = "s" if self.streaming else "b"
+        raw = (
+            f"w{'L' if self.held else 'R'}{mode.upper() if self.clean else mode}{self.query}."
+            f"{_b36(self.generation)}.{_b36(self.batch)}.{_b36(self.partition)}."
+            f"{_b36(self.attempt)}.{_b36(self.progress)}"
+        )
+        if len(raw) > MAX_TOKEN_BYTES:
+            raise S2SparkError(
+                f"lease token {raw!r} exceeds S2's {MAX_TOKEN_BYTES}-byte fencing token limit "
+                "(batch id, partition, attempt or row count too large)"
+            )
+        return raw
+
+    @classmethod
+    def parse(cls, raw: str) -> LeaseToken | None:
+        """The token, or None when s2-spark did not write it."""
+        if len(raw) < 7 or raw[0] != "w" or raw[1] not in "LR" or raw[2] not in "sSbB":
+            return None
+        head, _, rest = raw.partition(".")
+        query = head[3:]
+        parts = rest.split(".")
+        if len(query) != 3 or len(parts) != 5:
+            return None
+        try:
+            gen, batch, part, attempt, progress = (int(p, 36) for p in parts)
+        except ValueError:
+            return None
+        return cls(raw[1] == "L", raw[2].isupper(), raw[2] in "sS", query, gen, batch, part,
+                   attempt, progress)
+
+
+@dataclass(frozen=True, slots=True)
+class SinkSettings:
+    """Tuning and behaviour of the sink.
+
+    `lease_timeout`: seconds a lease held by another partition of the same generation may
+    go without progress before it is taken over. `idle_release`: a held lease with no
+    append for this long is released between input chunks, so waiters are not starved.
+    """
+
+    create_streams: bool = False
+    lease_timeout: float = 120.0
+    idle_release: float = 10.0
+    poll_initial: float = 0.02
+    poll_max: float = 0.5
+    flush_records: int = 8 * DATA_MAX_RECORDS
+    flush_bytes: int = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class StreamWriteResult:
+    """What one writer did to one stream: rows appended, rows found already there."""
+
+    stream: str
+    appended: int
+    skipped: int
+    first_seq_num: int | None
+    end_seq_num: int | None
+    appends: int
+
+
+class _Decision:
+    __slots__ = ("clean", "kind", "progress", "reason", "scan")
+
+    def __init__(self, kind: str, *, progress: int = 0, clean: bool = False,
+                 scan: bool = False, reason: str = "") -> None:
+        self.kind = kind  # "take", "wait", "stale"
+        self.progress = progress
+        self.clean = clean
+        self.scan = scan
+        self.reason = reason
+
+
+def _fence_entry(token: str) -> tuple[bytes, int]:
+    """The encoded `records` entry and metered size of a fence command record."""
+    from s2_spark.client import AppendRecord
+    from s2_spark.wire.appends import encode_records
+
+    batch = encode_records([AppendRecord.fence(token)])[0]
+    return batch.records_payload, batch.metered_bytes
+
+
+class StreamSink:
+    """One writer's rows for one stream: buffered, appended exactly once, in order.
+
+    Feed rows with `add` (Arrow arrays: bodies, optional headers and timestamps), then
+    `close`. `on_wait` is called before blocking on another writer's lease so the caller
+    can release the leases it holds on other streams.
+    """
+
+    def __init__(
+        self,
+        basin: BasinClient,
+        name: str,
+        writer: WriterId,
+        settings: SinkSettings,
+        *,
+        on_wait: Callable[[StreamSink], None] | None = None,
+        after_append: Callable[[StreamSink], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.writer = writer
+        self.settings = settings
+        self._basin = basin
+        self._stream: StreamClient = basin.stream(name)
+        self._on_wait = on_wait
+        self._after_append = after_append
+        self._what = f"stream {name!r} in basin {basin.name!r}"
+        # Buffered rows: chunks of (bodies, headers, timestamps); global row index of the
+        # first buffered row; rows of this partition seen so far.
+        self._chunks: list[tuple[pa.Array, pa.Array | None, pa.Array | None]] = []
+        self._buffered_rows = 0
+        self._buffered_bytes = 0
+        self._start = 0
+        self._seen = 0
+        # Lease state.
+        self._lease: LeaseToken | None = None  # held lease, None when not holding
+        self._last_token: str = ""  # last token we know the stream had
+        self._tail: int | None = None
+        self._progress = 0  # rows of this partition known to be in the stream
+        self._known = False  # whether _progress is authoritative (set on first acquire)
+        self.last_append = 0.0
+        # Results.
+        self.appended = 0
+        self.appends = 0
+        self._skipped = 0
+        self._first_seq: int | None = None
+        self._end_seq: int | None = None
+
+    def __repr__(self) -> str:
+        return f"StreamSink({self._what}, writer={self.writer!r})"
+
+    @property
+    def holding(self) -> bool:
+        return self._lease is not None
+
+    # -- input --------------------------------------------------------------------------
+
+    def add(self, bodies: pa.Array, headers: pa.Array | None = None,
+            timestamps: pa.Array | None = None) -> None:
+        """Buffer rows (in order); appends whenever enough are buffered."""
+        n = len(bodies)
+        if n == 0:
+            return
+        self._chunks.append((bodies, headers, timestamps))
+        self._buffered_rows += n
+        self._buffered_bytes += bodies.nbytes + (headers.nbytes if headers is not None else 0)
+        self._seen += n
+        if (self._buffered_rows >= self.settings.flush_records
+                or self._buffered_bytes >= self.settings.flush_bytes):
+            self._flush(final=False)
+
+    def close(self) -> StreamWriteResult:
+        """Append everything buffered and release the stream."""
+        self._flush(final=True)
+        if self._known and self._progress > self._seen:
+            raise S2SparkError(
+                f"{self._what} already holds {self._progress} rows of partition "
+                f"{self.writer.partition} of this batch, but the input has only {self._seen}: "
+                "the input is not deterministic, so exactly-once cannot hold (make each "
+                "partition's rows and their order the same on every replay)"
+            )
+        self.release()
+        return StreamWriteResult(self.name, self.appended, self._skipped, self._first_seq,
+                                 self._end_seq, self.appends)
+
+    # -- appending ----------------------------------------------------------------------
+
+    def _take_buffer(self) -> tuple[pa.Array, pa.Array | None, pa.Array | None]:
+        bodies = pa.concat_arrays([c[0] for c in self._chunks])
+        headers = (pa.concat_arrays([c[1] for c in self._chunks if c[1] is not None])
+                   if self._chunks[0][1] is not None else None)
+        timestamps = (pa.concat_arrays([c[2] for c in self._chunks if c[2] is not None])
+                      if self._chunks[0][2] is not None else None)
+        return bodies, headers, timestamps
+
+    def _set_buffer(self, bodies: pa.Array, headers: pa.Array | None,
+                    timestamps: pa.Array | None, start: int) -> None:
+        self._chunks = [(bodies, headers, timestamps)] if len(bodies) else []
+        self._buffered_rows = len(bodies)
+        self._buffered_bytes = bodies.nbytes + (headers.nbytes if headers is not None else 0)
+        self._start = start
+
+    def _flush(self, *, final: bool) -> None:
+        from s2_spark.wire.appends import encode_append_batches
+
+        if not self._chunks:
+            return
+        if self._lease is None:
+            self._acquire()
+        bodies, headers, timestamps = self._take_buffer()
+        start = self._start
+        # Rows an earlier attempt already appended are dropped, never re-sent.
+        skip = min(max(0, self._progress - start), len(bodies))
+        if skip:
+            self._skipped += skip
+            bodies = bodies.slice(skip)
+            headers = headers.slice(skip) if headers is not None else None
+            timestamps = timestamps.slice(skip) if timestamps is not None else None
+            start += skip
+        if len(bodies) == 0:
+            self._set_buffer(bodies, headers, timestamps, start)
+            return
+        batches = encode_append_batches(bodies, headers, timestamps,
+                                        max_records=DATA_MAX_RECORDS, max_bytes=DATA_MAX_BYTES)
+        for b in batches:
+            if b.metered_bytes > DATA_MAX_BYTES:
+                raise RecordTooLargeError(
+                    f"record {start + b.first_index} of partition {self.writer.partition} for "
+                    f"{self._what} is {b.metered_bytes} metered bytes; the writer accepts at "
+                    f"most {DATA_MAX_BYTES} (S2's 1 MiB per append minus {FENCE_RESERVE} "
+                    "bytes for the exactly-once fence record)",
+                    metered_bytes=b.metered_bytes, limit=DATA_MAX_BYTES,
+                )
+        keep_from = len(bodies)
+        if not final and len(batches) > 1:
+            last = batches[-1]
+            if last.count < DATA_MAX_RECORDS:
+                keep_from = last.first_index
+                batches = batches[:-1]
+        elif not final and len(batches) == 1 and batches[0].count < DATA_MAX_RECORDS:
+            keep_from = 0
+            batches = []
+        for b in batches:
+            self._append(b)
+        self._set_buffer(bodies.slice(keep_from),
+                         headers.slice(keep_from) if headers is not None else None,
+                         timestamps.slice(keep_from) if timestamps is not None else None,
+                         start + keep_from)
+
+    def _append(self, batch: AppendBatch) -> None:
+        """Append one batch plus its progress fence; resolve unknown outcomes by token."""
+        from s2_spark.wire.appends import AppendBatch
+
+        lease = self._lease
+        assert lease is not None
+        new = dataclasses.replace(lease, progress=self._progress + batch.count)
+        new_raw = new.encode()
+        old_raw = self._last_token
+        entry, metered = _fence_entry(new_raw)
+        payload = AppendBatch(batch.records_payload + entry, batch.count + 1,
+                              batch.metered_bytes + metered, batch.first_index)
+        for attempt in range(5):
+            try:
+                ack = self._stream.append_payload(payload, match_seq_num=self._tail,
+                                                  fencing_token=old_raw)
+                self._tail = ack.end.seq_num
+                if self._first_seq is None:
+                    self._first_seq = ack.start.seq_num
+                self._end_seq = ack.end.seq_num - 1
+                break
+            except FencingTokenMismatchError as exc:
+                if exc.expected_token == new_raw:  # an earlier try landed
+                    self._tail = None
+                    break
+                self._lease = None
+                raise self._fenced(exc.expected_token) from None
+            except (SeqNumMismatchError, UnavailableError) as exc:
+                current = self._probe()
+                if current == new_raw:
+                    self._tail = None
+                    break
+                if current != old_raw:
+                    self._lease = None
+                    raise self._fenced(current) from None
+                if isinstance(exc, SeqNumMismatchError):
+                    raise S2SparkError(
+                        f"{self._what} was appended to by a writer that does not use its "
+                        "fencing token while this query held it; each target stream must be "
+                        "written by one s2-spark query only"
+                    ) from None
+                if attempt == 4:
+                    raise
+        self._lease = new
+        self._last_token = new_raw
+        self._progress = new.progress
+        self.appended += batch.count
+        self.appends += 1
+        self.last_append = time.monotonic()
+        if self._after_append is not None:
+            self._after_append(self)
+
+    def _fenced(self, current: str) -> WriterFencedError:
+        return WriterFencedError(
+            f"{self._what} was taken over by another writer (its fencing token is now "
+            f"{current!r}); this attempt (partition {self.writer.partition}, attempt "
+            f"{self.writer.attempt}, batch {self.writer.batch}) is stale and stops without "
+            "writing more",
+            stream=self.name,
+        )
+
+    # -- the lease ----------------------------------------------------------------------
+
+    def release(self) -> None:
+        """Mark the stream free for other partitions (keeps progress in the token)."""
+        lease = self._lease
+        if lease is None:
+            return
+        self._lease = None
+        released = dataclasses.replace(lease, held=False)
+        raw = released.encode()
+        try:
+            self._stream.fence(raw, fencing_token=self._last_token)
+            self._last_token = raw
+        except FencingTokenMismatchError as exc:
+            # Everything we appended is acknowledged; whoever took over continues.
+            self._last_token = exc.expected_token
+        self._tail = None
+
+    def _probe(self) -> str:
+        """The stream's current fencing token, learnt from a fence that cannot match."""
+        try:
+            self._with_stream(lambda: self._stream.fence(_PROBE, fencing_token=_PROBE))
+        except FencingTokenMismatchError as exc:
+            return exc.expected_token
+        return _PROBE
+
+    def _with_stream(self, op: Callable[[], object]) -> object:
+        """Run `op`, creating the stream first if it is missing and createStreams is on."""
+        try:
+            return op()
+        except NotFoundError:
+            if not self.settings.create_streams:
+                raise NotFoundError(
+                    f"{self._what} does not exist: create it first, or set the writer "
+                    "option createStreams=true", status=404, code="stream_not_found",
+                ) from None
+            with contextlib.suppress(AlreadyExistsError):
+                self._basin.create_stream(self.name)
+            return op()
+
+    def _decide(self, raw: str, *, stolen: bool) -> _Decision:
+        me = self.writer
+        first = me.attempt == 0
+        if raw == "":
+            return _Decision("take", progress=0, clean=first)
+        t = LeaseToken.parse(raw)
+        if t is None:
+            raise ForeignFenceError(
+                f"{self._what} is fenced with a token s2-spark did not set; another writer "
+                "owns it. Write to another stream, or clear the token (a fence command with "
+                "an empty token) if that writer is gone"
+            )
+        same_query = t.query == me.query and t.streaming == me.streaming
+        if me.streaming and same_query:
+            if t.batch < me.batch:
+                return _Decision("take", progress=0, clean=first)
+            if t.batch > me.batch:
+                return _Decision("stale", reason=f"micro-batch {t.batch} already wrote it")
+        if not same_query or (not me.streaming and t.generation != me.generation):
+            # Another query or batch job: free once released (or abandoned).
+            if t.held and not stolen:
+                return _Decision("wait")
+            return _Decision("take", progress=0, clean=first)
+        # The same logical batch.
+        if t.generation > me.generation:
+            return _Decision("stale", reason="a newer run of this batch writes it")
+        if t.generation < me.generation:
+            return _Decision("take", scan=True)
+        if t.partition == me.partition:
+            if t.attempt > me.attempt:
+                return _Decision("stale", reason=f"attempt {t.attempt} of this task writes it")
+            return _Decision("take", progress=t.progress,
+                             clean=t.clean and t.attempt == me.attempt)
+        if t.held and not stolen:
+            return _Decision("wait")
+        if t.clean and first and not stolen:
+            return _Decision("take", progress=self._progress, clean=True)
+        return _Decision("take", scan=True)
+
+    def _acquire(self) -> None:
+        """Take the stream's lease (compare-and-set on the token), waiting if need be."""
+        raw = self._last_token
+        guessed = True  # `raw` is a guess until the service has confirmed it
+        seen_at = time.monotonic()
+        delay = self.settings.poll_initial
+        while True:
+            stolen = (not guessed) and (time.monotonic() - seen_at >= self.settings.lease_timeout)
+            d = self._decide(raw, stolen=stolen)
+            if d.kind == "stale":
+                raise WriterFencedError(
+                    f"{self._what}: this attempt (partition {self.writer.partition}, attempt "
+                    f"{self.writer.attempt}, batch {self.writer.batch}) is stale ({d.reason}) "
+                    "and stops without writing", stream=self.name,
+                )
+            if d.kind == "wait":
+                if guessed:
+                    new = self._probe()
+                    guessed = False
+                else:
+                    if self._on_wait is not None:
+                        self._on_wait(self)
+                    time.sleep(delay)
+                    delay = min(delay * 2, self.settings.poll_max)
+                    new = self._probe()
+                if new != raw:
+                    seen_at = time.monotonic()
+                    raw = new
+                continue
+            progress, clean = d.progress, d.clean
+            if d.scan:
+                progress = max(self._scan(), self._progress if self._known else 0)
+                clean = False
+            lease = self.writer.lease(held=True, clean=clean and not stolen, progress=progress)
+            token = lease.encode()
+            try:
+                ack = self._with_stream(lambda t=token, r=raw: self._stream.fence(  # type: ignore[misc]
+                    t, fencing_token=r))
+            except FencingTokenMismatchError as exc:
+                if exc.expected_token != raw:
+                    seen_at = time.monotonic()
+                raw = exc.expected_token
+                guessed = False
+                continue
+            self._lease = lease
+            self._last_token = token
+            self._tail = ack.end.seq_num  # type: ignore[attr-defined]
+            self._progress = progress
+            self._known = True
+            self.last_append = time.monotonic()
+            return
+
+    def _scan(self) -> int:
+        """This partition's progress, from the fence records of this logical batch.
+
+        Reads backwards from the tail, a window at a time, until a fence record of an
+        earlier batch (or another writer) marks where this batch began.
+        """
+        me = self.writer
+        hi = self._stream.check_tail().seq_num
+        progress = 0
+        window = 1000
+        while hi > 0:
+            lo = max(0, hi - window)
+            tokens = self._fence_tokens(lo, hi)
+            for raw in reversed(tokens):
+                t = LeaseToken.parse(raw)
+                if (t is None or t.query != me.query or t.streaming != me.streaming
+                        or (me.streaming and t.batch != me.batch)
+                        or (not me.streaming and t.generation != me.generation)):
+                    return progress
+                if t.partition != me.partition:
+                    continue
+                if t.generation > me.generation or (
+                        t.generation == me.generation and t.attempt > me.attempt):
+                    raise WriterFencedError(
+                        f"{self._what}: a newer attempt of partition {me.partition} of batch "
+                        f"{me.batch} already wrote it; this attempt is stale and stops",
+                        stream=self.name,
+                    )
+                progress = max(progress, t.progress)
+            hi = lo
+            window = min(window * 2, 64000)
+        return progress
+
+    def _fence_tokens(self, lo: int, hi: int) -> list[str]:
+        """Bodies of the fence records in [lo, hi), in order."""
+        tokens: list[str] = []
+        pos = lo
+        while pos < hi:
+            decoded = self._stream.read(seq_num=pos, count=min(1000, hi - pos),
+                                        include_command_records=True)
+            if decoded.count == 0:
+                break
+            batch = decoded.batch
+            seqs = batch.column("seq_num").to_pylist()
+            headers = batch.column("headers").to_pylist()
+            bodies = batch.column("body").to_pylist()
+            for s, h, b in zip(seqs, headers, bodies, strict=True):
+                if s >= hi:
+                    break
+                if h and len(h) == 1 and h[0]["name"] == b"" and h[0]["value"] == b"fence":
+                    tokens.append(b.decode("utf-8", "replace"))
+            pos = int(seqs[-1]) + 1
+        return tokens

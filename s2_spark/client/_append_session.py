@@ -1,0 +1,126 @@
+"""S2S append sessions over httpx, half-duplex: send every input, then read every ack.
+
+httpx cannot read a response while it is still sending the request, so a session is one
+POST whose body holds all AppendInput frames (sized up front) and whose response holds
+one AppendAck frame per input, in order. The number of inputs per session is bounded so
+unread acks never fill the socket buffers. Ordering is S2's: inputs of one session are
+applied in the order sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+import httpx
+
+from s2_spark._proto import s2_pb2
+from s2_spark.errors import FrameError, S2Error
+from s2_spark.wire.frames import Compression, FrameDecoder, Message, encode_message
+
+from ._errors import error_from_body, error_from_status, error_from_transport
+from ._transport import Transport, is_unsent
+from ._types import AppendAck
+
+if TYPE_CHECKING:
+    from s2_spark.wire.appends import AppendBatch
+
+__all__ = ["MAX_INPUTS_PER_SESSION", "SessionResult", "run_append_session"]
+
+MAX_INPUTS_PER_SESSION = 256
+
+_COMPRESSION = {"zstd": Compression.ZSTD, "gzip": Compression.GZIP, "none": Compression.NONE}
+
+
+@dataclass(slots=True)
+class SessionResult:
+    """What one session achieved: acks for a prefix of the inputs, and the error if any.
+
+    `unsent` is true when the failure provably happened before anything was sent.
+    """
+
+    acks: list[AppendAck]
+    error: S2Error | None = None
+    unsent: bool = False
+
+
+def _ack(raw: bytes) -> AppendAck:
+    from s2_spark.errors import Position
+
+    a = s2_pb2.AppendAck.FromString(raw)
+    return AppendAck(
+        Position(a.start.seq_num, a.start.timestamp),
+        Position(a.end.seq_num, a.end.timestamp),
+        Position(a.tail.seq_num, a.tail.timestamp),
+    )
+
+
+def run_append_session(
+    transport: Transport,
+    basin: str,
+    stream: str,
+    batches: Sequence[AppendBatch],
+    *,
+    match_seq_num: int | None,
+    fencing_token: str | None,
+) -> SessionResult:
+    """Append `batches` in one S2S session. Never raises S2 errors: returns them."""
+    cfg = transport.config
+    target = f"stream {stream!r} in basin {basin!r}"
+    compression = _COMPRESSION[cfg.compression]
+    frames = []
+    match = match_seq_num
+    for b in batches:
+        frames.append(encode_message(b.to_append_input(match, fencing_token), compression))
+        if match is not None:
+            match += b.count
+    url = transport.url(basin, f"/streams/{quote(stream, safe='')}/records")
+    headers = transport.headers(
+        basin,
+        {
+            "content-type": "s2s/proto",
+            "accept": "s2s/proto",
+            "accept-encoding": "zstd, gzip" if cfg.compression != "none" else "identity",
+        },
+    )
+    acks: list[AppendAck] = []
+    try:
+        with transport.http.stream("POST", url, content=b"".join(frames), headers=headers) as resp:
+            if resp.status_code != 200:
+                err = error_from_body(resp.status_code, resp.read(), target)
+                return SessionResult(acks, err, unsent=_no_effect(err))
+            decoder = FrameDecoder()
+            for chunk in resp.iter_raw():
+                for frame in decoder.feed(chunk):
+                    if isinstance(frame, Message):
+                        acks.append(_ack(frame.body))
+                        continue
+                    err = error_from_status(frame.status, frame.error(), target)
+                    return SessionResult(acks, err, unsent=False)
+                if len(acks) == len(batches):
+                    return SessionResult(acks)
+            decoder.finish()
+    except httpx.TransportError as exc:
+        err = error_from_transport(exc, target, "append session")
+        err.__cause__ = exc
+        return SessionResult(acks, err, unsent=not acks and is_unsent(exc))
+    except FrameError as exc:
+        return SessionResult(
+            acks, S2Error(f"append session of {target} got malformed S2S data: {exc}")
+        )
+    if len(acks) < len(batches):
+        return SessionResult(
+            acks,
+            error_from_status(
+                503,
+                {"message": f"session ended after {len(acks)} of {len(batches)} acks"},
+                target,
+            ),
+        )
+    return SessionResult(acks)
+
+
+def _no_effect(err: S2Error) -> bool:
+    return err.status == 429 or (err.status == 502 and err.code == "hot_server")

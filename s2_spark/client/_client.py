@@ -1,0 +1,245 @@
+"""S2Client (account operations) and BasinClient (stream control plane)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+from s2_spark.errors import BadRequestError, NotFoundError
+
+from ._config import S2Config
+from ._stream import StreamClient
+from ._transport import Transport
+from ._types import BasinInfo, StreamConfig, StreamInfo
+
+__all__ = ["BasinClient", "S2Client"]
+
+_BASIN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def check_basin_name(name: str) -> str:
+    """Validate a basin name locally so a typo fails before any request is made."""
+    if (
+        not isinstance(name, str)
+        or not 8 <= len(name) <= 48
+        or not set(name) <= _BASIN_CHARS
+        or name.startswith("-")
+        or name.endswith("-")
+    ):
+        raise BadRequestError(
+            f"invalid basin name {name!r}: S2 accepts 8-48 characters of lowercase letters, "
+            "digits and hyphens, not starting or ending with a hyphen"
+        )
+    return name
+
+
+def check_stream_name(name: str) -> str:
+    if not isinstance(name, str) or not 1 <= len(name.encode()) <= 512:
+        raise BadRequestError(f"invalid stream name {name!r}: S2 accepts 1-512 bytes of UTF-8")
+    return name
+
+
+def _basin_info(d: dict[str, Any]) -> BasinInfo:
+    return BasinInfo(
+        name=str(d["name"]),
+        created_at=d.get("created_at"),
+        deleted_at=d.get("deleted_at"),
+        state=d.get("state"),
+    )
+
+
+def _stream_info(d: dict[str, Any]) -> StreamInfo:
+    return StreamInfo(
+        name=str(d["name"]),
+        created_at=str(d.get("created_at", "")),
+        deleted_at=d.get("deleted_at"),
+    )
+
+
+class S2Client:
+    """Synchronous S2 client. Thread-safe; close it (or use `with`) to free connections."""
+
+    def __init__(self, config: S2Config | None = None) -> None:
+        self.config = config if config is not None else S2Config.from_env()
+        self._transport = Transport(self.config)
+
+    def __repr__(self) -> str:
+        return f"S2Client({self.config!r})"
+
+    def __enter__(self) -> S2Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._transport.close()
+
+    # -- basins ---------------------------------------------------------------------------
+
+    def basin(self, name: str) -> BasinClient:
+        return BasinClient(self._transport, check_basin_name(name))
+
+    def list_basins(self, prefix: str = "", start_after: str = "") -> Iterator[BasinInfo]:
+        """Every basin whose name starts with `prefix`, following pagination."""
+        after = start_after
+        while True:
+            params = {"prefix": prefix, "start_after": after, "limit": 1000}
+            resp = self._transport.request(
+                "GET", "/basins", basin=None, target="basin list", params=params
+            )
+            data = resp.json()
+            items = data.get("basins", [])
+            for item in items:
+                yield _basin_info(item)
+            if not data.get("has_more") or not items:
+                return
+            after = items[-1]["name"]
+
+    def create_basin(self, name: str, config: dict[str, Any] | None = None) -> BasinInfo:
+        """Create a basin; AlreadyExistsError if it exists. Retries are made idempotent
+        with an S2 request token."""
+        check_basin_name(name)
+        body: dict[str, Any] = {"basin": name}
+        if config:
+            body["config"] = config
+        resp = self._transport.request(
+            "POST",
+            "/basins",
+            basin=None,
+            target=f"basin {name!r}",
+            json=body,
+            headers={"s2-request-token": uuid.uuid4().hex},
+        )
+        return _basin_info(resp.json()) if resp.content else BasinInfo(name)
+
+    def ensure_basin(self, name: str, config: dict[str, Any] | None = None) -> BasinInfo:
+        """Create the basin unless it exists (PUT); existing basins are left as they are."""
+        check_basin_name(name)
+        resp = self._transport.request(
+            "PUT",
+            f"/basins/{quote(name, safe='')}",
+            basin=None,
+            target=f"basin {name!r}",
+            json={"config": config} if config else {},
+        )
+        return _basin_info(resp.json()) if resp.content else BasinInfo(name)
+
+    def delete_basin(self, name: str, *, missing_ok: bool = False) -> None:
+        check_basin_name(name)
+        try:
+            self._transport.request(
+                "DELETE",
+                f"/basins/{quote(name, safe='')}",
+                basin=None,
+                target=f"basin {name!r}",
+            )
+        except NotFoundError:
+            if not missing_ok:
+                raise
+
+    def get_basin_config(self, name: str) -> dict[str, Any]:
+        check_basin_name(name)
+        resp = self._transport.request(
+            "GET", f"/basins/{quote(name, safe='')}", basin=None, target=f"basin {name!r}"
+        )
+        result: dict[str, Any] = resp.json()
+        return result
+
+
+class BasinClient:
+    """Stream control plane of one basin, and a factory for StreamClients."""
+
+    def __init__(self, transport: Transport, name: str) -> None:
+        self._transport = transport
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"BasinClient({self.name!r})"
+
+    def stream(self, name: str) -> StreamClient:
+        return StreamClient(self._transport, self.name, check_stream_name(name))
+
+    def _target(self, stream: str | None = None) -> str:
+        if stream is None:
+            return f"basin {self.name!r}"
+        return f"stream {stream!r} in basin {self.name!r}"
+
+    def list_streams(self, prefix: str = "", start_after: str = "") -> Iterator[StreamInfo]:
+        """Every stream whose name starts with `prefix`, following pagination."""
+        after = start_after
+        while True:
+            params = {"prefix": prefix, "start_after": after, "limit": 1000}
+            resp = self._transport.request(
+                "GET",
+                "/streams",
+                basin=self.name,
+                target=f"stream list of {self._target()}",
+                params=params,
+            )
+            data = resp.json()
+            items = data.get("streams", [])
+            for item in items:
+                yield _stream_info(item)
+            if not data.get("has_more") or not items:
+                return
+            after = items[-1]["name"]
+
+    def create_stream(self, name: str, config: StreamConfig | None = None) -> StreamInfo:
+        """Create a stream; AlreadyExistsError if it exists."""
+        check_stream_name(name)
+        body: dict[str, Any] = {"stream": name}
+        if config is not None:
+            body["config"] = config.to_json()
+        resp = self._transport.request(
+            "POST",
+            "/streams",
+            basin=self.name,
+            target=self._target(name),
+            json=body,
+            headers={"s2-request-token": uuid.uuid4().hex},
+        )
+        return _stream_info(resp.json()) if resp.content else StreamInfo(name, "")
+
+    def ensure_stream(self, name: str, config: StreamConfig | None = None) -> StreamInfo:
+        """Create the stream unless it exists (PUT)."""
+        check_stream_name(name)
+        resp = self._transport.request(
+            "PUT",
+            f"/streams/{quote(name, safe='')}",
+            basin=self.name,
+            target=self._target(name),
+            json=config.to_json() if config is not None else {},
+        )
+        return _stream_info(resp.json()) if resp.content else StreamInfo(name, "")
+
+    def delete_stream(self, name: str, *, missing_ok: bool = False) -> None:
+        check_stream_name(name)
+        try:
+            self._transport.request(
+                "DELETE",
+                f"/streams/{quote(name, safe='')}",
+                basin=self.name,
+                target=self._target(name),
+            )
+        except NotFoundError:
+            if not missing_ok:
+                raise
+
+    def get_stream_config(self, name: str) -> StreamConfig:
+        check_stream_name(name)
+        resp = self._transport.request(
+            "GET",
+            f"/streams/{quote(name, safe='')}",
+            basin=self.name,
+            target=self._target(name),
+        )
+        return StreamConfig.from_json(resp.json())

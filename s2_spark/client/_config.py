@@ -1,0 +1,170 @@
+"""Client configuration: endpoints, credentials, timeouts and the retry policy.
+
+The access token lives only here and in the Authorization header built from it; the
+dataclass repr hides it so that logging a config (or an object holding one) is safe.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
+
+__all__ = ["DEFAULT_ACCOUNT_ENDPOINT", "DEFAULT_BASIN_ENDPOINT", "RetryPolicy", "S2Config"]
+
+DEFAULT_ACCOUNT_ENDPOINT = "https://a.s2.dev"
+DEFAULT_BASIN_ENDPOINT = "https://{basin}.b.s2.dev"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Exponential backoff with jitter: attempt n waits min(initial * 2**n, max) plus up to 50%.
+
+    `max_attempts` counts every attempt including the first, so 1 disables retries.
+    """
+
+    max_attempts: int = 5
+    initial_backoff: float = 0.1
+    max_backoff: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise ValueError(
+                f"RetryPolicy.max_attempts must be an int >= 1 (got {self.max_attempts!r})"
+            )
+        if not self.initial_backoff >= 0 or not math.isfinite(self.initial_backoff):
+            raise ValueError(
+                f"RetryPolicy.initial_backoff must be a finite number >= 0 "
+                f"(got {self.initial_backoff!r})"
+            )
+        if not self.max_backoff >= self.initial_backoff or not math.isfinite(self.max_backoff):
+            raise ValueError(
+                f"RetryPolicy.max_backoff must be finite and >= initial_backoff "
+                f"(got {self.max_backoff!r})"
+            )
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds to wait before retry number `attempt` (0 = first retry)."""
+        base = min(self.initial_backoff * (2.0 ** min(attempt, 60)), self.max_backoff)
+        return base * (1.0 + random.random() * 0.5)
+
+
+def _check_timeout(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"S2Config.{name} must be a number of seconds > 0 (got {value!r})")
+
+
+def _check_url(name: str, value: str | None) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        raise ValueError(f"S2Config.{name} must be an http:// or https:// URL (got {value!r})")
+
+
+@dataclass(frozen=True, slots=True)
+class S2Config:
+    """Where and how to reach S2.
+
+    * `endpoint`: one URL serving account and basin operations (s2-lite, the local test
+      server); the basin goes in the `S2-Basin` header and paths live under `/v1`.
+    * otherwise S2 cloud: `account_endpoint` (default https://a.s2.dev) and
+      `basin_endpoint` (default https://{basin}.b.s2.dev; "{basin}" is substituted, and
+      without it the basin is sent in the `S2-Basin` header).
+    * `compression`: what read sessions ask the server to compress frames with. zstd (then
+      gzip) saves bandwidth to S2 cloud; "none" is faster on loopback or with
+      incompressible data, where compressing only costs CPU on both ends.
+    """
+
+    access_token: str | None = field(default=None, repr=False)
+    endpoint: str | None = None
+    account_endpoint: str | None = None
+    basin_endpoint: str | None = None
+    connect_timeout: float = 5.0
+    request_timeout: float = 30.0
+    session_idle_timeout: float = 20.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    compression: Literal["zstd", "gzip", "none"] = "zstd"
+
+    def __post_init__(self) -> None:
+        if self.compression not in ("zstd", "gzip", "none"):
+            raise ValueError(
+                f"S2Config.compression must be 'zstd', 'gzip' or 'none' "
+                f"(got {self.compression!r})"
+            )
+        if self.access_token is not None and not isinstance(self.access_token, str):
+            raise ValueError("S2Config.access_token must be a string or None")
+        if self.access_token is not None and any(c in self.access_token for c in "\r\n"):
+            raise ValueError("S2Config.access_token must not contain line breaks")
+        for name in ("endpoint", "account_endpoint", "basin_endpoint"):
+            _check_url(name, getattr(self, name))
+        for name in ("connect_timeout", "request_timeout", "session_idle_timeout"):
+            _check_timeout(name, getattr(self, name))
+        if not isinstance(self.retry, RetryPolicy):
+            raise ValueError(f"S2Config.retry must be a RetryPolicy (got {self.retry!r})")
+
+    def __repr__(self) -> str:
+        token = "None" if self.access_token is None else "'***'"
+        parts = [f"access_token={token}"]
+        for f in fields(self):
+            if f.name != "access_token":
+                parts.append(f"{f.name}={getattr(self, f.name)!r}")
+        return f"S2Config({', '.join(parts)})"
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> S2Config:
+        """Build a config from keyword overrides, falling back to the environment.
+
+        S2_ACCESS_TOKEN, S2_ACCOUNT_ENDPOINT and S2_BASIN_ENDPOINT fill whatever the
+        overrides leave unset (None); S2_ENDPOINT fills `endpoint` likewise.
+        """
+        env = {
+            "access_token": "S2_ACCESS_TOKEN",
+            "endpoint": "S2_ENDPOINT",
+            "account_endpoint": "S2_ACCOUNT_ENDPOINT",
+            "basin_endpoint": "S2_BASIN_ENDPOINT",
+        }
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise TypeError(
+                f"S2Config.from_env got unknown setting(s) {unknown}; accepted: {sorted(known)}"
+            )
+        values = {k: v for k, v in overrides.items() if v is not None}
+        for name, var in env.items():
+            if name not in values:
+                value = os.environ.get(var)
+                if value:
+                    values[name] = value
+        # An explicit cloud setting in the overrides wins over an env single endpoint.
+        if (
+            "endpoint" in values
+            and overrides.get("endpoint") is None
+            and (overrides.get("account_endpoint") or overrides.get("basin_endpoint"))
+        ):
+            del values["endpoint"]
+        return cls(**values)
+
+    def with_retry(self, retry: RetryPolicy) -> S2Config:
+        """A copy with another retry policy."""
+        return replace(self, retry=retry)
+
+    def account_base_url(self) -> str:
+        """Base URL (ending in /v1) for account operations."""
+        base = self.endpoint or self.account_endpoint or DEFAULT_ACCOUNT_ENDPOINT
+        return _v1(base)
+
+    def basin_base_url(self, basin: str) -> tuple[str, bool]:
+        """Base URL (ending in /v1) for a basin and whether S2-Basin must be sent."""
+        if self.endpoint:
+            return _v1(self.endpoint), True
+        template = self.basin_endpoint or DEFAULT_BASIN_ENDPOINT
+        if "{basin}" in template:
+            return _v1(template.replace("{basin}", basin)), False
+        return _v1(template), True
+
+
+def _v1(url: str) -> str:
+    url = url.rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"

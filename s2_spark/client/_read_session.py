@@ -1,0 +1,272 @@
+"""S2S read sessions over an httpx streaming GET, with transparent reconnects.
+
+Each data frame becomes one DecodedBatch. Progress (next seq_num, records and metered bytes
+delivered) is tracked per frame, so a reconnect resumes at the first undelivered record
+with count/bytes reduced by what was delivered: every record is delivered exactly once.
+Silence longer than `session_idle_timeout` (no data, no heartbeat) is a dead session; like
+transport failures and retryable terminal frames it costs one retry attempt. A frame
+flagged "reconnect advised" is delivered, then the session reconnects without backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Generator, Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import httpx
+
+from s2_spark.errors import (
+    FrameError,
+    Position,
+    ReadPastTailError,
+    S2Error,
+    SessionTimeoutError,
+)
+from s2_spark.wire.frames import FrameDecoder, Message
+
+from ._errors import error_from_body, error_from_status, error_from_transport
+from ._params import wait_seconds
+from ._transport import Transport
+
+if TYPE_CHECKING:
+    from s2_spark.wire.records import DecodedBatch
+
+__all__ = ["ReadSession"]
+
+log = logging.getLogger("s2_spark.client")
+
+_ACCEPT_ENCODING = {"zstd": "zstd, gzip", "gzip": "gzip", "none": "identity"}
+
+
+class ReadSession(Iterator["DecodedBatch"]):
+    """Iterator of DecodedBatch from one logical read session (possibly several HTTP ones).
+
+    Use it as a context manager or call `close()` to end the HTTP response early.
+    `next_seq_num` is the first seq_num not yet delivered (None until known).
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        basin: str,
+        stream: str,
+        params: dict[str, Any],
+        *,
+        wait: float | None,
+        include_command_records: bool,
+        include_headers: bool,
+        heartbeats: bool,
+    ) -> None:
+        self._t = transport
+        self.basin = basin
+        self.stream = stream
+        self._params = params
+        self._wait = wait
+        self._include_command_records = include_command_records
+        self._include_headers = include_headers
+        self._heartbeats = heartbeats
+        self._target = f"stream {stream!r} in basin {basin!r}"
+        self.next_seq_num: int | None = params.get("seq_num")
+        self.remaining_count: int | None = params.get("count")
+        self.remaining_bytes: int | None = params.get("bytes")
+        self.delivered_records = 0
+        self.reconnects = 0
+        self.last_tail: Position | None = None
+        self._gen = self._run()
+
+    def __repr__(self) -> str:
+        return (
+            f"ReadSession({self._target}, next_seq_num={self.next_seq_num}, "
+            f"reconnects={self.reconnects})"
+        )
+
+    def __iter__(self) -> ReadSession:
+        return self
+
+    def __next__(self) -> DecodedBatch:
+        return next(self._gen)
+
+    def close(self) -> None:
+        """End the session and close its HTTP response."""
+        self._gen.close()
+
+    def __enter__(self) -> ReadSession:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        gen = getattr(self, "_gen", None)
+        if gen is not None:
+            gen.close()
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _done(self) -> bool:
+        return self.remaining_count == 0 or self.remaining_bytes == 0
+
+    def _attempt_params(self, last_progress: float, first: bool) -> dict[str, Any] | None:
+        """Query parameters resuming after what was delivered; None if nothing is left."""
+        params = dict(self._params)
+        if self.next_seq_num is not None:
+            params.pop("timestamp", None)
+            params.pop("tail_offset", None)
+            params["seq_num"] = self.next_seq_num
+        if self.remaining_count is not None:
+            params["count"] = self.remaining_count
+        if self.remaining_bytes is not None:
+            params["bytes"] = self.remaining_bytes
+        if self._wait is not None and self._wait > 0 and not first:
+            # `wait` is an idle budget: a reconnect gets what is left of it.
+            left = self._wait - (time.monotonic() - last_progress)
+            if left <= 0:
+                return None
+            params["wait"] = wait_seconds(left)
+        return params
+
+    def _run(self) -> Generator[DecodedBatch, None, None]:
+        from s2_spark.wire.records import decode_read_batch
+
+        t = self._t
+        cfg = t.config
+        policy = cfg.retry
+        url = t.url(self.basin, f"/streams/{quote(self.stream, safe='')}/records")
+        headers = t.headers(
+            self.basin,
+            {
+                "content-type": "s2s/proto",
+                "accept": "s2s/proto",
+                "accept-encoding": _ACCEPT_ENCODING[cfg.compression],
+            },
+        )
+        timeout = httpx.Timeout(
+            connect=cfg.connect_timeout,
+            read=cfg.session_idle_timeout,
+            write=cfg.request_timeout,
+            pool=cfg.request_timeout,
+        )
+        failures = 0
+        last_progress = time.monotonic()
+        first_connect = True
+        while True:
+            if self._done():
+                return
+            params = self._attempt_params(last_progress, first_connect)
+            if params is None:
+                return
+            err: S2Error | None = None
+            advised = False
+            ended = False
+            try:
+                with t.http.stream(
+                    "GET", url, params=params, headers=headers, timeout=timeout
+                ) as resp:
+                    if resp.status_code != 200:
+                        body = resp.read()
+                        err = error_from_body(resp.status_code, body, self._target)
+                    else:
+                        decoder = FrameDecoder()
+                        for chunk in resp.iter_raw():
+                            for frame in decoder.feed(chunk):
+                                if not isinstance(frame, Message):
+                                    err = error_from_status(
+                                        frame.status, frame.error(), self._target
+                                    )
+                                    break
+                                failures = 0
+                                decoded = decode_read_batch(
+                                    frame.body,
+                                    self.stream,
+                                    include_command_records=self._include_command_records,
+                                    include_headers=self._include_headers,
+                                )
+                                last_progress = time.monotonic()
+                                heartbeat = self._account(decoded)
+                                if frame.reconnect_advised:
+                                    advised = True
+                                if not heartbeat or self._heartbeats:
+                                    yield decoded
+                                if self._done():
+                                    return
+                                if advised:
+                                    break
+                            if err is not None or advised:
+                                break
+                        else:
+                            decoder.finish()
+                            ended = True
+            except httpx.ReadTimeout as exc:
+                err = SessionTimeoutError(
+                    f"read session of {self._target} received nothing (no data, no "
+                    f"heartbeat) for {cfg.session_idle_timeout:g}s; the server or network "
+                    "is stuck: reconnecting, or retry later if this persists",
+                    status=0,
+                    code="session_timeout",
+                )
+                err.__cause__ = exc
+            except httpx.TransportError as exc:
+                err = error_from_transport(exc, self._target, "read session")
+                err.__cause__ = exc
+            except FrameError as exc:
+                err = S2Error(
+                    f"read session of {self._target} received malformed S2S data: {exc}",
+                    code="bad_frame",
+                )
+                raise err from exc
+
+            was_first, first_connect = first_connect, False
+            if ended:
+                return
+            if advised and err is None:
+                self.reconnects += 1
+                log.debug("read session of %s reconnecting on server advice", self._target)
+                continue
+            assert err is not None
+            if (
+                isinstance(err, ReadPastTailError)
+                and not was_first
+                and self.next_seq_num is not None
+                and err.tail.seq_num == self.next_seq_num
+            ):
+                # Resumed exactly at the tail of a bounded session without wait: the
+                # original session would have ended here, so this one ends too.
+                return
+            failures += 1
+            if not err.retryable or failures >= policy.max_attempts:
+                raise err
+            delay = policy.backoff(failures - 1)
+            log.debug(
+                "read session of %s retrying after %s in %.3fs",
+                self._target,
+                type(err).__name__,
+                delay,
+            )
+            self.reconnects += 1
+            time.sleep(delay)
+
+    def _account(self, decoded: DecodedBatch) -> bool:
+        """Record a frame's progress; return whether it was a heartbeat (no records)."""
+        if decoded.tail is not None:
+            self.last_tail = decoded.tail
+        if decoded.count == 0:
+            if decoded.tail is not None and self.next_seq_num is None:
+                self.next_seq_num = decoded.tail.seq_num
+            return True
+        assert decoded.last_seq_num is not None
+        self.next_seq_num = decoded.last_seq_num + 1
+        self.delivered_records += decoded.count
+        if self.remaining_count is not None:
+            self.remaining_count = max(self.remaining_count - decoded.count, 0)
+        if self.remaining_bytes is not None:
+            self.remaining_bytes = max(self.remaining_bytes - decoded.metered_bytes, 0)
+        return False

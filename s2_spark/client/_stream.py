@@ -1,0 +1,254 @@
+"""StreamClient: the data plane of one stream (tail, reads, read sessions, appends)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+from s2_spark._proto import s2_pb2
+from s2_spark.errors import BadRequestError, Position
+
+from ._params import check_u64, read_params
+from ._read_session import ReadSession
+from ._transport import Transport
+from ._types import MAX_BATCH_BYTES, MAX_BATCH_RECORDS, AppendAck, AppendRecord
+
+if TYPE_CHECKING:
+    from s2_spark.wire.appends import AppendBatch
+    from s2_spark.wire.records import DecodedBatch
+
+__all__ = ["StreamClient"]
+
+_PROTO_HEADERS = {"content-type": "application/protobuf", "accept": "application/protobuf"}
+
+
+def _position(p: s2_pb2.StreamPosition) -> Position:
+    return Position(p.seq_num, p.timestamp)
+
+
+def _ack(raw: bytes) -> AppendAck:
+    ack = s2_pb2.AppendAck.FromString(raw)
+    return AppendAck(_position(ack.start), _position(ack.end), _position(ack.tail))
+
+
+class StreamClient:
+    """Reads and appends on one stream of one basin. Cheap to create; thread-safe."""
+
+    def __init__(self, transport: Transport, basin: str, name: str) -> None:
+        self._t = transport
+        self.basin = basin
+        self.name = name
+        self._path = f"/streams/{quote(name, safe='')}/records"
+        self._target = f"stream {name!r} in basin {basin!r}"
+
+    def __repr__(self) -> str:
+        return f"StreamClient(basin={self.basin!r}, stream={self.name!r})"
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def check_tail(self) -> Position:
+        """The next seq_num to be assigned and the timestamp of the last record."""
+        resp = self._t.request("GET", self._path + "/tail", basin=self.basin, target=self._target)
+        tail = resp.json()["tail"]
+        return Position(int(tail["seq_num"]), int(tail["timestamp"]))
+
+    def read(
+        self,
+        *,
+        seq_num: int | None = None,
+        timestamp: int | None = None,
+        tail_offset: int | None = None,
+        count: int | None = None,
+        bytes: int | None = None,
+        until: int | None = None,
+        clamp: bool = False,
+        wait: float | None = None,
+        include_command_records: bool = True,
+        include_headers: bool = True,
+    ) -> DecodedBatch:
+        """One unary read (protobuf): at most 1000 records / 1 MiB, decoded to Arrow.
+
+        A unary read is always bounded, so starting at the tail (or, with `clamp`, beyond
+        it) raises ReadPastTailError unless `wait` (seconds, S2 caps it at 60) lets records
+        arrive; an empty batch then means none did.
+        """
+        from s2_spark.wire.records import decode_read_batch
+
+        params = read_params(
+            seq_num=seq_num,
+            timestamp=timestamp,
+            tail_offset=tail_offset,
+            count=count,
+            bytes=bytes,
+            until=until,
+            clamp=clamp,
+            wait=wait,
+        )
+        resp = self._t.request(
+            "GET",
+            self._path,
+            basin=self.basin,
+            target=self._target,
+            params=params,
+            headers={"accept": "application/protobuf"},
+        )
+        return decode_read_batch(
+            resp.content,
+            self.name,
+            include_command_records=include_command_records,
+            include_headers=include_headers,
+        )
+
+    def read_session(
+        self,
+        *,
+        seq_num: int | None = None,
+        timestamp: int | None = None,
+        tail_offset: int | None = None,
+        count: int | None = None,
+        bytes: int | None = None,
+        until: int | None = None,
+        clamp: bool = False,
+        wait: float | None = None,
+        include_command_records: bool = True,
+        include_headers: bool = True,
+        heartbeats: bool = False,
+    ) -> ReadSession:
+        """A streaming read (S2S) yielding one DecodedBatch per data frame.
+
+        Ends when count/bytes/until is reached or the server ends the session (for example
+        after `wait` seconds without records); reconnects transparently otherwise. With
+        `heartbeats=True` heartbeat frames are yielded too, as batches of 0 rows with `tail`.
+        """
+        params = read_params(
+            seq_num=seq_num,
+            timestamp=timestamp,
+            tail_offset=tail_offset,
+            count=count,
+            bytes=bytes,
+            until=until,
+            clamp=clamp,
+            wait=wait,
+        )
+        return ReadSession(
+            self._t,
+            self.basin,
+            self.name,
+            params,
+            wait=wait,
+            include_command_records=include_command_records,
+            include_headers=include_headers,
+            heartbeats=heartbeats,
+        )
+
+    # -- appends ----------------------------------------------------------------------------
+
+    def append(
+        self,
+        records: Sequence[AppendRecord],
+        *,
+        match_seq_num: int | None = None,
+        fencing_token: str | None = None,
+    ) -> AppendAck:
+        """Append one batch (1-1000 records, <= 1 MiB metered) atomically.
+
+        Retries: only when a retry cannot duplicate records, i.e. the failure happened
+        before the request was sent (connect errors, 429, 502 hot_server, 503 unavailable)
+        or `match_seq_num` is set (a repeated attempt then fails with 412 instead of
+        appending twice). Other failures raise UnavailableError saying the outcome is unknown.
+        """
+        from s2_spark.wire.appends import encode_records
+
+        records = list(records)
+        if not records:
+            raise BadRequestError(f"append to {self._target} needs at least one record")
+        if len(records) > MAX_BATCH_RECORDS:
+            raise BadRequestError(
+                f"append to {self._target} got {len(records)} records; one batch holds at "
+                f"most {MAX_BATCH_RECORDS}: use append_many to split it"
+            )
+        batches = encode_records(records)
+        if len(batches) != 1:
+            total = sum(r.metered_bytes for r in records)
+            raise BadRequestError(
+                f"append to {self._target} got {total} metered bytes; one batch holds at most "
+                f"{MAX_BATCH_BYTES} (1 MiB): use append_many to split it"
+            )
+        return self.append_payload(
+            batches[0], match_seq_num=match_seq_num, fencing_token=fencing_token
+        )
+
+    def append_payload(
+        self,
+        batch: AppendBatch,
+        *,
+        match_seq_num: int | None = None,
+        fencing_token: str | None = None,
+    ) -> AppendAck:
+        """Append a batch pre-encoded by `s2_spark.wire.appends` (same retry rules)."""
+        if match_seq_num is not None:
+            check_u64("match_seq_num", match_seq_num)
+        body = batch.to_append_input(match_seq_num, fencing_token)
+        resp = self._t.request(
+            "POST",
+            self._path,
+            basin=self.basin,
+            target=self._target,
+            content=body,
+            headers=_PROTO_HEADERS,
+            retry="always" if match_seq_num is not None else "unsent",
+        )
+        return _ack(resp.content)
+
+    def append_many(
+        self,
+        records: Iterable[AppendRecord],
+        *,
+        fencing_token: str | None = None,
+        match_seq_num: int | None = None,
+    ) -> AppendAck:
+        """Append any number of records, in order, in batches within S2's limits.
+
+        Batches are sent one after another; with `match_seq_num` each batch is conditioned
+        on the previous one's end, so the whole run lands contiguously or fails with 412.
+        Not atomic: on failure earlier batches stay appended.
+        """
+        from s2_spark.wire.appends import encode_records
+
+        batches = encode_records(list(records))
+        if not batches:
+            raise BadRequestError(f"append_many to {self._target} needs at least one record")
+        first: AppendAck | None = None
+        last: AppendAck | None = None
+        next_match = match_seq_num
+        for batch in batches:
+            last = self.append_payload(batch, match_seq_num=next_match, fencing_token=fencing_token)
+            if first is None:
+                first = last
+            if next_match is not None:
+                next_match = last.end.seq_num
+        assert first is not None and last is not None
+        return AppendAck(first.start, last.end, last.tail)
+
+    def fence(
+        self, token: str, *, fencing_token: str | None = None, match_seq_num: int | None = None
+    ) -> AppendAck:
+        """Set the stream's fencing token (a `fence` command record; "" clears it)."""
+        return self.append(
+            [AppendRecord.fence(token)], fencing_token=fencing_token, match_seq_num=match_seq_num
+        )
+
+    def trim(
+        self,
+        earliest_seq_num: int,
+        *,
+        fencing_token: str | None = None,
+        match_seq_num: int | None = None,
+    ) -> AppendAck:
+        """Ask S2 to drop records before `earliest_seq_num` (a `trim` command record)."""
+        return self.append(
+            [AppendRecord.trim(earliest_seq_num)],
+            fencing_token=fencing_token,
+            match_seq_num=match_seq_num,
+        )

@@ -1,0 +1,99 @@
+"""Offsets, admission control and partitioning: pure functions over per-stream positions.
+
+An offset is a JSON object mapping each stream to the backend's position for it (for S2,
+the next seq_num to read). Everything here is deterministic in its inputs, so a batch
+re-planned from the checkpoint's offset log reads the same ranges.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import InputPartition
+
+from s2_spark.backends.base import PositionT, StreamBackend
+
+__all__ = ["RangePartition", "fair_share", "split_ranges"]
+
+
+@dataclass(frozen=True)
+class RangePartition(InputPartition):
+    """Read positions [start, end) of one stream. Holds no credentials.
+
+    `from_origin` marks a stream discovered after the previous batch: it is read from the
+    backend's origin, and records trimmed before it was discovered are not data loss (a
+    gap at the start of such a partition is skipped silently).
+    """
+
+    stream: str
+    start: PositionT
+    end: PositionT
+    from_origin: bool = False
+
+    def __repr__(self) -> str:
+        return f"RangePartition({self.stream!r}, [{self.start}, {self.end}))"
+
+
+def fair_share(pending: Mapping[str, int], budget: int) -> dict[str, int]:
+    """Split `budget` records across streams: equal shares, unused shares passed on.
+
+    Streams with fewer pending records than their share take what they have and the rest
+    goes to the others (water-filling). A remainder smaller than the number of streams
+    goes one record each, streams in name order.
+    """
+    grant = {s: 0 for s in pending}
+    active = sorted(s for s, n in pending.items() if n > 0)
+    left = budget
+    while left > 0 and active:
+        share = left // len(active)
+        if share == 0:
+            for s in active[:left]:
+                grant[s] += 1
+            break
+        still = []
+        for s in active:
+            take = min(share, pending[s] - grant[s])
+            grant[s] += take
+            left -= take
+            if grant[s] < pending[s]:
+                still.append(s)
+        active = still
+    return grant
+
+
+def split_ranges(
+    backend: StreamBackend,
+    ranges: Mapping[str, tuple[PositionT, PositionT, bool]],
+    *,
+    min_partitions: int | None,
+    max_records_per_partition: int | None,
+) -> list[RangePartition]:
+    """Cut each stream's [start, end) into partitions.
+
+    Each stream gets at least one partition; `maxRecordsPerPartition` caps a partition's
+    size, and `minPartitions` spreads extra partitions across streams in proportion to
+    their sizes (like Kafka's minPartitions).
+    """
+    sizes = {s: backend.distance(a, b) for s, (a, b, _) in ranges.items()}
+    sizes = {s: n for s, n in sizes.items() if n > 0}
+    total = sum(sizes.values())
+    out: list[RangePartition] = []
+    for stream in sorted(sizes):
+        start, _end, from_origin = ranges[stream]
+        size = sizes[stream]
+        parts = 1
+        if max_records_per_partition:
+            parts = max(parts, math.ceil(size / max_records_per_partition))
+        if min_partitions and total:
+            parts = max(parts, math.ceil(min_partitions * size / total))
+        parts = min(parts, size)
+        pos = start
+        for i in range(parts):
+            # Spread the remainder over the first partitions: sizes differ by at most one.
+            n = size // parts + (1 if i < size % parts else 0)
+            nxt = backend.advance(pos, n)
+            out.append(RangePartition(stream, pos, nxt, from_origin))
+            pos = nxt
+    return out

@@ -1,0 +1,262 @@
+"""Streaming and batch readers over a `StreamBackend`.
+
+The driver plans: it lists streams, resolves starting/ending positions, applies admission
+control and cuts ranges into partitions. Executors read: each task reads exactly one
+planned range of one stream and yields the decoder's Arrow batches unchanged. Reader state
+kept on the driver (AvailableNow target, last seen tails) is never needed by `read()`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from s2_spark.backends.base import PositionT, ReadSettings, StreamBackend
+from s2_spark.errors import DataLossError, NotFoundError
+from s2_spark.spark.options import BoundSpec, OptionError, ReadOptions
+from s2_spark.spark.planning import RangePartition, fair_share, split_ranges
+
+__all__ = ["S2BatchReader", "S2StreamReader"]
+
+log = logging.getLogger("s2_spark.spark")
+
+_LOSS_HINT = "set the option failOnDataLoss=false to skip missing records and go on"
+
+
+def _is_after(backend: StreamBackend, a: PositionT, b: PositionT) -> bool:
+    """Whether position `a` lies after position `b`."""
+    return backend.distance(b, a) > 0
+
+
+class _Planner:
+    """Driver-side lookups shared by the batch and streaming readers."""
+
+    def __init__(self, backend: StreamBackend, options: ReadOptions) -> None:
+        self.backend = backend
+        self.options = options
+
+    def discover(self) -> list[str]:
+        """The selected streams that exist now (explicit ones must exist)."""
+        selection = self.options.selection
+        if selection.prefix is not None:
+            return self.backend.list_streams(selection.prefix)
+        return list(selection.streams)
+
+    def _missing(self, stream: str) -> OptionError:
+        return OptionError(
+            f"{self.backend.describe(stream)} does not exist: create it first, or check the "
+            "options basin and stream/streams"
+        )
+
+    def tail(self, stream: str) -> PositionT:
+        try:
+            return self.backend.latest(stream)
+        except NotFoundError:
+            raise self._missing(stream) from None
+
+    def resolve(self, spec: BoundSpec, stream: str, *, default: str) -> PositionT:
+        """Where `spec` puts `stream`; streams a JSON spec leaves out take `default`."""
+        kind: str = spec.kind
+        if kind == "positions":
+            given = dict(spec.positions)
+            if stream in given:
+                return self.backend.parse_position(given[stream])
+            kind = default
+        try:
+            if kind == "earliest":
+                return self.backend.earliest(stream)
+            if kind == "timestamp":
+                return self.backend.at_timestamp(stream, spec.timestamp_ms)
+            return self.backend.latest(stream)
+        except NotFoundError:
+            raise self._missing(stream) from None
+
+
+def read_range(
+    backend: StreamBackend, options: ReadOptions, partition: RangePartition
+) -> Iterator[pa.RecordBatch]:
+    """Read one planned range on an executor; data loss fails or is logged per option."""
+
+    def on_data_loss(stream: str, start: PositionT, end: PositionT) -> None:
+        what = (
+            f"records [{start}, {end}) of {backend.describe(stream)} were planned to be read "
+            "but are gone (trimmed by retention or a trim command, or the stream was deleted)"
+        )
+        if options.fail_on_data_loss:
+            raise DataLossError(
+                f"Data loss: {what}; {_LOSS_HINT}", stream=stream, start=start, end=end
+            )
+        log.warning("Skipping lost records (failOnDataLoss=false): %s", what)
+
+    settings = ReadSettings(
+        include_headers=options.include_headers,
+        include_command_records=options.include_command_records,
+    )
+    yield from backend.read(
+        partition.stream,
+        partition.start,
+        partition.end,
+        settings,
+        on_data_loss,
+        leading_gap_ok=partition.from_origin,
+    )
+
+
+class S2StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over positions; offsets are {stream: next position}."""
+
+    def __init__(self, backend: StreamBackend, options: ReadOptions) -> None:
+        self._backend = backend
+        self._options = options
+        self._target: dict[str, PositionT] | None = None
+        self._reported: dict[str, PositionT] | None = None
+
+    def __repr__(self) -> str:
+        return f"S2StreamReader({self._options!r})"
+
+    def initialOffset(self) -> dict[str, Any]:
+        planner = _Planner(self._backend, self._options)
+        start = {}
+        for stream in planner.discover():
+            start[stream] = planner.resolve(self._options.starting, stream, default="earliest")
+        return start
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self._options.max_records_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        planner = _Planner(self._backend, self._options)
+        target: dict[str, PositionT] = {}
+        for stream in planner.discover():
+            try:
+                target[stream] = self._backend.latest(stream)
+            except NotFoundError:
+                continue
+        self._target = target
+
+    def _tails(self, start: dict[str, Any]) -> dict[str, PositionT]:
+        """Current tails of every stream being read, capped at the AvailableNow target."""
+        planner = _Planner(self._backend, self._options)
+        streams = set(start) | set(planner.discover())
+        if self._target is not None:
+            streams &= set(self._target)
+        tails: dict[str, PositionT] = {}
+        for stream in sorted(streams):
+            try:
+                tail = self._backend.latest(stream)
+            except NotFoundError:
+                if stream in start or self._options.selection.prefix is not None:
+                    continue  # deleted: nothing more to plan; a planned range reports loss
+                raise planner._missing(stream) from None
+            if self._target is not None and _is_after(self._backend, tail, self._target[stream]):
+                tail = self._target[stream]
+            tails[stream] = tail
+        return tails
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        backend = self._backend
+        tails = self._tails(start)
+        self._reported = {**start, **tails}
+        pending: dict[str, int] = {}
+        begin: dict[str, PositionT] = {}
+        for stream, tail in tails.items():
+            pos = start.get(stream, backend.origin())
+            if stream in start and _is_after(backend, pos, tail):
+                what = (
+                    f"{backend.describe(stream)} ends at {tail}, before the position {pos} "
+                    "already read: it was deleted and recreated, or truncated"
+                )
+                if self._options.fail_on_data_loss:
+                    raise DataLossError(
+                        f"Data loss: {what}; {_LOSS_HINT}", stream=stream, start=tail, end=pos
+                    )
+                log.warning("failOnDataLoss=false: %s; waiting for it to pass %s", what, pos)
+            begin[stream] = pos
+            pending[stream] = backend.distance(pos, tail)
+        grant = pending
+        if isinstance(limit, ReadMaxRows):
+            grant = fair_share(pending, limit.max_rows)
+        end = dict(start)
+        for stream, n in grant.items():
+            if n > 0:
+                end[stream] = backend.advance(begin[stream], n)
+        return end
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return self._reported
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        origin = self._backend.origin()
+        ranges = {
+            stream: (start[stream], pos, False) if stream in start else (origin, pos, True)
+            for stream, pos in end.items()
+        }
+        return split_ranges(
+            self._backend,
+            ranges,
+            min_partitions=self._options.min_partitions,
+            max_records_per_partition=self._options.max_records_per_partition,
+        )
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)
+        return read_range(self._backend, self._options, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: positions live in Spark's checkpoint, not in the service."""
+
+
+class S2BatchReader(DataSourceReader):
+    """One range per stream, [startingPosition, endingPosition), cut into partitions."""
+
+    def __init__(self, backend: StreamBackend, options: ReadOptions) -> None:
+        self._backend = backend
+        self._options = options
+
+    def __repr__(self) -> str:
+        return f"S2BatchReader({self._options!r})"
+
+    def partitions(self) -> Sequence[InputPartition]:
+        backend, options = self._backend, self._options
+        planner = _Planner(backend, options)
+        ending = options.ending or BoundSpec("latest")
+        ranges: dict[str, tuple[PositionT, PositionT, bool]] = {}
+        for stream in planner.discover():
+            tail = planner.tail(stream)
+            start = planner.resolve(options.starting, stream, default="earliest")
+            end = planner.resolve(ending, stream, default="latest")
+            if _is_after(backend, end, tail):
+                raise OptionError(
+                    f"option endingPosition puts {backend.describe(stream)} at {end}, past "
+                    f"its tail {tail}: those records do not exist yet"
+                )
+            if _is_after(backend, start, end):
+                raise OptionError(
+                    f"option startingPosition puts {backend.describe(stream)} at {start}, "
+                    f"after its end {end} (endingPosition "
+                    f"{ending.describe()}, exclusive)"
+                )
+            ranges[stream] = (start, end, False)
+        parts = split_ranges(
+            backend,
+            ranges,
+            min_partitions=options.min_partitions,
+            max_records_per_partition=options.max_records_per_partition,
+        )
+        # Spark wants at least one partition; an empty range reads nothing.
+        return parts or [RangePartition("", backend.origin(), backend.origin())]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)
+        return read_range(self._backend, self._options, partition)

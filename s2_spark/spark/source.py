@@ -1,0 +1,118 @@
+"""The `s2` data source: `spark.readStream.format("s2")` and `spark.read.format("s2")`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from s2_spark.backends.base import StreamBackend
+from s2_spark.spark.options import OptionError, ReadOptions, parse_read_options
+from s2_spark.spark.reader import S2BatchReader, S2StreamReader
+
+__all__ = ["S2DataSource", "read_schema"]
+
+
+def read_schema(include_headers: bool = True) -> StructType:
+    """The rows a read returns; `headers` is left out when includeHeaders=false."""
+    fields = [
+        StructField("stream", StringType()),
+        StructField("seq_num", LongType()),
+        StructField("timestamp", TimestampType()),
+    ]
+    if include_headers:
+        header = StructType([StructField("name", BinaryType()), StructField("value", BinaryType())])
+        fields.append(StructField("headers", ArrayType(header)))
+    fields.append(StructField("body", BinaryType()))
+    return StructType(fields)
+
+
+class S2DataSource(DataSource):
+    """Read S2 streams with Spark, checkpointed and exactly-once (format name ``s2``).
+
+    Rows: ``stream string, seq_num bigint, timestamp timestamp,
+    headers array<struct<name: binary, value: binary>>, body binary``. Streaming offsets are
+    JSON objects mapping each stream to the next seq_num to read, so a batch replayed from
+    the checkpoint reads exactly the same records.
+
+    Options (values are strings; every bad value fails before any task runs):
+
+    * ``basin`` (required): the basin to read from.
+    * exactly one of ``stream`` (a stream name), ``streams`` (comma-separated names) or
+      ``streamPrefix`` (every stream whose name starts with it; streams created while a
+      query runs are picked up at the next trigger and read from their beginning).
+    * ``endpoint``: one URL for account and basin operations (s2-lite, the local server).
+      Or, for S2 cloud, ``accountEndpoint`` / ``basinEndpoint`` (defaults
+      https://a.s2.dev and https://{basin}.b.s2.dev). Env: S2_ENDPOINT etc.
+    * ``accessToken``: the S2 access token (default: the S2_ACCESS_TOKEN environment
+      variable of the driver). Spark redacts it in plans; it never appears in offsets,
+      partitions, logs or errors.
+    * ``startingPosition``: ``earliest`` (default), ``latest``, ``timestamp:<epoch millis>``
+      (the first record at or after that time), or a JSON object of stream to seq_num such
+      as ``{"events": 42}`` (streams left out start at earliest). Applies when a query
+      starts without a checkpoint; a checkpoint always wins.
+    * ``endingPosition`` (batch reads only; default ``latest``): ``latest``,
+      ``timestamp:<epoch millis>`` or JSON like ``startingPosition``; exclusive, like
+      Kafka's endingOffsets (streams left out end at latest).
+    * ``maxRecordsPerTrigger``: at most this many records per micro-batch, shared fairly
+      across streams (also paces ``trigger(availableNow=True)``).
+    * ``minPartitions`` / ``maxRecordsPerPartition``: split long seq_num ranges into several
+      tasks (at least this many tasks in total / at most this many records per task).
+    * ``includeHeaders`` (default ``true``): ``false`` drops the ``headers`` column.
+    * ``includeCommandRecords`` (default ``false``): command records (fence, trim) are
+      skipped and offsets move past them; ``true`` returns them as rows.
+    * ``failOnDataLoss`` (default ``true``): records of a planned range that were trimmed,
+      or a stream deleted, fail the query naming the stream and missing seq_num range;
+      ``false`` logs a warning and goes on.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "s2"
+
+    def _read_options(self, *, streaming: bool) -> ReadOptions:
+        return parse_read_options(self.options, streaming=streaming)
+
+    def _backend(self, options: ReadOptions) -> StreamBackend:
+        """The service behind this format; other formats plug in another backend."""
+        from s2_spark.backends.s2 import S2Backend, S2Settings
+
+        return S2Backend(
+            S2Settings(
+                basin=options.basin,
+                access_token=options.access_token,
+                endpoint=options.endpoint,
+                account_endpoint=options.account_endpoint,
+                basin_endpoint=options.basin_endpoint,
+            )
+        )
+
+    def schema(self) -> StructType:
+        return read_schema(self._read_options(streaming=False).include_headers)
+
+    def _check_schema(self, schema: Any, options: ReadOptions) -> None:
+        expected = read_schema(options.include_headers)
+        if schema is not None and schema != expected:
+            raise OptionError(
+                "format s2 has a fixed schema and does not accept a user-specified one: "
+                f"expected {expected.simpleString()}, got {schema.simpleString()}"
+            )
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = self._read_options(streaming=False)
+        self._check_schema(schema, options)
+        return S2BatchReader(self._backend(options), options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        options = self._read_options(streaming=True)
+        self._check_schema(schema, options)
+        return S2StreamReader(self._backend(options), options)

@@ -1,0 +1,36 @@
+"""CLI: `python -m s2_spark.testing --host H --port P [--data-dir D] [--token T]`.
+
+Prints the server URL on its own line once it accepts connections. The token may also
+come from the S2_LOCAL_SERVER_TOKEN environment variable (kept out of `ps` output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from s2_spark.testing._server import serve_forever
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m s2_spark.testing", description="Local S2-compatible server."
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--data-dir", default=None, help="journal directory (default: memory)")
+    parser.add_argument("--token", default=None, help="require `Authorization: Bearer TOKEN`")
+    parser.add_argument("--heartbeat-interval", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    token = args.token if args.token is not None else os.environ.get("S2_LOCAL_SERVER_TOKEN")
+    serve_forever(
+        args.host,
+        args.port,
+        data_dir=args.data_dir,
+        token=token,
+        heartbeat_interval=args.heartbeat_interval,
+    )
+
+
+if __name__ == "__main__":
+    main()

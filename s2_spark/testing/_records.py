@@ -1,0 +1,172 @@
+"""Record encoding for the local server: each record is stored once, already encoded.
+
+A stored record is the exact bytes of one `records` entry of a protobuf ReadBatch
+(field tag, length, SequencedRecord), so a read joins stored bytes instead of
+re-encoding, which is what lets the server stream a million records a second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from s2_spark._proto import s2_pb2
+
+__all__ = [
+    "MAX_BATCH_BYTES",
+    "MAX_BATCH_RECORDS",
+    "CommandKind",
+    "ValidationFailed",
+    "decode_entry",
+    "encode_entries",
+    "encode_entry",
+    "encode_position",
+    "encode_varint",
+    "metered_size",
+]
+
+MAX_BATCH_RECORDS = 1000
+MAX_BATCH_BYTES = 1024 * 1024
+MAX_FENCING_TOKEN_BYTES = 36
+
+
+class ValidationFailed(Exception):
+    """Input that S2 rejects with 422 `invalid` (S2's own wording where it has one)."""
+
+
+class CommandKind:
+    """Names of the command records (a single header with an empty name)."""
+
+    FENCE = b"fence"
+    TRIM = b"trim"
+
+
+def encode_varint(value: int) -> bytes:
+    """Protobuf base-128 varint of a non-negative integer."""
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_SMALL_VARINTS = [encode_varint(i) for i in range(16384)]
+
+
+def _varint(value: int) -> bytes:
+    return _SMALL_VARINTS[value] if value < 16384 else encode_varint(value)
+
+
+def metered_size(headers: list[tuple[bytes, bytes]], body: bytes) -> int:
+    """S2's metered size: 8 + 2 per header + header name/value bytes + body bytes."""
+    size = 8 + len(body)
+    for name, value in headers:
+        size += 2 + len(name) + len(value)
+    return size
+
+
+def encode_entry(
+    seq_num: int, timestamp: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> bytes:
+    """A ReadBatch `records` entry (tag 1, length, SequencedRecord) in canonical form."""
+    parts: list[bytes] = []
+    if seq_num:
+        parts.append(b"\x08" + _varint(seq_num))
+    if timestamp:
+        parts.append(b"\x10" + _varint(timestamp))
+    for name, value in headers:
+        header = b""
+        if name:
+            header += b"\x0a" + _varint(len(name)) + name
+        if value:
+            header += b"\x12" + _varint(len(value)) + value
+        parts.append(b"\x1a" + _varint(len(header)) + header)
+    if body:
+        parts.append(b"\x22" + _varint(len(body)) + body)
+    record = b"".join(parts)
+    return b"\x0a" + _varint(len(record)) + record
+
+
+def encode_position(field: int, seq_num: int, timestamp: int) -> bytes:
+    """A StreamPosition as a length-delimited field `field` of the enclosing message."""
+    inner = b""
+    if seq_num:
+        inner += b"\x08" + _varint(seq_num)
+    if timestamp:
+        inner += b"\x10" + _varint(timestamp)
+    return bytes(((field << 3) | 2,)) + _varint(len(inner)) + inner
+
+
+_LOW = [bytes((0x80 | i,)) for i in range(128)]
+
+
+def encode_entries(
+    first_seq: int,
+    timestamps: list[int],
+    records: list[tuple[int | None, list[tuple[bytes, bytes]], bytes]],
+) -> list[bytes]:
+    """Encode a sequenced batch; the hot path of appends, so varints are cached.
+
+    Sequence numbers are consecutive, so the varint above the low 7 bits changes only
+    every 128 records; timestamps usually repeat within a batch.
+    """
+    out: list[bytes] = []
+    append = out.append
+    small = _SMALL_VARINTS
+    low = _LOW
+    seq = first_seq
+    upper_key = -1
+    upper = b""
+    ts_key = -1
+    ts_part = b""
+    for (_, headers, body), ts in zip(records, timestamps, strict=True):
+        if seq < 128:
+            seq_part = b"\x08" + small[seq] if seq else b""
+        else:
+            key = seq >> 7
+            if key != upper_key:
+                upper_key, upper = key, _varint(key)
+            seq_part = b"\x08" + low[seq & 0x7F] + upper
+        if ts != ts_key:
+            ts_key = ts
+            ts_part = b"\x10" + _varint(ts) if ts else b""
+        if headers:
+            append(encode_entry(seq, ts, headers, body))
+            seq += 1
+            continue
+        n = len(body)
+        if n:
+            blen = small[n] if n < 16384 else encode_varint(n)
+            rec_len = len(seq_part) + len(ts_part) + 1 + len(blen) + n
+            head = small[rec_len] if rec_len < 16384 else encode_varint(rec_len)
+            append(b"".join((b"\x0a", head, seq_part, ts_part, b"\x22", blen, body)))
+        else:
+            rec_len = len(seq_part) + len(ts_part)
+            append(b"\x0a" + small[rec_len] + seq_part + ts_part)
+        seq += 1
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRecord:
+    """A stored record decoded back into fields (for JSON and SSE responses)."""
+
+    seq_num: int
+    timestamp: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
+def decode_entry(entry: bytes) -> DecodedRecord:
+    """Decode a stored `records` entry (slow path: JSON and SSE reads only)."""
+    # Skip the tag byte and the length varint.
+    pos = 1
+    while entry[pos] & 0x80:
+        pos += 1
+    rec = s2_pb2.SequencedRecord()
+    rec.ParseFromString(entry[pos + 1 :])
+    return DecodedRecord(
+        rec.seq_num, rec.timestamp, [(h.name, h.value) for h in rec.headers], rec.body
+    )

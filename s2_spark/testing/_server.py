@@ -1,0 +1,320 @@
+"""Running the local S2 server: in a background thread, or as a child process.
+
+Both serve HTTP/1.1 and HTTP/2 cleartext (prior knowledge) on one port through
+hypercorn, which is what s2-sdk needs over `http://`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from s2_spark.testing._app import S2App
+from s2_spark.testing._store import Store
+
+__all__ = ["LocalS2Server", "ServerProcess", "serve_forever"]
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    return sock
+
+
+def _hypercorn_config(fd: int) -> Any:
+    from hypercorn.config import Config
+
+    config = Config()
+    config.bind = [f"fd://{fd}"]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("s2_spark.testing.server")
+    config.graceful_timeout = 1.0
+    config.keep_alive_timeout = 75.0
+    config.h2_max_concurrent_streams = 1000
+    config.h2_max_inbound_frame_size = 1024 * 1024
+    config.h11_max_incomplete_size = 1024 * 1024
+    config.include_server_header = False
+    return config
+
+
+def _quiet_exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """Drop the noise of connections cancelled at shutdown; report everything else."""
+    exc = context.get("exception")
+    if isinstance(exc, asyncio.CancelledError | ConnectionError):
+        return
+    loop.default_exception_handler(context)
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def _serve(sock: socket.socket, app: S2App, shutdown: asyncio.Event) -> None:
+    from hypercorn.asyncio import serve
+
+    config = _hypercorn_config(os.dup(sock.fileno()))
+    await serve(app, config, shutdown_trigger=shutdown.wait)  # type: ignore[arg-type]
+
+
+class LocalS2Server:
+    """An S2-compatible server in a background thread with its own event loop.
+
+    In memory unless `data_dir` is given. `url` holds the real port even for port 0.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        data_dir: str | Path | None = None,
+        token: str | None = None,
+        heartbeat_interval: float = 5.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.data_dir = None if data_dir is None else Path(data_dir)
+        self._token = token
+        self.heartbeat_interval = heartbeat_interval
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._shutdown: asyncio.Event | None = None
+        self._sock: socket.socket | None = None
+        self._error: BaseException | None = None
+        self.store: Store | None = None
+
+    def __repr__(self) -> str:
+        return f"LocalS2Server(url={self.url if self._sock else None!r})"
+
+    @property
+    def url(self) -> str:
+        return _url(self.host, self.port)
+
+    def start(self) -> LocalS2Server:
+        if self._thread is not None:
+            raise RuntimeError("LocalS2Server is already running")
+        self._sock = _listen(self.host, self.port)
+        self.port = self._sock.getsockname()[1]
+        self.store = Store(self.data_dir)
+        app = S2App(self.store, token=self._token, heartbeat_interval=self.heartbeat_interval)
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            loop.set_exception_handler(_quiet_exception_handler)
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            self._shutdown = asyncio.Event()
+            ready.set()
+            try:
+                assert self._sock is not None
+                loop.run_until_complete(_serve(self._sock, app, self._shutdown))
+            except BaseException as e:  # surfaced by stop()
+                self._error = e
+            finally:
+                try:
+                    loop.run_until_complete(loop.shutdown_asyncgens())
+                finally:
+                    loop.close()
+
+        self._thread = threading.Thread(target=run, name="s2-local-server", daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        thread, loop, shutdown = self._thread, self._loop, self._shutdown
+        if thread is None:
+            return
+        if loop is not None and shutdown is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(shutdown.set)
+        thread.join(15)
+        self._thread = self._loop = self._shutdown = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self.store is not None:
+            self.store.close()
+        error, self._error = self._error, None
+        if error is not None and not isinstance(error, asyncio.CancelledError):
+            raise RuntimeError(f"local S2 server failed: {error!r}") from error
+
+    def __enter__(self) -> LocalS2Server:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def serve_forever(
+    host: str,
+    port: int,
+    *,
+    data_dir: str | Path | None,
+    token: str | None,
+    heartbeat_interval: float,
+    out: IO[str] | None = None,
+) -> None:
+    """Run the server in this process until SIGTERM/SIGINT; print the URL when ready."""
+    sock = _listen(host, port)
+    store = Store(data_dir)
+    app = S2App(store, token=token, heartbeat_interval=heartbeat_interval)
+
+    async def main() -> None:
+        shutdown = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(_quiet_exception_handler)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, shutdown.set)
+        stream = out or sys.stdout
+        print(_url(host, sock.getsockname()[1]), file=stream, flush=True)
+        await _serve(sock, app, shutdown)
+
+    try:
+        asyncio.run(main())
+    finally:
+        store.close()
+        sock.close()
+
+
+class ServerProcess:
+    """The server as a child process (`python -m s2_spark.testing`), for kill -9 tests.
+
+    `start()` again after `kill()` or `stop()` restarts on the same port and data dir.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        data_dir: str | Path | None = None,
+        token: str | None = None,
+        heartbeat_interval: float = 5.0,
+        startup_timeout: float = 30.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.data_dir = None if data_dir is None else Path(data_dir)
+        self._token = token
+        self.heartbeat_interval = heartbeat_interval
+        self.startup_timeout = startup_timeout
+        self._proc: subprocess.Popen[str] | None = None
+
+    def __repr__(self) -> str:
+        return f"ServerProcess(url={self.url!r}, running={self.running})"
+
+    @property
+    def url(self) -> str:
+        return _url(self.host, self.port)
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def start(self) -> ServerProcess:
+        if self.running:
+            raise RuntimeError("ServerProcess is already running")
+        cmd = [
+            sys.executable,
+            "-m",
+            "s2_spark.testing",
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--heartbeat-interval",
+            str(self.heartbeat_interval),
+        ]
+        if self.data_dir is not None:
+            cmd += ["--data-dir", str(self.data_dir)]
+        env = dict(os.environ)
+        if self._token is not None:
+            # Through the environment, so the token never shows in `ps` output.
+            env["S2_LOCAL_SERVER_TOKEN"] = self._token
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=None, text=True, env=env)
+            assert proc.stdout is not None
+            line = ""
+            while time.monotonic() < deadline:
+                ready, _, _ = select.select([proc.stdout], [], [], 0.1)
+                if ready:
+                    line = proc.stdout.readline()
+                    break
+                if proc.poll() is not None:
+                    break
+            if line.startswith("http://"):
+                self._proc = proc
+                self.port = int(line.strip().rsplit(":", 1)[1])
+                return self
+            proc.kill()
+            proc.wait()
+            # The port may still be held by a dying predecessor: retry until the deadline.
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    f"local S2 server did not start within {self.startup_timeout} s "
+                    f"(exit code {proc.returncode})"
+                )
+            time.sleep(0.2)
+
+    def kill(self) -> None:
+        """SIGKILL: the process gets no chance to flush or clean up."""
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait()
+            self._close()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM and wait; SIGKILL if it does not exit in time."""
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.terminate()
+                try:
+                    self._proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    self._proc.kill()
+                    self._proc.wait()
+            self._close()
+
+    def _close(self) -> None:
+        if self._proc is not None and self._proc.stdout is not None:
+            self._proc.stdout.close()
+        self._proc = None
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

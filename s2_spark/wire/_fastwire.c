@@ -1,0 +1,697 @@
+/*
+ * Hot-path S2 protobuf codecs for s2_spark.wire (optional accelerator).
+ *
+ * decode_read_batch: scans an S2 ReadBatch message once and fills the flat buffers
+ * (offsets + data) that pyarrow arrays are built from, so no Python object is made
+ * per record. encode_records: the reverse for AppendRecord entries of an AppendInput.
+ * The pure-Python code in records.py / appends.py defines the behaviour; this module
+ * must produce byte-identical results (the tests compare both).
+ *
+ * Wire parsing follows protobuf semantics: fields in any order, last value wins for
+ * scalars and bytes, repeated occurrences of an embedded singular message merge,
+ * unknown fields (including groups) are skipped, field number 0, wire types 6/7,
+ * unbalanced groups and truncated data are errors.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define WT_VARINT 0
+#define WT_I64 1
+#define WT_LEN 2
+#define WT_SGROUP 3
+#define WT_EGROUP 4
+#define WT_I32 5
+
+#define MAX_GROUP_DEPTH 100
+
+static PyObject *FrameErrorType = NULL; /* set from Python via _set_error_type */
+
+typedef struct {
+    const char *msg;
+} perr_t;
+
+/* ---------------------------------------------------------------- varints */
+
+static inline int read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out) {
+    const uint8_t *p = *pp;
+    if (p < end && !(*p & 0x80)) {
+        *out = *p;
+        *pp = p + 1;
+        return 1;
+    }
+    uint64_t v = 0;
+    for (int i = 0; i < 10; i++) {
+        if (p >= end) return 0;
+        uint8_t b = *p++;
+        v |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80)) {
+            *out = v;
+            *pp = p;
+            return 1;
+        }
+    }
+    return 0; /* longer than 10 bytes */
+}
+
+/* Reads a tag; returns 0 on error. */
+static inline int read_tag(const uint8_t **pp, const uint8_t *end, uint32_t *field, int *wt,
+                           perr_t *err) {
+    uint64_t t;
+    if (!read_varint(pp, end, &t) || t > 0xFFFFFFFFu) {
+        err->msg = "invalid field tag";
+        return 0;
+    }
+    *field = (uint32_t)(t >> 3);
+    *wt = (int)(t & 7);
+    if (*field == 0) {
+        err->msg = "field number 0";
+        return 0;
+    }
+    return 1;
+}
+
+static int skip_field(const uint8_t **pp, const uint8_t *end, uint32_t field, int wt, int depth,
+                      perr_t *err);
+
+static int skip_group(const uint8_t **pp, const uint8_t *end, uint32_t group_field, int depth,
+                      perr_t *err) {
+    if (depth >= MAX_GROUP_DEPTH) {
+        err->msg = "groups nested too deeply";
+        return 0;
+    }
+    while (*pp < end) {
+        uint32_t f;
+        int wt;
+        if (!read_tag(pp, end, &f, &wt, err)) return 0;
+        if (wt == WT_EGROUP) {
+            if (f != group_field) {
+                err->msg = "mismatched end-group tag";
+                return 0;
+            }
+            return 1;
+        }
+        if (!skip_field(pp, end, f, wt, depth + 1, err)) return 0;
+    }
+    err->msg = "unterminated group";
+    return 0;
+}
+
+static int skip_field(const uint8_t **pp, const uint8_t *end, uint32_t field, int wt, int depth,
+                      perr_t *err) {
+    uint64_t v;
+    switch (wt) {
+    case WT_VARINT:
+        if (!read_varint(pp, end, &v)) {
+            err->msg = "truncated or overlong varint";
+            return 0;
+        }
+        return 1;
+    case WT_I64:
+        if (end - *pp < 8) {
+            err->msg = "truncated fixed64";
+            return 0;
+        }
+        *pp += 8;
+        return 1;
+    case WT_I32:
+        if (end - *pp < 4) {
+            err->msg = "truncated fixed32";
+            return 0;
+        }
+        *pp += 4;
+        return 1;
+    case WT_LEN:
+        if (!read_varint(pp, end, &v) || v > (uint64_t)(end - *pp)) {
+            err->msg = "length-delimited field runs past the end";
+            return 0;
+        }
+        *pp += v;
+        return 1;
+    case WT_SGROUP:
+        return skip_group(pp, end, field, depth, err);
+    case WT_EGROUP:
+        err->msg = "unexpected end-group tag";
+        return 0;
+    default:
+        err->msg = "invalid wire type";
+        return 0;
+    }
+}
+
+static inline int read_len(const uint8_t **pp, const uint8_t *end, const uint8_t **start,
+                           size_t *len, perr_t *err) {
+    uint64_t v;
+    if (!read_varint(pp, end, &v) || v > (uint64_t)(end - *pp)) {
+        err->msg = "length-delimited field runs past the end";
+        return 0;
+    }
+    *start = *pp;
+    *len = (size_t)v;
+    *pp += v;
+    return 1;
+}
+
+/* ---------------------------------------------------------------- decoding */
+
+typedef struct {
+    const uint8_t *start, *end; /* the SequencedRecord's bytes */
+    uint64_t seq_num, timestamp;
+    const uint8_t *body;
+    size_t body_len;
+    size_t n_headers;
+    size_t name_bytes, value_bytes;
+    int is_command;
+} rec_t;
+
+/* Parses one Header message: last name/value wins. */
+static int parse_header(const uint8_t *p, const uint8_t *end, const uint8_t **name,
+                        size_t *name_len, const uint8_t **value, size_t *value_len, perr_t *err) {
+    *name = p;
+    *name_len = 0;
+    *value = p;
+    *value_len = 0;
+    while (p < end) {
+        uint32_t f;
+        int wt;
+        if (!read_tag(&p, end, &f, &wt, err)) return 0;
+        if (f == 1 && wt == WT_LEN) {
+            if (!read_len(&p, end, name, name_len, err)) return 0;
+        } else if (f == 2 && wt == WT_LEN) {
+            if (!read_len(&p, end, value, value_len, err)) return 0;
+        } else if (!skip_field(&p, end, f, wt, 0, err)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int parse_record(const uint8_t *p, const uint8_t *end, rec_t *r, perr_t *err) {
+    r->start = p;
+    r->end = end;
+    r->seq_num = 0;
+    r->timestamp = 0;
+    r->body = p;
+    r->body_len = 0;
+    r->n_headers = 0;
+    r->name_bytes = 0;
+    r->value_bytes = 0;
+    size_t first_name_len = 0;
+    while (p < end) {
+        uint32_t f;
+        int wt;
+        if (!read_tag(&p, end, &f, &wt, err)) return 0;
+        if (f == 4 && wt == WT_LEN) {
+            if (!read_len(&p, end, &r->body, &r->body_len, err)) return 0;
+        } else if (f == 1 && wt == WT_VARINT) {
+            if (!read_varint(&p, end, &r->seq_num)) {
+                err->msg = "truncated or overlong varint";
+                return 0;
+            }
+        } else if (f == 2 && wt == WT_VARINT) {
+            if (!read_varint(&p, end, &r->timestamp)) {
+                err->msg = "truncated or overlong varint";
+                return 0;
+            }
+        } else if (f == 3 && wt == WT_LEN) {
+            const uint8_t *h;
+            size_t hl;
+            if (!read_len(&p, end, &h, &hl, err)) return 0;
+            const uint8_t *n, *v;
+            size_t nl, vl;
+            if (!parse_header(h, h + hl, &n, &nl, &v, &vl, err)) return 0;
+            if (r->n_headers == 0) first_name_len = nl;
+            r->n_headers++;
+            r->name_bytes += nl;
+            r->value_bytes += vl;
+        } else if (!skip_field(&p, end, f, wt, 0, err)) {
+            return 0;
+        }
+    }
+    r->is_command = (r->n_headers == 1 && first_name_len == 0);
+    return 1;
+}
+
+/* Appends the record's headers to the output buffers (the record is known valid). */
+static void emit_headers(const rec_t *r, int32_t *name_off, size_t *ni, uint8_t *name_data,
+                         size_t *name_pos, int32_t *value_off, uint8_t *value_data,
+                         size_t *value_pos) {
+    perr_t err;
+    const uint8_t *p = r->start, *end = r->end;
+    while (p < end) {
+        uint32_t f;
+        int wt;
+        read_tag(&p, end, &f, &wt, &err);
+        if (f == 3 && wt == WT_LEN) {
+            const uint8_t *h, *n, *v;
+            size_t hl, nl, vl;
+            read_len(&p, end, &h, &hl, &err);
+            parse_header(h, h + hl, &n, &nl, &v, &vl, &err);
+            memcpy(name_data + *name_pos, n, nl);
+            *name_pos += nl;
+            memcpy(value_data + *value_pos, v, vl);
+            *value_pos += vl;
+            (*ni)++;
+            name_off[*ni] = (int32_t)*name_pos;
+            value_off[*ni] = (int32_t)*value_pos;
+        } else {
+            skip_field(&p, end, f, wt, 0, &err);
+        }
+    }
+}
+
+#define U8(b) ((uint8_t *)PyBytes_AS_STRING(b))
+
+static PyObject *new_bytes(size_t n) { return PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n); }
+
+static PyObject *frame_error(const char *what) {
+    PyErr_Format(FrameErrorType ? FrameErrorType : PyExc_ValueError,
+                 "malformed S2 ReadBatch message: %s", what);
+    return NULL;
+}
+
+typedef struct {
+    rec_t *recs;
+    size_t n_recs, cap;
+    int has_tail;
+    uint64_t tail_seq, tail_ts;
+} scan_t;
+
+/* Pass 1 (no Python API, runs without the GIL): validate and index every record.
+ * Returns 1 on success, 0 on malformed input (err set), -1 when out of memory. */
+static int scan_batch(const uint8_t *p, const uint8_t *end, scan_t *s, perr_t *err) {
+    while (p < end) {
+        uint32_t f;
+        int wt;
+        if (!read_tag(&p, end, &f, &wt, err)) return 0;
+        if (f == 1 && wt == WT_LEN) {
+            const uint8_t *r;
+            size_t rl;
+            if (!read_len(&p, end, &r, &rl, err)) return 0;
+            if (s->n_recs == s->cap) {
+                size_t ncap = s->cap ? s->cap * 2 : 64;
+                rec_t *nr = (rec_t *)PyMem_RawRealloc(s->recs, ncap * sizeof(rec_t));
+                if (!nr) return -1;
+                s->recs = nr;
+                s->cap = ncap;
+            }
+            if (!parse_record(r, r + rl, &s->recs[s->n_recs], err)) return 0;
+            s->n_recs++;
+        } else if (f == 2 && wt == WT_LEN) {
+            const uint8_t *t, *tend;
+            size_t tl;
+            if (!read_len(&p, end, &t, &tl, err)) return 0;
+            s->has_tail = 1; /* repeated occurrences merge into one message */
+            tend = t + tl;
+            while (t < tend) {
+                uint32_t tf;
+                int twt;
+                if (!read_tag(&t, tend, &tf, &twt, err)) return 0;
+                if (tf == 1 && twt == WT_VARINT) {
+                    if (!read_varint(&t, tend, &s->tail_seq)) {
+                        err->msg = "truncated or overlong varint";
+                        return 0;
+                    }
+                } else if (tf == 2 && twt == WT_VARINT) {
+                    if (!read_varint(&t, tend, &s->tail_ts)) {
+                        err->msg = "truncated or overlong varint";
+                        return 0;
+                    }
+                } else if (!skip_field(&t, tend, tf, twt, 0, err)) {
+                    return 0;
+                }
+            }
+        } else if (!skip_field(&p, end, f, wt, 0, err)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/*
+ * decode_read_batch(payload, stream_utf8, include_command_records, include_headers)
+ * -> (count, first_seq, last_seq, metered, tail, n_out, stream_offsets, stream_data,
+ *     seq_nums, timestamps_us, body_offsets, body_data,
+ *     header_offsets, name_offsets, name_data, value_offsets, value_data)
+ * The header buffers are None when include_headers is false.
+ */
+static PyObject *fw_decode_read_batch(PyObject *self, PyObject *args) {
+    Py_buffer view, sview;
+    int include_cmd, include_headers;
+    if (!PyArg_ParseTuple(args, "y*y*pp", &view, &sview, &include_cmd, &include_headers))
+        return NULL;
+    const uint8_t *p = (const uint8_t *)view.buf, *end = p + view.len;
+    perr_t err = {NULL};
+    scan_t sc = {NULL, 0, 0, 0, 0, 0};
+    PyObject *result = NULL;
+    PyObject *bufs[11] = {NULL};
+    int rc;
+
+    Py_BEGIN_ALLOW_THREADS
+    rc = scan_batch(p, end, &sc, &err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    if (rc == 0) goto fail;
+    rec_t *recs = sc.recs;
+    size_t n_recs = sc.n_recs;
+    int has_tail = sc.has_tail;
+    uint64_t tail_seq = sc.tail_seq, tail_ts = sc.tail_ts;
+
+    /* Totals over the kept records; metered over all. */
+    uint64_t metered = 0;
+    size_t n_out = 0, body_total = 0, hdr_total = 0, name_total = 0, value_total = 0;
+    for (size_t i = 0; i < n_recs; i++) {
+        rec_t *r = &recs[i];
+        if (r->seq_num > (uint64_t)INT64_MAX) {
+            PyErr_Format(FrameErrorType ? FrameErrorType : PyExc_ValueError, "S2 record seq_num %llu is out of range",
+                         (unsigned long long)r->seq_num);
+            goto error;
+        }
+        if (r->timestamp > (uint64_t)(INT64_MAX / 1000)) {
+            PyErr_Format(FrameErrorType ? FrameErrorType : PyExc_ValueError,
+                         "S2 record timestamp %llu ms is out of range for microseconds",
+                         (unsigned long long)r->timestamp);
+            goto error;
+        }
+        metered += 8 + 2 * (uint64_t)r->n_headers + r->name_bytes + r->value_bytes + r->body_len;
+        if (r->is_command && !include_cmd) continue;
+        n_out++;
+        body_total += r->body_len;
+        hdr_total += r->n_headers;
+        name_total += r->name_bytes;
+        value_total += r->value_bytes;
+    }
+    size_t slen = (size_t)sview.len;
+    if (body_total > INT32_MAX || name_total > INT32_MAX || value_total > INT32_MAX ||
+        hdr_total > INT32_MAX || (n_out && slen * n_out / n_out != slen) ||
+        slen * n_out > INT32_MAX) {
+        err.msg = "batch too large for 32-bit Arrow offsets";
+        goto fail;
+    }
+
+    /* Pass 2: fill the buffers. */
+    bufs[0] = new_bytes((n_out + 1) * 4); /* stream offsets */
+    bufs[1] = new_bytes(slen * n_out);    /* stream data */
+    bufs[2] = new_bytes(n_out * 8);       /* seq_num */
+    bufs[3] = new_bytes(n_out * 8);       /* timestamp us */
+    bufs[4] = new_bytes((n_out + 1) * 4); /* body offsets */
+    bufs[5] = new_bytes(body_total);      /* body data */
+    for (int k = 0; k < 6; k++)
+        if (!bufs[k]) goto error;
+    if (include_headers) {
+        bufs[6] = new_bytes((n_out + 1) * 4);     /* list offsets */
+        bufs[7] = new_bytes((hdr_total + 1) * 4); /* name offsets */
+        bufs[8] = new_bytes(name_total);
+        bufs[9] = new_bytes((hdr_total + 1) * 4); /* value offsets */
+        bufs[10] = new_bytes(value_total);
+        for (int k = 6; k < 11; k++)
+            if (!bufs[k]) goto error;
+    }
+    {
+        int32_t *soff = (int32_t *)U8(bufs[0]);
+        uint8_t *sdata = U8(bufs[1]);
+        int64_t *seqs = (int64_t *)U8(bufs[2]);
+        int64_t *tss = (int64_t *)U8(bufs[3]);
+        int32_t *boff = (int32_t *)U8(bufs[4]);
+        uint8_t *bdata = U8(bufs[5]);
+        int32_t *loff = NULL, *noff = NULL, *voff = NULL;
+        uint8_t *ndata = NULL, *vdata = NULL;
+        size_t hi = 0, npos = 0, vpos = 0;
+        if (include_headers) {
+            loff = (int32_t *)U8(bufs[6]);
+            noff = (int32_t *)U8(bufs[7]);
+            ndata = U8(bufs[8]);
+            voff = (int32_t *)U8(bufs[9]);
+            vdata = U8(bufs[10]);
+            loff[0] = noff[0] = voff[0] = 0;
+        }
+        soff[0] = 0;
+        boff[0] = 0;
+        size_t j = 0, bpos = 0;
+        const uint8_t *sbuf = (const uint8_t *)sview.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (size_t i = 0; i < n_recs; i++) {
+            const rec_t *r = &recs[i];
+            if (r->is_command && !include_cmd) continue;
+            memcpy(sdata + j * slen, sbuf, slen);
+            soff[j + 1] = (int32_t)((j + 1) * slen);
+            seqs[j] = (int64_t)r->seq_num;
+            tss[j] = (int64_t)r->timestamp * 1000;
+            memcpy(bdata + bpos, r->body, r->body_len);
+            bpos += r->body_len;
+            boff[j + 1] = (int32_t)bpos;
+            if (include_headers) {
+                if (r->n_headers)
+                    emit_headers(r, noff, &hi, ndata, &npos, voff, vdata, &vpos);
+                loff[j + 1] = (int32_t)hi;
+            }
+            j++;
+        }
+        Py_END_ALLOW_THREADS
+    }
+
+    {
+        PyObject *tail = Py_None;
+        if (has_tail) {
+            tail = Py_BuildValue("(KK)", (unsigned long long)tail_seq,
+                                 (unsigned long long)tail_ts);
+            if (!tail) goto error;
+        } else {
+            Py_INCREF(Py_None);
+        }
+        PyObject *first = Py_None, *last = Py_None;
+        if (n_recs) {
+            first = PyLong_FromUnsignedLongLong(recs[0].seq_num);
+            last = PyLong_FromUnsignedLongLong(recs[n_recs - 1].seq_num);
+            if (!first || !last) {
+                Py_XDECREF(first);
+                Py_XDECREF(last);
+                Py_DECREF(tail);
+                goto error;
+            }
+        } else {
+            Py_INCREF(Py_None);
+            Py_INCREF(Py_None);
+        }
+        for (int k = 6; k < 11; k++) {
+            if (!bufs[k]) {
+                bufs[k] = Py_None;
+                Py_INCREF(Py_None);
+            }
+        }
+        result = Py_BuildValue("(nNNKNnNNNNNNNNNNN)", (Py_ssize_t)n_recs, first, last,
+                               (unsigned long long)metered, tail, (Py_ssize_t)n_out, bufs[0],
+                               bufs[1], bufs[2], bufs[3], bufs[4], bufs[5], bufs[6], bufs[7],
+                               bufs[8], bufs[9], bufs[10]);
+        for (int k = 0; k < 11; k++) bufs[k] = NULL; /* stolen by N */
+    }
+    goto done;
+
+fail:
+    frame_error(err.msg ? err.msg : "invalid data");
+error:
+    for (int k = 0; k < 11; k++) Py_XDECREF(bufs[k]);
+    result = NULL;
+done:
+    PyMem_RawFree(sc.recs);
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&sview);
+    return result;
+}
+
+/* ---------------------------------------------------------------- encoding */
+
+static inline size_t varint_size(uint64_t v) {
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline uint8_t *put_varint(uint8_t *p, uint64_t v) {
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+typedef struct {
+    Py_buffer view;
+    int held;
+} hbuf_t;
+
+static int get_buf(PyObject *o, hbuf_t *b) {
+    b->held = 0;
+    if (o == Py_None) return 1;
+    if (PyObject_GetBuffer(o, &b->view, PyBUF_SIMPLE) < 0) return 0;
+    b->held = 1;
+    return 1;
+}
+
+static void rel_buf(hbuf_t *b) {
+    if (b->held) PyBuffer_Release(&b->view);
+    b->held = 0;
+}
+
+#define BUFP(b, T) ((const T *)(b).view.buf)
+
+/*
+ * encode_records(n, body_offsets(int64[n+1]), body_data,
+ *                header_offsets(int64[n+1]) | None, name_offsets(int64) | None, name_data | None,
+ *                value_offsets(int64) | None, value_data | None,
+ *                timestamps(uint64[n]) | None, ts_valid(uint8[n]) | None)
+ * -> (payload bytes, entry_ends int64[n] bytes, metered int64[n] bytes)
+ * Offsets are absolute positions into the data buffers (already adjusted for slicing).
+ * Each entry is `0x0A len AppendRecord`, fields in order timestamp(1), headers(2), body(3),
+ * body omitted when empty (proto3 default), header name/value omitted when empty.
+ */
+static PyObject *fw_encode_records(PyObject *self, PyObject *args) {
+    Py_ssize_t n;
+    PyObject *o[9];
+    if (!PyArg_ParseTuple(args, "nOOOOOOOOO", &n, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                          &o[6], &o[7], &o[8]))
+        return NULL;
+    hbuf_t b[9];
+    memset(b, 0, sizeof(b));
+    PyObject *payload = NULL, *ends = NULL, *meters = NULL, *result = NULL;
+    for (int k = 0; k < 9; k++)
+        if (!get_buf(o[k], &b[k])) goto done;
+    if (n < 0 || !b[0].held || !b[1].held || b[0].view.len < (Py_ssize_t)((n + 1) * 8)) {
+        PyErr_SetString(PyExc_ValueError, "bad body buffers");
+        goto done;
+    }
+    int has_h = b[2].held;
+    if (has_h && (!b[3].held || !b[4].held || !b[5].held || !b[6].held ||
+                  b[2].view.len < (Py_ssize_t)((n + 1) * 8))) {
+        PyErr_SetString(PyExc_ValueError, "bad header buffers");
+        goto done;
+    }
+    int has_ts = b[7].held;
+    if (has_ts && (b[7].view.len < (Py_ssize_t)(n * 8) ||
+                   (b[8].held && b[8].view.len < (Py_ssize_t)n))) {
+        PyErr_SetString(PyExc_ValueError, "bad timestamp buffers");
+        goto done;
+    }
+    const int64_t *bo = BUFP(b[0], int64_t);
+    const uint8_t *bd = BUFP(b[1], uint8_t);
+    const int64_t *ho = has_h ? BUFP(b[2], int64_t) : NULL;
+    const int64_t *no = has_h ? BUFP(b[3], int64_t) : NULL;
+    const uint8_t *nd = has_h ? BUFP(b[4], uint8_t) : NULL;
+    const int64_t *vo = has_h ? BUFP(b[5], int64_t) : NULL;
+    const uint8_t *vd = has_h ? BUFP(b[6], uint8_t) : NULL;
+    const uint64_t *ts = has_ts ? BUFP(b[7], uint64_t) : NULL;
+    const uint8_t *tv = b[8].held ? BUFP(b[8], uint8_t) : NULL;
+
+    /* Pass 1: sizes. */
+    size_t total = 0;
+    ends = new_bytes((size_t)n * 8);
+    meters = new_bytes((size_t)n * 8);
+    if (!ends || !meters) goto done;
+    int64_t *endp = (int64_t *)U8(ends);
+    int64_t *mp = (int64_t *)U8(meters);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        size_t rec = 0;
+        uint64_t m = 8;
+        if (has_ts && (!tv || tv[i])) rec += 1 + varint_size(ts[i]);
+        if (has_h) {
+            for (int64_t h = ho[i]; h < ho[i + 1]; h++) {
+                uint64_t nl = (uint64_t)(no[h + 1] - no[h]), vl = (uint64_t)(vo[h + 1] - vo[h]);
+                size_t hs = (nl ? 1 + varint_size(nl) + nl : 0) +
+                            (vl ? 1 + varint_size(vl) + vl : 0);
+                rec += 1 + varint_size(hs) + hs;
+                m += 2 + nl + vl;
+            }
+        }
+        uint64_t bl = (uint64_t)(bo[i + 1] - bo[i]);
+        if (bl) rec += 1 + varint_size(bl) + bl;
+        m += bl;
+        total += 1 + varint_size(rec) + rec;
+        endp[i] = (int64_t)total;
+        mp[i] = (int64_t)m;
+    }
+    payload = new_bytes(total);
+    if (!payload) goto done;
+    uint8_t *q = U8(payload);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        size_t rec = 0;
+        if (has_ts && (!tv || tv[i])) rec += 1 + varint_size(ts[i]);
+        if (has_h) {
+            for (int64_t h = ho[i]; h < ho[i + 1]; h++) {
+                uint64_t nl = (uint64_t)(no[h + 1] - no[h]), vl = (uint64_t)(vo[h + 1] - vo[h]);
+                size_t hs = (nl ? 1 + varint_size(nl) + nl : 0) +
+                            (vl ? 1 + varint_size(vl) + vl : 0);
+                rec += 1 + varint_size(hs) + hs;
+            }
+        }
+        uint64_t bl = (uint64_t)(bo[i + 1] - bo[i]);
+        if (bl) rec += 1 + varint_size(bl) + bl;
+        *q++ = 0x0A;
+        q = put_varint(q, rec);
+        if (has_ts && (!tv || tv[i])) {
+            *q++ = 0x08;
+            q = put_varint(q, ts[i]);
+        }
+        if (has_h) {
+            for (int64_t h = ho[i]; h < ho[i + 1]; h++) {
+                uint64_t nl = (uint64_t)(no[h + 1] - no[h]), vl = (uint64_t)(vo[h + 1] - vo[h]);
+                size_t hs = (nl ? 1 + varint_size(nl) + nl : 0) +
+                            (vl ? 1 + varint_size(vl) + vl : 0);
+                *q++ = 0x12;
+                q = put_varint(q, hs);
+                if (nl) {
+                    *q++ = 0x0A;
+                    q = put_varint(q, nl);
+                    memcpy(q, nd + no[h], nl);
+                    q += nl;
+                }
+                if (vl) {
+                    *q++ = 0x12;
+                    q = put_varint(q, vl);
+                    memcpy(q, vd + vo[h], vl);
+                    q += vl;
+                }
+            }
+        }
+        if (bl) {
+            *q++ = 0x1A;
+            q = put_varint(q, bl);
+            memcpy(q, bd + bo[i], bl);
+            q += bl;
+        }
+    }
+    result = Py_BuildValue("(OOO)", payload, ends, meters);
+done:
+    Py_XDECREF(payload);
+    Py_XDECREF(ends);
+    Py_XDECREF(meters);
+    for (int k = 0; k < 9; k++) rel_buf(&b[k]);
+    return result;
+}
+
+static PyObject *fw_set_error_type(PyObject *self, PyObject *arg) {
+    Py_XINCREF(arg);
+    Py_XSETREF(FrameErrorType, arg);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"decode_read_batch", fw_decode_read_batch, METH_VARARGS, "Decode a ReadBatch to buffers."},
+    {"encode_records", fw_encode_records, METH_VARARGS, "Encode AppendRecord entries."},
+    {"_set_error_type", fw_set_error_type, METH_O, "Set the exception type for bad input."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "s2_spark.wire._fastwire",
+    "C accelerator for s2_spark.wire (optional).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__fastwire(void) { return PyModule_Create(&module); }

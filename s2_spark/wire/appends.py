@@ -1,0 +1,357 @@
+"""Arrow columns (or Python records) -> S2 AppendInput protobuf bytes, split within S2's limits.
+
+The Spark writer's hot path: records are encoded once, straight from Arrow buffers, into
+the `records` entries of an `AppendInput` (tag 0x0A, length, AppendRecord), then cut into
+batches of at most 1000 records and 1 MiB metered. A batch becomes a full message by
+appending `match_seq_num` / `fencing_token`, so retries never re-encode records. The C
+accelerator (`_fastwire`, optional) and the pure-Python path give byte-identical output.
+
+Nulls: a null body, header list, header, name or value counts as empty; a null timestamp
+lets the service stamp the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from s2_spark.errors import RecordTooLargeError
+
+__all__ = [
+    "MAX_BATCH_BYTES",
+    "MAX_BATCH_RECORDS",
+    "MAX_RECORD_BYTES",
+    "AppendBatch",
+    "encode_append_batches",
+    "encode_records",
+    "metered_size",
+]
+
+MAX_BATCH_RECORDS = 1000
+MAX_BATCH_BYTES = 1024 * 1024
+MAX_RECORD_BYTES = 1024 * 1024
+_U64_MAX = (1 << 64) - 1
+
+try:
+    from s2_spark.wire import _fastwire  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - depends on the build
+    _fastwire = None
+
+IMPLEMENTATION = "c" if _fastwire is not None else "python"
+"""Which encoder `encode_append_batches` uses: "c" (the `_fastwire` extension) or "python"."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppendBatch:
+    """Encoded records for one append: at most 1000 records and 1 MiB metered.
+
+    `records_payload` is the concatenated `records` entries of an AppendInput;
+    `first_index` is the input row of the first record.
+    """
+
+    records_payload: bytes = field(repr=False)
+    count: int
+    metered_bytes: int
+    first_index: int
+
+    def to_append_input(
+        self, match_seq_num: int | None = None, fencing_token: str | None = None
+    ) -> bytes:
+        """The full AppendInput message: the records plus the optional conditions."""
+        parts = [self.records_payload]
+        if match_seq_num is not None:
+            if not 0 <= match_seq_num <= _U64_MAX:
+                raise ValueError(f"match_seq_num must be a u64, got {match_seq_num}")
+            parts.append(b"\x10" + _varint(match_seq_num))
+        if fencing_token is not None:
+            token = fencing_token.encode()
+            parts.append(b"\x1a" + _varint(len(token)) + token)
+        return b"".join(parts)
+
+
+def metered_size(body: bytes, headers: Sequence[tuple[bytes, bytes]] = ()) -> int:
+    """S2's metered size of one record: 8 + 2 per header + header names/values + body."""
+    return 8 + 2 * len(headers) + sum(len(n) + len(v) for n, v in headers) + len(body)
+
+
+def encode_append_batches(
+    bodies: pa.Array | pa.ChunkedArray,
+    headers: pa.Array | pa.ChunkedArray | None = None,
+    timestamps: pa.Array | pa.ChunkedArray | None = None,
+    *,
+    max_records: int = MAX_BATCH_RECORDS,
+    max_bytes: int = MAX_BATCH_BYTES,
+) -> list[AppendBatch]:
+    """Encode rows into append batches, in order, each within `max_records` / `max_bytes`.
+
+    `bodies`: binary or string. `headers`: list of struct<name, value> (binary or string).
+    `timestamps`: int64 milliseconds or a timestamp type; must not be negative.
+    Raises RecordTooLargeError (before returning anything) if one record exceeds 1 MiB.
+    """
+    _check_limits(max_records, max_bytes)
+    cols = _Columns.from_arrow(bodies, headers, timestamps)
+    if _fastwire is not None:
+        payload, ends_b, meters_b = _fastwire.encode_records(cols.n, *cols.buffers())
+        ends = np.frombuffer(ends_b, dtype=np.int64)
+        meters = np.frombuffer(meters_b, dtype=np.int64)
+    else:
+        entries = [_encode_entry(b, h, t) for b, h, t in cols.rows()]
+        payload = b"".join(e for e, _ in entries)
+        ends = np.cumsum(np.fromiter((len(e) for e, _ in entries), np.int64, cols.n))
+        meters = np.fromiter((m for _, m in entries), np.int64, cols.n)
+    return _split(payload, ends, meters, max_records, max_bytes)
+
+
+def encode_records(
+    records: Iterable[Any],
+    *,
+    max_records: int = MAX_BATCH_RECORDS,
+    max_bytes: int = MAX_BATCH_BYTES,
+) -> list[AppendBatch]:
+    """Encode Python records into append batches (same splitting and limits).
+
+    Each record is a `(body, headers, timestamp)` tuple, or any object with `body`,
+    `headers` and `timestamp` attributes; headers are `(name, value)` byte pairs and a
+    timestamp of None lets the service stamp the record.
+    """
+    _check_limits(max_records, max_bytes)
+    parts: list[bytes] = []
+    sizes: list[int] = []
+    meters: list[int] = []
+    for rec in records:
+        if isinstance(rec, tuple):
+            body, hdrs, ts = rec
+        else:
+            body, hdrs, ts = rec.body, rec.headers, rec.timestamp
+        entry, metered = _encode_entry(bytes(body), [(bytes(n), bytes(v)) for n, v in hdrs], ts)
+        parts.append(entry)
+        sizes.append(len(entry))
+        meters.append(metered)
+    ends = np.cumsum(np.asarray(sizes, dtype=np.int64))
+    return _split(b"".join(parts), ends, np.asarray(meters, dtype=np.int64), max_records, max_bytes)
+
+
+# -- internals ----------------------------------------------------------------------------
+
+
+def _check_limits(max_records: int, max_bytes: int) -> None:
+    if not 1 <= max_records <= MAX_BATCH_RECORDS:
+        raise ValueError(f"max_records must be 1..{MAX_BATCH_RECORDS}, got {max_records}")
+    if not 1 <= max_bytes <= MAX_BATCH_BYTES:
+        raise ValueError(f"max_bytes must be 1..{MAX_BATCH_BYTES}, got {max_bytes}")
+
+
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def _ld(tag: int, data: bytes) -> bytes:
+    return bytes((tag,)) + _varint(len(data)) + data
+
+
+def _encode_entry(
+    body: bytes, headers: Sequence[tuple[bytes, bytes]], timestamp: int | None
+) -> tuple[bytes, int]:
+    """One `records` entry of AppendInput (fields in number order, empty bytes omitted)."""
+    parts = []
+    if timestamp is not None:
+        if not 0 <= timestamp <= _U64_MAX:
+            raise ValueError(f"record timestamp must be u64 milliseconds, got {timestamp}")
+        parts.append(b"\x08" + _varint(timestamp))
+    for name, value in headers:
+        h = (_ld(0x0A, name) if name else b"") + (_ld(0x12, value) if value else b"")
+        parts.append(_ld(0x12, h))
+    if body:
+        parts.append(_ld(0x1A, body))
+    return _ld(0x0A, b"".join(parts)), metered_size(body, headers)
+
+
+def _split(
+    payload: bytes, ends: Any, meters: Any, max_records: int, max_bytes: int
+) -> list[AppendBatch]:
+    """Greedy split into batches; checks every record's size first."""
+    n = len(meters)
+    if n == 0:
+        return []
+    too_big = np.flatnonzero(meters > MAX_RECORD_BYTES)
+    if too_big.size:
+        i = int(too_big[0])
+        size = int(meters[i])
+        raise RecordTooLargeError(
+            f"record at row {i} is {size} metered bytes; S2 accepts at most "
+            f"{MAX_RECORD_BYTES} (1 MiB) per record",
+            metered_bytes=size,
+            limit=MAX_RECORD_BYTES,
+        )
+    cum = np.cumsum(meters)
+    batches = []
+    start = 0
+    while start < n:
+        base = int(cum[start - 1]) if start else 0
+        # Last index whose cumulative size fits, at least one record per batch.
+        fit = int(np.searchsorted(cum, base + max_bytes, side="right"))
+        stop = max(start + 1, min(fit, start + max_records, n))
+        lo = int(ends[start - 1]) if start else 0
+        hi = int(ends[stop - 1])
+        batches.append(
+            AppendBatch(
+                records_payload=payload[lo:hi],
+                count=stop - start,
+                metered_bytes=int(cum[stop - 1]) - base,
+                first_index=start,
+            )
+        )
+        start = stop
+    return batches
+
+
+def _combine(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(arr, pa.ChunkedArray):
+        return arr.combine_chunks()
+    return arr
+
+
+def _as_large_binary(arr: pa.Array, what: str) -> pa.Array:
+    t = arr.type
+    if not (
+        pa.types.is_binary(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary_view(t)
+        or pa.types.is_string_view(t)
+    ):
+        raise TypeError(f"{what} must be a binary or string array, got {t}")
+    out = arr.cast(pa.large_binary())
+    if out.null_count:
+        out = pc.fill_null(out, pa.scalar(b"", pa.large_binary()))
+    return out
+
+
+def _offsets(arr: pa.Array) -> Any:
+    """The int64 offsets of a large_binary/large_list array, adjusted for slicing."""
+    buf = arr.buffers()[1]
+    n = len(arr)
+    if buf is None:  # zero-length arrays may omit the offsets buffer
+        return np.zeros(n + 1, dtype=np.int64)
+    return np.frombuffer(buf, dtype=np.int64)[arr.offset : arr.offset + n + 1]
+
+
+def _data(arr: pa.Array) -> Any:
+    buf = arr.buffers()[2]
+    return b"" if buf is None else buf
+
+
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """Normalised inputs: large_binary bodies, flattened headers, u64 ms timestamps."""
+
+    n: int
+    bodies: pa.Array
+    header_offsets: Any
+    names: pa.Array | None
+    values: pa.Array | None
+    timestamps: Any
+    ts_valid: Any
+
+    @classmethod
+    def from_arrow(
+        cls,
+        bodies: pa.Array | pa.ChunkedArray,
+        headers: pa.Array | pa.ChunkedArray | None,
+        timestamps: pa.Array | pa.ChunkedArray | None,
+    ) -> _Columns:
+        b = _as_large_binary(_combine(bodies), "bodies")
+        n = len(b)
+        header_offsets = names = values = None
+        if headers is not None:
+            h = _combine(headers)
+            if len(h) != n:
+                raise ValueError(f"headers has {len(h)} rows but bodies has {n}")
+            header_offsets, names, values = _flatten_headers(h)
+        ts = ts_valid = None
+        if timestamps is not None:
+            t = _combine(timestamps)
+            if len(t) != n:
+                raise ValueError(f"timestamps has {len(t)} rows but bodies has {n}")
+            ts, ts_valid = _timestamps_ms(t)
+        return cls(n, b, header_offsets, names, values, ts, ts_valid)
+
+    def buffers(self) -> tuple[Any, ...]:
+        """Arguments for `_fastwire.encode_records` after `n`."""
+        has_h = self.names is not None and self.values is not None
+        return (
+            _offsets(self.bodies),
+            _data(self.bodies),
+            self.header_offsets if has_h else None,
+            _offsets(self.names) if has_h else None,
+            _data(self.names) if has_h else None,
+            _offsets(self.values) if has_h else None,
+            _data(self.values) if has_h else None,
+            self.timestamps,
+            self.ts_valid,
+        )
+
+    def rows(self) -> Iterable[tuple[bytes, list[tuple[bytes, bytes]], int | None]]:
+        """Row-by-row view for the pure-Python encoder."""
+        bodies = self.bodies.to_pylist()
+        names = self.names.to_pylist() if self.names is not None else []
+        values = self.values.to_pylist() if self.values is not None else []
+        for i in range(self.n):
+            hdrs: list[tuple[bytes, bytes]] = []
+            if self.header_offsets is not None:
+                lo, hi = int(self.header_offsets[i]), int(self.header_offsets[i + 1])
+                hdrs = list(zip(names[lo:hi], values[lo:hi], strict=True))
+            ts = None
+            if self.timestamps is not None and (self.ts_valid is None or self.ts_valid[i]):
+                ts = int(self.timestamps[i])
+            yield bodies[i], hdrs, ts
+
+
+def _flatten_headers(h: pa.Array) -> tuple[Any, pa.Array, pa.Array]:
+    t = h.type
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t)):
+        raise TypeError(f"headers must be a list<struct<name, value>> array, got {t}")
+    item = t.value_type
+    if not pa.types.is_struct(item) or {item.field(i).name for i in range(item.num_fields)} != {
+        "name",
+        "value",
+    }:
+        raise TypeError(f"headers must be a list<struct<name, value>> array, got {t}")
+    lengths = pc.fill_null(pc.list_value_length(h), 0).to_numpy(zero_copy_only=False)
+    offsets = np.zeros(len(h) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = pc.list_flatten(h)  # skips null lists, honours slicing
+    fields = {f.name: a for f, a in zip(item, flat.flatten(), strict=True)}
+    names = _as_large_binary(fields["name"], "header names")
+    values = _as_large_binary(fields["value"], "header values")
+    return offsets, names, values
+
+
+def _timestamps_ms(t: pa.Array) -> tuple[Any, Any]:
+    if pa.types.is_timestamp(t.type):
+        raw = t.view(pa.int64())
+        ms = t.cast(pa.timestamp("ms", tz=t.type.tz), safe=False).view(pa.int64())
+    elif pa.types.is_integer(t.type):
+        raw = ms = t.cast(pa.int64())
+    else:
+        raise TypeError(f"timestamps must be int64 milliseconds or a timestamp array, got {t.type}")
+    if pc.any(pc.less(raw, 0)).as_py():
+        i = int(pc.index(pc.less(raw, 0), True).as_py())
+        raise ValueError(f"timestamp at row {i} is negative; S2 timestamps are u64 milliseconds")
+    valid = None
+    if ms.null_count:
+        valid = ms.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8)
+        ms = pc.fill_null(ms, 0)
+    values = ms.to_numpy(zero_copy_only=False).astype(np.uint64)
+    return np.ascontiguousarray(values), valid

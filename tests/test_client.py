@@ -1,0 +1,271 @@
+"""S2Client against the real local server: control plane, tail, unary reads, appends, errors."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from s2_spark.client import (
+    AppendRecord,
+    RetryPolicy,
+    S2Client,
+    S2Config,
+    StreamClient,
+    StreamConfig,
+)
+from s2_spark.errors import (
+    AlreadyExistsError,
+    BadRequestError,
+    FencingTokenMismatchError,
+    NotFoundError,
+    Position,
+    ReadPastTailError,
+    RecordTooLargeError,
+    SeqNumMismatchError,
+    UnavailableError,
+)
+
+TOKEN = "tok-SECRET-abcdef987654"
+
+
+@pytest.fixture
+def client(s2_server: Any) -> Iterator[S2Client]:
+    with S2Client(S2Config(access_token=TOKEN, endpoint=s2_server.url)) as c:
+        yield c
+
+
+@pytest.fixture
+def basin_name(client: S2Client, unique: Callable[[str], str]) -> Iterator[str]:
+    name = unique("basin")
+    client.create_basin(name)
+    yield name
+
+
+@pytest.fixture
+def stream(client: S2Client, basin_name: str, unique: Callable[[str], str]) -> StreamClient:
+    name = unique("stream")
+    client.basin(basin_name).create_stream(name)
+    return client.basin(basin_name).stream(name)
+
+
+def rows(batch: Any) -> list[tuple[int, bytes]]:
+    return list(
+        zip(
+            batch.batch.column("seq_num").to_pylist(),
+            batch.batch.column("body").to_pylist(),
+            strict=True,
+        )
+    )
+
+
+# -- control plane ---------------------------------------------------------------------------
+
+
+def test_basin_lifecycle(client: S2Client, unique: Callable[[str], str]) -> None:
+    name = unique("lifecycle")
+    info = client.create_basin(name)
+    assert info.name == name
+    with pytest.raises(AlreadyExistsError, match=name) as e:
+        client.create_basin(name)
+    assert e.value.status == 409
+    assert client.ensure_basin(name).name == name  # existing: fine
+    assert name in [b.name for b in client.list_basins(prefix=name)]
+    client.delete_basin(name)
+    client.delete_basin(name, missing_ok=True)
+    with pytest.raises(NotFoundError) as nf:
+        client.basin(name).create_stream("s")
+    assert nf.value.status == 404
+    assert name in str(nf.value)
+
+
+def test_stream_lifecycle_and_listing(client: S2Client, basin_name: str) -> None:
+    basin = client.basin(basin_name)
+    names = [f"s-{i:02d}" for i in range(5)]
+    for n in names:
+        basin.create_stream(n, StreamConfig(retention_age=3600))
+    basin.create_stream("other")
+    with pytest.raises(AlreadyExistsError, match="s-00"):
+        basin.create_stream("s-00")
+    assert basin.ensure_stream("s-00").name == "s-00"
+    assert basin.ensure_stream("new-one").name == "new-one"
+    assert [s.name for s in basin.list_streams(prefix="s-")] == names
+    assert [s.name for s in basin.list_streams(prefix="s-", start_after="s-02")] == names[3:]
+    listed = list(basin.list_streams())
+    assert sorted(s.name for s in listed) == sorted([*names, "other", "new-one"])
+    assert all(s.created_at for s in listed)
+    cfg = basin.get_stream_config("s-01")
+    assert cfg.retention_age == 3600
+    basin.delete_stream("s-01")
+    with pytest.raises(NotFoundError, match="s-01"):
+        basin.stream("s-01").check_tail()
+    basin.delete_stream("s-01", missing_ok=True)
+    with pytest.raises(NotFoundError):
+        basin.get_stream_config("missing")
+
+
+def test_list_streams_paginates(client: S2Client, basin_name: str, s2_server: Any) -> None:
+    basin = client.basin(basin_name)
+    names = [f"p-{i:04d}" for i in range(1005)]
+    for n in names:
+        basin.create_stream(n)
+    assert [s.name for s in basin.list_streams(prefix="p-")] == names
+
+
+# -- data plane ------------------------------------------------------------------------------
+
+
+def test_check_tail_and_append(stream: StreamClient) -> None:
+    assert stream.check_tail() == Position(0, 0)
+    ack = stream.append([AppendRecord(b"a"), AppendRecord(b"b", [(b"h", b"v")])])
+    assert (ack.start.seq_num, ack.end.seq_num, ack.tail.seq_num) == (0, 2, 2)
+    assert ack.count == 2
+    tail = stream.check_tail()
+    assert tail.seq_num == 2 and tail == ack.tail
+
+
+def test_unary_read(stream: StreamClient) -> None:
+    t0 = int(time.time() * 1000) - 60_000  # recent: older records fall to retention
+    stream.append(
+        [
+            AppendRecord(f"r{i}".encode(), [(b"k", str(i).encode())], timestamp=t0 + i)
+            for i in range(10)
+        ]
+    )
+    got = stream.read(seq_num=0)
+    assert rows(got) == [(i, f"r{i}".encode()) for i in range(10)]
+    assert got.count == 10 and got.first_seq_num == 0 and got.last_seq_num == 9
+    assert got.batch.column("headers").to_pylist()[3] == [{"name": b"k", "value": b"3"}]
+    assert rows(stream.read(seq_num=4, count=3)) == [(i, f"r{i}".encode()) for i in (4, 5, 6)]
+    assert [s for s, _ in rows(stream.read(timestamp=t0 + 5))] == [5, 6, 7, 8, 9]
+    assert [s for s, _ in rows(stream.read(seq_num=0, until=t0 + 3))] == [0, 1, 2]
+    assert [s for s, _ in rows(stream.read(tail_offset=2))] == [8, 9]
+    no_headers = stream.read(seq_num=0, count=1, include_headers=False)
+    assert "headers" not in no_headers.batch.schema.names
+    # bytes bound: each record is 8 + 2 + 1 + 1 + 2 = 14 metered bytes
+    assert len(rows(stream.read(seq_num=0, bytes=30))) == 2
+
+
+def test_read_past_tail(stream: StreamClient) -> None:
+    stream.append([AppendRecord(b"x")] * 3)
+    with pytest.raises(ReadPastTailError) as e:
+        stream.read(seq_num=10)
+    assert e.value.tail.seq_num == 3 and e.value.status == 416
+    assert "clamp" in str(e.value) and stream.name in str(e.value)
+    with pytest.raises(ReadPastTailError):
+        stream.read(seq_num=3, count=1)  # at the tail with a bound and no wait
+    with pytest.raises(ReadPastTailError):
+        stream.read(seq_num=10, clamp=True)  # clamped to the tail: same as above
+    clamped = stream.read(seq_num=10, clamp=True, wait=1)
+    assert clamped.count == 0 and clamped.batch.num_rows == 0
+
+
+def test_match_seq_num(stream: StreamClient) -> None:
+    stream.append([AppendRecord(b"x")], match_seq_num=0)
+    with pytest.raises(SeqNumMismatchError) as e:
+        stream.append([AppendRecord(b"y")], match_seq_num=0)
+    assert e.value.expected_seq_num == 1 and e.value.status == 412
+    assert "match_seq_num=1" in str(e.value)
+    assert stream.append([AppendRecord(b"y")], match_seq_num=1).end.seq_num == 2
+
+
+def test_fencing(stream: StreamClient) -> None:
+    ack = stream.fence("writer-1")
+    assert ack.start.seq_num == 0
+    with pytest.raises(FencingTokenMismatchError) as e:
+        stream.append([AppendRecord(b"x")], fencing_token="intruder")
+    assert e.value.expected_token == "writer-1"
+    stream.append([AppendRecord(b"x")], fencing_token="writer-1")
+    got = stream.read(seq_num=0)
+    assert got.batch.column("headers").to_pylist()[0] == [{"name": b"", "value": b"fence"}]
+    filtered = stream.read(seq_num=0, include_command_records=False)
+    assert rows(filtered) == [(1, b"x")]
+    assert filtered.count == 2 and filtered.last_seq_num == 1
+    stream.fence("", fencing_token="writer-1")  # clears it
+    stream.append([AppendRecord(b"free")])
+
+
+def test_trim(stream: StreamClient) -> None:
+    stream.append([AppendRecord(str(i).encode()) for i in range(5)])
+    ack = stream.trim(3)
+    assert (ack.start.seq_num, ack.end.seq_num) == (5, 6)
+    last = stream.read(seq_num=5)
+    assert rows(last) == [(5, (3).to_bytes(8, "big"))]
+    assert last.batch.column("headers").to_pylist()[0] == [{"name": b"", "value": b"trim"}]
+
+
+def test_append_limits(stream: StreamClient) -> None:
+    with pytest.raises(BadRequestError, match="at most 1000"):
+        stream.append([AppendRecord(b"x")] * 1001)
+    with pytest.raises(BadRequestError, match="1 MiB"):
+        stream.append([AppendRecord(b"x" * 600_000)] * 2)
+    with pytest.raises(RecordTooLargeError):
+        stream.append([AppendRecord(b"x" * (1024 * 1024))])
+    with pytest.raises(BadRequestError, match="at least one"):
+        stream.append([])
+    assert stream.check_tail().seq_num == 0
+
+
+def test_append_many_orders_and_chains(stream: StreamClient) -> None:
+    records = [AppendRecord(f"{i}".encode()) for i in range(2500)]
+    ack = stream.append_many(records, match_seq_num=0)
+    assert (ack.start.seq_num, ack.end.seq_num) == (0, 2500)
+    seen: list[bytes] = []
+    for batch in stream.read_session(seq_num=0, count=2500):
+        seen.extend(batch.batch.column("body").to_pylist())
+    assert seen == [r.body for r in records]
+    with pytest.raises(SeqNumMismatchError):
+        stream.append_many(records[:5], match_seq_num=10)
+    big = [AppendRecord(b"y" * 400_000) for _ in range(5)]
+    ack = stream.append_many(big)
+    assert (ack.start.seq_num, ack.end.seq_num) == (2500, 2505)
+
+
+def test_append_payload(stream: StreamClient) -> None:
+    from s2_spark.wire.appends import encode_records
+
+    batches = encode_records([AppendRecord(b"p1"), AppendRecord(b"p2")])
+    ack = stream.append_payload(batches[0], match_seq_num=0)
+    assert ack.end.seq_num == 2
+    assert rows(stream.read(seq_num=0)) == [(0, b"p1"), (1, b"p2")]
+
+
+def test_missing_stream_errors_name_it(client: S2Client, basin_name: str) -> None:
+    s = client.basin(basin_name).stream("nope")
+    for op in (
+        s.check_tail,
+        lambda: s.read(seq_num=0),
+        lambda: s.append([AppendRecord(b"x")]),
+        lambda: list(s.read_session(seq_num=0)),
+    ):
+        with pytest.raises(NotFoundError) as e:
+            op()
+        assert "'nope'" in str(e.value) and basin_name in str(e.value)
+        assert TOKEN not in str(e.value) and TOKEN not in repr(e.value)
+
+
+def test_unreachable_server_is_unavailable_without_token() -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    cfg = S2Config(
+        access_token=TOKEN,
+        endpoint=f"http://127.0.0.1:{port}",
+        retry=RetryPolicy(max_attempts=2, initial_backoff=0.01, max_backoff=0.01),
+    )
+    with S2Client(cfg) as c:
+        s = c.basin("some-basin").stream("s")
+        for op in (
+            s.check_tail,
+            lambda: s.append([AppendRecord(b"x")]),
+            lambda: list(s.read_session(seq_num=0)),
+        ):
+            with pytest.raises(UnavailableError) as e:
+                op()
+            text = str(e.value) + repr(e.value) + repr(e.value.__cause__)
+            assert TOKEN not in text
+            assert "'s'" in str(e.value)
