@@ -146,6 +146,9 @@ def test_string_inputs_nulls_and_timestamp_types(impl: str) -> None:
     assert encode_append_batches(pa.array([], pa.binary())) == []
     large = encode_append_batches(pa.array([b"a"], pa.large_binary()), None, pa.array([7]))
     assert parsed(large) == [(b"a", [], 7)]
+    u64 = pa.array([(1 << 64) - 1, None, 1 << 63], pa.uint64())
+    got = encode_append_batches(pa.array([b"a", b"b", b"c"]), None, u64)
+    assert parsed(got) == [(b"a", [], (1 << 64) - 1), (b"b", [], None), (b"c", [], 1 << 63)]
 
 
 def test_bad_inputs_are_named(impl: str) -> None:

@@ -82,19 +82,40 @@ def row(stream: str, i: int) -> Row:
     return (stream, i, T0 + i, [(b"i", str(i).encode()), (b"s", b"x")], f"{stream}:{i}".encode())
 
 
+_HEADERS_TYPE = "array<struct<name:binary,value:binary>>"
+
+
+def _project(df: Any) -> Any:
+    """Rows as (stream, seq_num, millis, headers or NULL, body), for any read schema."""
+    headers = "headers" if "headers" in df.columns else f"CAST(NULL AS {_HEADERS_TYPE})"
+    return df.selectExpr("stream", "seq_num", "unix_millis(timestamp) AS ts",
+                         f"{headers} AS headers", "body")
+
+
+def _to_row(r: Any) -> Any:
+    headers = None if r["headers"] is None else [
+        (bytes(h["name"]), bytes(h["value"])) for h in r["headers"]]
+    return (r["stream"], r["seq_num"], r["ts"], headers, bytes(r["body"]))
+
+
 def rows_of(df: Any) -> list[Row]:
     """Collect a read's rows as plain tuples, ordered by (stream, seq_num)."""
-    cols = df.columns
-    sel = ["stream", "seq_num", "unix_millis(timestamp) AS ts", "body"]
-    if "headers" in cols:
-        sel.insert(3, "headers")
-    out = []
-    for r in df.selectExpr(*sel).collect():
-        headers = [(bytes(h["name"]), bytes(h["value"])) for h in r["headers"]] \
-            if "headers" in cols else None
-        out.append((r["stream"], r["seq_num"], r["ts"], headers, bytes(r["body"])))
-    out.sort(key=lambda t: (t[0], t[1]))
-    return out  # type: ignore[return-value]
+    return sorted((_to_row(r) for r in _project(df).collect()), key=lambda t: (t[0], t[1]))
+
+
+def tagged(dfs: dict[str, Any]) -> Any:
+    """Several reads as one DataFrame with a `case` column: one job instead of many."""
+    from functools import reduce
+
+    parts = [_project(df).selectExpr(f"'{case}' AS case", "*") for case, df in dfs.items()]
+    return reduce(lambda a, b: a.unionByName(b), parts)
+
+
+def rows_by_case(df: Any, cases: list[str]) -> dict[str, list[Row]]:
+    out: dict[str, list[Row]] = {case: [] for case in cases}
+    for r in df.collect():
+        out[r["case"]].append(_to_row(r))
+    return {case: sorted(rows, key=lambda t: (t[0], t[1])) for case, rows in out.items()}
 
 
 def no_headers(rows: list[Row]) -> list[Any]:
@@ -159,20 +180,22 @@ def test_schema(env: Env) -> None:
 def test_batch_ranges_exact_rows(env: Env) -> None:
     a = env.fill("batch-a", 10)
     b = env.fill("batch-b", 4)
-    assert rows_of(env.read(stream="batch-a")) == a
-    assert rows_of(env.read(streams="batch-a, batch-b")) == a + b
-    # JSON bounds: [3, 7); streams left out run from earliest to latest.
-    got = env.read(streams="batch-a,batch-b", startingPosition='{"batch-a": 3}',
-                   endingPosition='{"batch-a": 7}')
-    assert rows_of(got) == a[3:7] + b
-    # Timestamps: first record at or after; the ending one is exclusive.
-    got = env.read(stream="batch-a", startingPosition=f"timestamp:{T0 + 5}",
-                   endingPosition=f"timestamp:{T0 + 8}")
-    assert rows_of(got) == a[5:8]
-    assert rows_of(env.read(stream="batch-a", startingPosition=f"timestamp:{T0 + 99}")) == []
-    assert rows_of(env.read(stream="batch-a", startingPosition="latest")) == []
-    assert rows_of(env.read(stream="batch-a", endingPosition='{"batch-a": 0}')) == []
-    assert rows_of(env.read(stream="batch-a", includeHeaders="false")) == no_headers(a)
+    cases = {
+        "one": (env.read(stream="batch-a"), a),
+        "two": (env.read(streams="batch-a, batch-b"), a + b),
+        # JSON bounds: [3, 7); streams left out run from earliest to latest.
+        "json": (env.read(streams="batch-a,batch-b", startingPosition='{"batch-a": 3}',
+                          endingPosition='{"batch-a": 7}'), a[3:7] + b),
+        # Timestamps: the first record at or after; the ending one is exclusive.
+        "ts": (env.read(stream="batch-a", startingPosition=f"timestamp:{T0 + 5}",
+                        endingPosition=f"timestamp:{T0 + 8}"), a[5:8]),
+        "ts-past": (env.read(stream="batch-a", startingPosition=f"timestamp:{T0 + 99}"), []),
+        "latest": (env.read(stream="batch-a", startingPosition="latest"), []),
+        "empty": (env.read(stream="batch-a", endingPosition='{"batch-a": 0}'), []),
+        "no-headers": (env.read(stream="batch-a", includeHeaders="false"), no_headers(a)),
+    }
+    got = rows_by_case(tagged({k: df for k, (df, _) in cases.items()}), list(cases))
+    assert got == {k: rows for k, (_, rows) in cases.items()}
 
 
 def test_batch_partitioning(env: Env) -> None:
@@ -210,10 +233,15 @@ def test_stream_every_start_kind(env: Env) -> None:
         ({"startingPosition": f"timestamp:{T0 + 8}"}, a[8:]),
         ({"startingPosition": "latest"}, []),
     ]
-    for opts, expected in cases:
-        name = qname()
-        run_available_now(env.read_stream(streams="start-a,start-b", **opts), name)
-        assert rows_of(env.spark.table(name)) == expected, opts
+    # One query, one source per start kind: each source has its own offsets.
+    streams = {
+        str(i): env.read_stream(streams="start-a,start-b", **opts)
+        for i, (opts, _) in enumerate(cases)
+    }
+    name = qname()
+    run_available_now(tagged(streams), name)
+    got = rows_by_case(env.spark.table(name), list(streams))
+    assert got == {str(i): rows for i, (_, rows) in enumerate(cases)}
 
 
 def test_stream_latest_then_new_records(env: Env) -> None:
@@ -277,14 +305,20 @@ def test_available_now_stops_at_tail_of_start(env: Env) -> None:
     """Records appended after the query started are left for the next run."""
     a = env.fill("avnow", 30)
     ckpt = env.checkpoint()
-    name = qname()
+    seen: dict[int, list[Row]] = {}
     df = env.read_stream(stream="avnow", maxRecordsPerTrigger="7")
-    run_available_now(df, name, ckpt)
-    assert rows_of(env.spark.table(name)) == a
+
+    def run() -> None:
+        q = (df.writeStream.foreachBatch(lambda d, i: seen.__setitem__(i, rows_of(d)))
+             .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+        assert q.awaitTermination(120) and q.exception() is None
+
+    run()
+    assert sorted(seen) == [0, 1, 2, 3, 4] and [r for i in range(5) for r in seen[i]] == a
     more = env.fill("avnow", 4, create=False)
-    name2 = qname()
-    run_available_now(df, name2, ckpt)
-    assert rows_of(env.spark.table(name2)) == more
+    seen.clear()
+    run()
+    assert seen == {5: more}
 
 
 def test_restart_from_checkpoint_while_appending(env: Env) -> None:

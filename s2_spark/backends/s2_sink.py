@@ -59,6 +59,7 @@ __all__ = [
     "DATA_MAX_RECORDS",
     "ForeignFenceError",
     "LeaseToken",
+    "PartitionWriter",
     "SinkSettings",
     "StreamSink",
     "StreamWriteResult",
@@ -177,6 +178,7 @@ class SinkSettings:
     """
 
     create_streams: bool = False
+    max_records: int = DATA_MAX_RECORDS
     lease_timeout: float = 120.0
     idle_release: float = 10.0
     poll_initial: float = 0.02
@@ -207,6 +209,21 @@ class _Decision:
         self.clean = clean
         self.scan = scan
         self.reason = reason
+
+
+def _concat_optional(
+    chunks: list[tuple[pa.Array, pa.Array | None, pa.Array | None]], i: int
+) -> pa.Array | None:
+    """Concatenate column `i` of the chunks; chunks without it count as nulls."""
+    columns: list[pa.Array | None] = [c[i] for c in chunks]
+    present = [a for a in columns if a is not None]
+    if not present:
+        return None
+    kind = present[0].type
+    return pa.concat_arrays([
+        a if a is not None else pa.nulls(len(c[0]), kind)
+        for a, c in zip(columns, chunks, strict=True)
+    ])
 
 
 def _fence_entry(token: str) -> tuple[bytes, int]:
@@ -306,11 +323,7 @@ class StreamSink:
 
     def _take_buffer(self) -> tuple[pa.Array, pa.Array | None, pa.Array | None]:
         bodies = pa.concat_arrays([c[0] for c in self._chunks])
-        headers = (pa.concat_arrays([c[1] for c in self._chunks if c[1] is not None])
-                   if self._chunks[0][1] is not None else None)
-        timestamps = (pa.concat_arrays([c[2] for c in self._chunks if c[2] is not None])
-                      if self._chunks[0][2] is not None else None)
-        return bodies, headers, timestamps
+        return bodies, _concat_optional(self._chunks, 1), _concat_optional(self._chunks, 2)
 
     def _set_buffer(self, bodies: pa.Array, headers: pa.Array | None,
                     timestamps: pa.Array | None, start: int) -> None:
@@ -339,8 +352,9 @@ class StreamSink:
         if len(bodies) == 0:
             self._set_buffer(bodies, headers, timestamps, start)
             return
+        per_append = self.settings.max_records
         batches = encode_append_batches(bodies, headers, timestamps,
-                                        max_records=DATA_MAX_RECORDS, max_bytes=DATA_MAX_BYTES)
+                                        max_records=per_append, max_bytes=DATA_MAX_BYTES)
         for b in batches:
             if b.metered_bytes > DATA_MAX_BYTES:
                 raise RecordTooLargeError(
@@ -353,10 +367,10 @@ class StreamSink:
         keep_from = len(bodies)
         if not final and len(batches) > 1:
             last = batches[-1]
-            if last.count < DATA_MAX_RECORDS:
+            if last.count < per_append:
                 keep_from = last.first_index
                 batches = batches[:-1]
-        elif not final and len(batches) == 1 and batches[0].count < DATA_MAX_RECORDS:
+        elif not final and len(batches) == 1 and batches[0].count < per_append:
             keep_from = 0
             batches = []
         for b in batches:
@@ -611,3 +625,96 @@ class StreamSink:
                     tokens.append(b.decode("utf-8", "replace"))
             pos = int(seqs[-1]) + 1
         return tokens
+
+
+class PartitionWriter:
+    """All of one writer's rows: routed to per-stream sinks, in input order per stream.
+
+    Rows that are S2 command records (exactly one header, with an empty name) are dropped:
+    appending them would fence or trim the target instead of storing data. Before waiting
+    for a lease this writer releases the leases it holds, so writers never wait on each
+    other in a cycle; leases idle for `idle_release` seconds are released between chunks.
+    """
+
+    def __init__(self, basin: BasinClient, writer: WriterId, settings: SinkSettings, *,
+                 after_append: Callable[[StreamSink], None] | None = None) -> None:
+        self._basin = basin
+        self.writer = writer
+        self.settings = settings
+        self._after_append = after_append
+        self.sinks: dict[str, StreamSink] = {}
+        self.dropped_commands = 0
+
+    def _sink(self, name: str) -> StreamSink:
+        sink = self.sinks.get(name)
+        if sink is None:
+            sink = StreamSink(self._basin, name, self.writer, self.settings,
+                              on_wait=self._release_others, after_append=self._after_append)
+            self.sinks[name] = sink
+        return sink
+
+    def _release_others(self, waiting: StreamSink) -> None:
+        for sink in self.sinks.values():
+            if sink is not waiting and sink.holding:
+                sink.release()
+
+    def add(self, bodies: pa.Array, headers: pa.Array | None, timestamps: pa.Array | None,
+            streams: pa.Array | str) -> None:
+        """Add rows; `streams` is one stream name for all rows, or a string array."""
+        import pyarrow.compute as pc
+
+        if len(bodies) == 0:
+            return
+        if headers is not None:
+            lengths = pc.list_value_length(headers)
+            single = pc.fill_null(pc.equal(lengths, 1), False)
+            if pc.any(single).as_py():
+                first = pc.list_element(pc.if_else(single, headers, pa.nulls(len(headers),
+                                                                             headers.type)), 0)
+                names = pc.struct_field(first, [0])
+                command = pc.fill_null(pc.equal(pc.binary_length(names), 0), False)
+                if pc.any(command).as_py():
+                    keep = pc.invert(command)
+                    self.dropped_commands += len(bodies) - pc.sum(keep).as_py()
+                    bodies = pc.filter(bodies, keep)
+                    headers = pc.filter(headers, keep)
+                    timestamps = pc.filter(timestamps, keep) if timestamps is not None else None
+                    if not isinstance(streams, str):
+                        streams = pc.filter(streams, keep)
+        if isinstance(streams, str):
+            self._sink(streams).add(bodies, headers, timestamps)
+        else:
+            if streams.null_count:
+                i = int(pc.index(pc.is_null(streams), True).as_py())
+                raise S2SparkError(
+                    f"row {i} of this batch has a null `stream` column: every row needs the "
+                    "target stream name, or set the writer option stream"
+                )
+            names = pc.unique(streams).to_pylist()
+            if len(names) == 1:
+                self._sink(names[0]).add(bodies, headers, timestamps)
+            else:
+                for name in names:
+                    mask = pc.equal(streams, name)
+                    self._sink(name).add(
+                        pc.filter(bodies, mask),
+                        pc.filter(headers, mask) if headers is not None else None,
+                        pc.filter(timestamps, mask) if timestamps is not None else None,
+                    )
+        now = time.monotonic()
+        for sink in self.sinks.values():
+            if sink.holding and now - sink.last_append >= self.settings.idle_release:
+                sink.release()
+
+    def close(self) -> list[StreamWriteResult]:
+        """Flush every stream (in first-seen order) and release all leases."""
+        results = []
+        try:
+            for sink in self.sinks.values():
+                results.append(sink.close())
+        finally:
+            for sink in self.sinks.values():
+                if sink.holding:
+                    with contextlib.suppress(Exception):
+                        sink.release()
+        return results

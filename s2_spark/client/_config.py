@@ -90,8 +90,7 @@ class S2Config:
     def __post_init__(self) -> None:
         if self.compression not in ("zstd", "gzip", "none"):
             raise ValueError(
-                f"S2Config.compression must be 'zstd', 'gzip' or 'none' "
-                f"(got {self.compression!r})"
+                f"S2Config.compression must be 'zstd', 'gzip' or 'none' (got {self.compression!r})"
             )
         if self.access_token is not None and not isinstance(self.access_token, str):
             raise ValueError("S2Config.access_token must be a string or None")

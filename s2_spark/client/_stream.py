@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from s2_spark._proto import s2_pb2
-from s2_spark.errors import BadRequestError, Position
+from s2_spark.errors import BadRequestError, Position, UnavailableError
 
+from ._append_session import MAX_INPUTS_PER_SESSION, run_append_session
+from ._encode import encode_append_records
 from ._params import check_u64, read_params
 from ._read_session import ReadSession
 from ._transport import Transport
@@ -158,8 +161,6 @@ class StreamClient:
         or `match_seq_num` is set (a repeated attempt then fails with 412 instead of
         appending twice). Other failures raise UnavailableError saying the outcome is unknown.
         """
-        from s2_spark.wire.appends import encode_records
-
         records = list(records)
         if not records:
             raise BadRequestError(f"append to {self._target} needs at least one record")
@@ -168,7 +169,7 @@ class StreamClient:
                 f"append to {self._target} got {len(records)} records; one batch holds at "
                 f"most {MAX_BATCH_RECORDS}: use append_many to split it"
             )
-        batches = encode_records(records)
+        batches = encode_append_records(records)
         if len(batches) != 1:
             total = sum(r.metered_bytes for r in records)
             raise BadRequestError(
@@ -210,24 +211,81 @@ class StreamClient:
     ) -> AppendAck:
         """Append any number of records, in order, in batches within S2's limits.
 
-        Batches are sent one after another; with `match_seq_num` each batch is conditioned
-        on the previous one's end, so the whole run lands contiguously or fails with 412.
-        Not atomic: on failure earlier batches stay appended.
+        Batches go out over S2S append sessions (in order; measured about 2x faster than
+        one unary request per batch). With `match_seq_num` each batch is conditioned on
+        the previous one's end, so the run lands contiguously or fails with 412, and a
+        failed session is resumed at its first unacknowledged batch. Without it a failure
+        after sending is raised (a blind retry could duplicate records). Not atomic:
+        batches acknowledged before a failure stay appended.
         """
-        from s2_spark.wire.appends import encode_records
-
-        batches = encode_records(list(records))
+        batches = encode_append_records(list(records))
         if not batches:
             raise BadRequestError(f"append_many to {self._target} needs at least one record")
+        return self.append_batches(
+            batches, match_seq_num=match_seq_num, fencing_token=fencing_token
+        )
+
+    def append_batches(
+        self,
+        batches: Sequence[AppendBatch],
+        *,
+        match_seq_num: int | None = None,
+        fencing_token: str | None = None,
+    ) -> AppendAck:
+        """Append pre-encoded batches (from `s2_spark.wire.appends`) in order; see
+        `append_many` for ordering, conditions and retries. Returns the span appended."""
+        if not batches:
+            raise BadRequestError(f"append_batches to {self._target} needs at least one batch")
+        if match_seq_num is not None:
+            check_u64("match_seq_num", match_seq_num)
+        if len(batches) == 1:
+            return self.append_payload(
+                batches[0], match_seq_num=match_seq_num, fencing_token=fencing_token
+            )
+        policy = self._t.config.retry
         first: AppendAck | None = None
         last: AppendAck | None = None
         next_match = match_seq_num
-        for batch in batches:
-            last = self.append_payload(batch, match_seq_num=next_match, fencing_token=fencing_token)
-            if first is None:
-                first = last
-            if next_match is not None:
-                next_match = last.end.seq_num
+        done = 0
+        failures = 0
+        while done < len(batches):
+            chunk = batches[done : done + MAX_INPUTS_PER_SESSION]
+            res = run_append_session(
+                self._t,
+                self.basin,
+                self.name,
+                chunk,
+                match_seq_num=next_match,
+                fencing_token=fencing_token,
+            )
+            for ack in res.acks:
+                first = first or ack
+                last = ack
+            done += len(res.acks)
+            if res.acks:
+                failures = 0
+                if next_match is not None:
+                    next_match = res.acks[-1].end.seq_num
+            err = res.error
+            if err is None:
+                continue
+            failures += 1
+            safe = next_match is not None or res.unsent
+            if err.retryable and safe and failures < policy.max_attempts:
+                time.sleep(policy.backoff(failures - 1))
+                continue
+            records_done = sum(b.count for b in batches[:done])
+            total = sum(b.count for b in batches)
+            if err.retryable and not safe:
+                raise UnavailableError(
+                    f"{err.message}. {records_done} of {total} records were acknowledged "
+                    f"before the failure; the outcome of the next batch is unknown, so it was "
+                    "not retried (that could duplicate records). Check the stream's tail, or "
+                    "pass match_seq_num to make retries safe",
+                    status=err.status,
+                    code=err.code,
+                ) from err
+            raise err
         assert first is not None and last is not None
         return AppendAck(first.start, last.end, last.tail)
 

@@ -46,14 +46,20 @@ class AppendRecord:
     timestamp: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "body", _as_bytes("body", self.body))
-        object.__setattr__(
-            self,
-            "headers",
-            tuple(
-                (_as_bytes("header name", n), _as_bytes("header value", v)) for n, v in self.headers
-            ),
-        )
+        # Fast path first: the common record is bytes with no headers and no timestamp.
+        if type(self.body) is not bytes:
+            object.__setattr__(self, "body", _as_bytes("body", self.body))
+        headers = self.headers
+        if headers:
+            object.__setattr__(
+                self,
+                "headers",
+                tuple(
+                    (_as_bytes("header name", n), _as_bytes("header value", v)) for n, v in headers
+                ),
+            )
+        elif type(headers) is not tuple:
+            object.__setattr__(self, "headers", ())
         ts = self.timestamp
         if ts is not None and (
             isinstance(ts, bool) or not isinstance(ts, int) or not 0 <= ts < 2**64

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -116,3 +122,15 @@ class S2DataSource(DataSource):
         options = self._read_options(streaming=True)
         self._check_schema(schema, options)
         return S2StreamReader(self._backend(options), options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """`df.write.format("s2")`: exactly-once appends (see s2_spark.spark._writer)."""
+        from s2_spark.spark._writer import batch_writer
+
+        return batch_writer(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """`df.writeStream.format("s2")`: exactly-once across retries and restarts."""
+        from s2_spark.spark._writer import stream_writer
+
+        return stream_writer(self.options, schema, overwrite)

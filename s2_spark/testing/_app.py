@@ -22,7 +22,7 @@ from google.protobuf.message import DecodeError
 from s2_spark._proto import s2_pb2
 from s2_spark.testing._errors import ApiError
 from s2_spark.testing._read import Batch, ReadSpec, read_session, resolve_start
-from s2_spark.testing._records import decode_entry, encode_position
+from s2_spark.testing._records import decode_entry, encode_position, parse_append_input
 from s2_spark.testing._store import (
     AppendRecord,
     Store,
@@ -178,6 +178,31 @@ def _format(req: Request) -> str:
     if value in ("base64", "json-binsafe"):
         return "base64"
     raise ApiError.bad("bad_header", f"invalid S2-Format header {value!r}: expected raw or base64")
+
+
+async def _until_disconnect(req: Request, session: Awaitable[None]) -> None:
+    """Run a streaming response until it ends or the client goes away.
+
+    Without this an abandoned read session would keep following the tail (and sending
+    heartbeats into a closed connection) until its `wait` ran out, possibly forever.
+    """
+    task = asyncio.ensure_future(session)
+
+    async def watch() -> None:
+        while True:
+            msg = await req.receive()
+            if msg["type"] == "http.disconnect":
+                task.cancel()
+                return
+
+    watcher = asyncio.create_task(watch())
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not watcher.done() or watcher.cancelled():
+            raise  # cancelled from outside (server shutdown), not by a disconnect
+    finally:
+        watcher.cancel()
 
 
 def _checked(validate: Callable[[str], None], name: str, code: str, what: str) -> str:
@@ -552,14 +577,14 @@ class S2App:
             self._check_until(spec)
             stream = self.store.stream(basin, name, auto_create="create_stream_on_read")
             start = resolve_start(self.store, stream, spec)
-            return await self._read_s2s(req, send, stream, start, spec)
+            return await _until_disconnect(req, self._read_s2s(req, send, stream, start, spec))
         fmt = _format(req)
         if req.mime("accept") == "text/event-stream":
             self._apply_last_event_id(req, spec)
             self._check_until(spec)
             stream = self.store.stream(basin, name, auto_create="create_stream_on_read")
             start = resolve_start(self.store, stream, spec)
-            return await self._read_sse(send, stream, start, spec, fmt)
+            return await _until_disconnect(req, self._read_sse(send, stream, start, spec, fmt))
         # Unary: always bounded by 1000 records / 1 MiB, wait at most 60 s.
         spec.count = 1000 if spec.count is None else min(spec.count, 1000)
         spec.bytes = 1024 * 1024 if spec.bytes is None else min(spec.bytes, 1024 * 1024)
@@ -761,19 +786,26 @@ def _parse_json_input(body: Any, fmt: str) -> tuple[list[AppendRecord], int | No
 
 
 def _parse_proto_input(data: bytes) -> tuple[list[AppendRecord], int | None, str | None]:
+    try:
+        records, match, fence = parse_append_input(data)
+    except (ValueError, IndexError, UnicodeDecodeError):
+        records, match, fence = _parse_proto_input_slow(data)
+    validate_fencing_token(fence)
+    validate_records(records)
+    return records, match, fence
+
+
+def _parse_proto_input_slow(data: bytes) -> tuple[list[AppendRecord], int | None, str | None]:
+    """The protobuf runtime's parse: for inputs the fast parser does not handle."""
     msg = s2_pb2.AppendInput()
     try:
         msg.ParseFromString(data)
     except DecodeError as e:
         raise ApiError.bad("bad_proto", f"invalid AppendInput protobuf: {e}") from e
     records: list[AppendRecord] = []
-    append = records.append
     for r in msg.records:
-        hs = r.headers
-        headers = [(h.name, h.value) for h in hs] if hs else []
-        append((r.timestamp if r.HasField("timestamp") else None, headers, r.body))
+        headers = [(h.name, h.value) for h in r.headers]
+        records.append((r.timestamp if r.HasField("timestamp") else None, headers, r.body))
     match = msg.match_seq_num if msg.HasField("match_seq_num") else None
     fence = msg.fencing_token if msg.HasField("fencing_token") else None
-    validate_fencing_token(fence)
-    validate_records(records)
     return records, match, fence

@@ -170,3 +170,119 @@ def decode_entry(entry: bytes) -> DecodedRecord:
     return DecodedRecord(
         rec.seq_num, rec.timestamp, [(h.name, h.value) for h in rec.headers], rec.body
     )
+
+
+# ---------------------------------------------------------------- AppendInput parsing
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            if shift >= 64 or result >= 1 << 64:
+                raise ValueError("varint too long")
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _parse_header(data: bytes, pos: int, end: int) -> tuple[bytes, bytes]:
+    name = value = b""
+    while pos < end:
+        key, pos = _read_varint(data, pos)
+        if key == 0x0A or key == 0x12:
+            length, pos = _read_varint(data, pos)
+            if pos + length > end:
+                raise ValueError("truncated header")
+            if key == 0x0A:
+                name = data[pos : pos + length]
+            else:
+                value = data[pos : pos + length]
+            pos += length
+        else:
+            raise ValueError("unusual field: let the protobuf runtime decide")
+    if pos != end:
+        raise ValueError("truncated header")
+    return name, value
+
+
+def _parse_record(
+    data: bytes, pos: int, end: int
+) -> tuple[int | None, list[tuple[bytes, bytes]], bytes]:
+    ts: int | None = None
+    headers: list[tuple[bytes, bytes]] = []
+    body = b""
+    while pos < end:
+        key = data[pos]
+        if key == 0x1A:  # body, the common case first
+            length = data[pos + 1]
+            if length < 0x80:
+                pos += 2
+            else:
+                length, pos = _read_varint(data, pos + 1)
+            body = data[pos : pos + length]
+            pos += length
+        elif key == 0x08:
+            ts, pos = _read_varint(data, pos + 1)
+        elif key == 0x12:
+            length, pos = _read_varint(data, pos + 1)
+            if pos + length > end:
+                raise ValueError("truncated header")
+            headers.append(_parse_header(data, pos, pos + length))
+            pos += length
+        else:
+            raise ValueError("unusual field: let the protobuf runtime decide")
+    if pos != end:
+        raise ValueError("truncated record")
+    return ts, headers, body
+
+
+def parse_append_input(
+    data: bytes,
+) -> tuple[list[tuple[int | None, list[tuple[bytes, bytes]], bytes]], int | None, str | None]:
+    """Parse an AppendInput protobuf straight into (timestamp, headers, body) tuples.
+
+    Faster than going through message objects, which cost microseconds per field
+    access. Handles only the fields it knows, in their canonical encoding; it raises
+    ValueError (or IndexError, UnicodeDecodeError) on anything else, and callers then
+    let the protobuf runtime parse the input or name what is wrong with it.
+    """
+    records: list[tuple[int | None, list[tuple[bytes, bytes]], bytes]] = []
+    append = records.append
+    match: int | None = None
+    fence: str | None = None
+    pos, size = 0, len(data)
+    while pos < size:
+        key = data[pos]
+        if key == 0x0A:
+            length = data[pos + 1]
+            if length < 0x80:
+                pos += 2
+            else:
+                length, pos = _read_varint(data, pos + 1)
+            end = pos + length
+            if end > size:
+                raise ValueError("truncated record")
+            # Fast path: a record that is only a short body (tag, 1-byte length, bytes).
+            if length >= 2 and data[pos] == 0x1A and data[pos + 1] == length - 2:
+                append((None, [], data[pos + 2 : end]))
+            else:
+                append(_parse_record(data, pos, end))
+            pos = end
+        elif key == 0x10:
+            match, pos = _read_varint(data, pos + 1)
+        elif key == 0x1A:
+            length, pos = _read_varint(data, pos + 1)
+            if pos + length > size:
+                raise ValueError("truncated fencing token")
+            fence = data[pos : pos + length].decode()
+            pos += length
+        else:
+            raise ValueError("unusual field: let the protobuf runtime decide")
+    if pos != size:
+        raise ValueError("truncated input")
+    return records, match, fence

@@ -64,9 +64,41 @@ def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+def _tolerate_data_after_response() -> None:
+    """Patch hypercorn's HTTP/2 protocol to drop DATA for streams it already closed.
+
+    When the server answers a streaming request early (say 403/404 to an S2S append
+    session), the client may still have request DATA in flight. hypercorn 0.18 closes the
+    stream once the response ends and then raises KeyError on that DATA, killing the whole
+    connection (every other stream on it, e.g. s2-sdk's read sessions, dies too). Ignore
+    such frames, handing their flow-control credit back, as RFC 9113 section 8.1 allows.
+    """
+    import h2.events
+    from hypercorn.protocol.h2 import H2Protocol
+
+    original = H2Protocol._handle_events
+    if getattr(original, "_s2_tolerant", False):
+        return
+
+    async def handle_events(self: Any, events: list[Any]) -> None:
+        # One event at a time: a RequestReceived earlier in the list opens its stream.
+        for event in events:
+            if isinstance(event, h2.events.DataReceived) and event.stream_id not in self.streams:
+                self.connection.acknowledge_received_data(
+                    event.flow_controlled_length, event.stream_id
+                )
+                await original(self, [])  # flush the WINDOW_UPDATE
+            else:
+                await original(self, [event])
+
+    handle_events._s2_tolerant = True  # type: ignore[attr-defined]
+    H2Protocol._handle_events = handle_events  # type: ignore[method-assign]
+
+
 async def _serve(sock: socket.socket, app: S2App, shutdown: asyncio.Event) -> None:
     from hypercorn.asyncio import serve
 
+    _tolerate_data_after_response()
     config = _hypercorn_config(os.dup(sock.fileno()))
     await serve(app, config, shutdown_trigger=shutdown.wait)  # type: ignore[arg-type]
 

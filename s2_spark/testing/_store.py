@@ -472,9 +472,7 @@ class Store:
                 for _, _, length in heads:
                     entries_.append(payload[pos : pos + length])
                     pos += length
-                stream.commit(
-                    entries_, [h[0] for h in heads], [h[1] for h in heads], [], arrival
-                )
+                stream.commit(entries_, [h[0] for h in heads], [h[1] for h in heads], [], arrival)
 
     def _apply_meta(self, op: dict[str, Any]) -> None:
         kind = op["op"]

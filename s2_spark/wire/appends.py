@@ -90,7 +90,8 @@ def encode_append_batches(
     """Encode rows into append batches, in order, each within `max_records` / `max_bytes`.
 
     `bodies`: binary or string. `headers`: list of struct<name, value> (binary or string).
-    `timestamps`: int64 milliseconds or a timestamp type; must not be negative.
+    `timestamps`: integer milliseconds (int64, or uint64 for the full u64 range) or a
+    timestamp type; must not be negative.
     Raises RecordTooLargeError (before returning anything) if one record exceeds 1 MiB.
     """
     _check_limits(max_records, max_bytes)
@@ -342,6 +343,9 @@ def _timestamps_ms(t: pa.Array) -> tuple[Any, Any]:
     if pa.types.is_timestamp(t.type):
         raw = t.view(pa.int64())
         ms = t.cast(pa.timestamp("ms", tz=t.type.tz), safe=False).view(pa.int64())
+    elif pa.types.is_unsigned_integer(t.type):  # u64 holds every S2 timestamp
+        raw = pa.nulls(len(t), pa.int64())
+        ms = t.cast(pa.uint64())
     elif pa.types.is_integer(t.type):
         raw = ms = t.cast(pa.int64())
     else:

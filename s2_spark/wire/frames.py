@@ -130,20 +130,24 @@ def encode_terminal(status: int, error: str | dict[str, Any]) -> bytes:
 class FrameDecoder:
     """Incremental decoder: feed bytes as they arrive, get whole frames back.
 
+    A frame that spans several chunks is assembled once, when its last byte arrives,
+    so a 2 MiB frame fed in 64 KiB chunks is copied a bounded number of times.
     After a terminal frame the session is over, so any further byte is an error.
     `finish()` at end of input reports a truncated trailing frame.
     """
 
-    __slots__ = ("_buf", "_terminated")
+    __slots__ = ("_chunks", "_needed", "_pending", "_terminated")
 
     def __init__(self) -> None:
-        self._buf = bytearray()
+        self._chunks: list[bytes] = []
+        self._pending = 0  # bytes held in _chunks
+        self._needed = 0  # bytes the first buffered frame needs in all (0: unknown yet)
         self._terminated = False
 
     @property
     def buffered(self) -> int:
         """Bytes received that do not yet form a whole frame."""
-        return len(self._buf)
+        return self._pending
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Message | Terminal]:
         """Consume `data`; return every frame it completes, in order."""
@@ -151,37 +155,49 @@ class FrameDecoder:
             if data:
                 raise FrameError("S2S data received after the terminal frame")
             return []
-        buf = self._buf
-        buf += data
+        if not data:
+            return []
+        if self._chunks:
+            self._chunks.append(bytes(data))
+            self._pending += len(data)
+            if self._pending < self._needed:
+                return []
+            data = b"".join(self._chunks)
+            self._chunks.clear()
+            self._pending = self._needed = 0
         frames: list[Message | Terminal] = []
-        pos, size = 0, len(buf)
-        while size - pos >= 3:
-            length = (buf[pos] << 16) | (buf[pos + 1] << 8) | buf[pos + 2]
-            if length == 0:
-                raise FrameError("S2S frame has length 0: every frame needs a flag byte")
-            if length > MAX_FRAME_LENGTH:
-                raise FrameError(
-                    f"S2S frame length {length} exceeds the {MAX_FRAME_LENGTH}-byte limit"
-                )
-            end = pos + 3 + length
-            if end > size:
-                break
-            frame = _decode_frame(buf[pos + 3], bytes(buf[pos + 4 : end]))
-            pos = end
-            frames.append(frame)
-            if isinstance(frame, Terminal):
-                self._terminated = True
-                if pos != size:
-                    raise FrameError("S2S data received after the terminal frame")
-                break
-        del buf[:pos]
+        pos, size = 0, len(data)
+        with memoryview(data) as view:
+            while size - pos >= 3:
+                length = (view[pos] << 16) | (view[pos + 1] << 8) | view[pos + 2]
+                if length == 0:
+                    raise FrameError("S2S frame has length 0: every frame needs a flag byte")
+                if length > MAX_FRAME_LENGTH:
+                    raise FrameError(
+                        f"S2S frame length {length} exceeds the {MAX_FRAME_LENGTH}-byte limit"
+                    )
+                end = pos + 3 + length
+                if end > size:
+                    self._needed = end - pos
+                    break
+                frame = _decode_frame(view[pos + 3], view[pos + 4 : end].tobytes())
+                pos = end
+                frames.append(frame)
+                if isinstance(frame, Terminal):
+                    self._terminated = True
+                    if pos != size:
+                        raise FrameError("S2S data received after the terminal frame")
+                    break
+            if pos < size:
+                self._chunks.append(view[pos:].tobytes())
+                self._pending = size - pos
         return frames
 
     def finish(self) -> None:
         """Declare end of input; raise if a partial frame is left over."""
-        if self._buf:
+        if self._pending:
             raise FrameError(
-                f"S2S input ended inside a frame ({len(self._buf)} bytes of it received)"
+                f"S2S input ended inside a frame ({self._pending} bytes of it received)"
             )
 
 

@@ -1,0 +1,94 @@
+"""Append throughput of 100 B records to a local server process.
+
+s2_spark's `append_many` (S2S append sessions over httpx, half-duplex) against s2-sdk's
+producer on the same server in the same run; also prints one-unary-request-per-batch
+and the Arrow path the Spark writer uses. Ends with one line:
+`append: <records/s> records/s, <ratio>x s2-sdk`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+import uuid
+
+import pyarrow as pa
+
+from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.testing import ServerProcess
+from s2_spark.wire.appends import encode_append_batches
+
+RECORD = 100
+
+
+def bodies(n: int) -> list[bytes]:
+    blob = os.urandom(n * RECORD)
+    return [blob[i * RECORD : (i + 1) * RECORD] for i in range(n)]
+
+
+def sdk_producer(url: str, basin: str, stream: str, data: list[bytes]) -> float:
+    from s2_sdk import S2, Endpoints, Record
+
+    records = [Record(body=b) for b in data]
+
+    async def run() -> float:
+        async with S2("unused", endpoints=Endpoints(url, url)) as s2:
+            st = s2.basin(basin).stream(stream)
+            t0 = time.perf_counter()
+            async with st.producer() as producer:
+                tickets = [await producer.submit(r) for r in records]
+            acks = [await t for t in tickets]
+            elapsed = time.perf_counter() - t0
+            assert len(acks) == len(records)
+            return elapsed
+
+    return asyncio.run(run())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=500_000)
+    n = ap.parse_args().records
+    data = bodies(n)
+    basin = f"bench-{uuid.uuid4().hex[:8]}"
+    with ServerProcess() as server:
+        with S2Client(S2Config(endpoint=server.url, compression="none")) as client:
+            client.create_basin(basin)
+            b = client.basin(basin)
+            for name in ("many", "unary", "arrow", "sdk"):
+                b.create_stream(name)
+
+            records = [AppendRecord(x) for x in data]
+            t0 = time.perf_counter()
+            ack = b.stream("many").append_many(records)
+            ours = time.perf_counter() - t0
+            assert ack.end.seq_num == n and b.stream("many").check_tail().seq_num == n
+            print(f"s2_spark append_many (S2S sessions): {n / ours:,.0f} records/s ({ours:.2f}s)")
+
+            unary_n = min(n, 200_000)
+            from s2_spark.client._encode import encode_append_records
+
+            t0 = time.perf_counter()
+            s = b.stream("unary")
+            for batch in encode_append_records(records[:unary_n]):
+                s.append_payload(batch)
+            unary = time.perf_counter() - t0
+            print(f"s2_spark unary append per batch, sequential: {unary_n / unary:,.0f} "
+                  f"records/s ({unary:.2f}s for {unary_n})")
+
+            t0 = time.perf_counter()
+            batches = encode_append_batches(pa.array(data, pa.binary()))
+            b.stream("arrow").append_batches(batches)
+            arrow = time.perf_counter() - t0
+            print(f"s2_spark Arrow column -> append_batches: {n / arrow:,.0f} records/s "
+                  f"({arrow:.2f}s)")
+
+        sdk = sdk_producer(server.url, basin, "sdk", data)
+        print(f"s2-sdk producer: {n / sdk:,.0f} records/s ({sdk:.2f}s)")
+    print(f"append: {n / ours:.0f} records/s, {sdk / ours:.2f}x s2-sdk")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""Check the writer's options and input columns on the driver, before any task runs.
+
+Connection options are the reader's (basin, endpoint / accountEndpoint / basinEndpoint,
+accessToken), checked the same way. The input may carry `body` (required), `headers`,
+`timestamp` and `stream`; the reader's own columns are accepted as they are (its `seq_num`
+is ignored), so a read can be written back unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from s2_spark.backends.s2 import S2Settings
+from s2_spark.backends.s2_sink import DATA_MAX_RECORDS, SinkSettings
+from s2_spark.spark.options import OptionError, _bool, _get, _positive_int, _url
+
+__all__ = ["ACCEPTED_COLUMNS", "InputLayout", "WriteOptions", "check_input", "parse_write_options"]
+
+ACCEPTED_COLUMNS = (
+    "body (binary or string, required), "
+    "headers (array<struct<name: binary|string, value: binary|string>> or "
+    "map<string, string|binary>), "
+    "timestamp (timestamp, or bigint epoch milliseconds), "
+    "stream (string; the option stream overrides it), "
+    "seq_num (ignored, so the reader's rows can be written as they are)"
+)
+
+#: Test-only hook (not a user option): "fail:N:/marker" or "hang:N:/marker" makes a task
+#: fail, or hang until killed, right after its N-th append, once per marker file.
+TEST_FAULT_OPTION = "_testFaultAfterAppends"
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """The writer's options, checked. The access token never appears in repr."""
+
+    settings: S2Settings
+    stream: str | None
+    sink: SinkSettings
+    test_fault: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class InputLayout:
+    """Where the accepted columns are in the input rows (None when absent)."""
+
+    body: int
+    headers: int | None
+    headers_is_map: bool
+    timestamp: int | None
+    stream: int | None
+    names: tuple[str, ...]
+
+
+def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    """Check every writer option; raise `OptionError` for the first bad one."""
+    basin = (_get(options, "basin") or "").strip()
+    if not basin:
+        raise OptionError("option basin is required: the name of the S2 basin to write to")
+    if _get(options, "streams") is not None or _get(options, "streamPrefix") is not None:
+        raise OptionError(
+            "options streams/streamPrefix select streams to read; to write, set option "
+            "stream (one target stream) or give the rows a `stream` column"
+        )
+    stream_raw = _get(options, "stream")
+    stream = None
+    if stream_raw is not None:
+        stream = stream_raw.strip()
+        if not stream or len(stream.encode()) > 512:
+            raise OptionError(
+                f"option stream={stream_raw!r} is not accepted: use a stream name of 1-512 "
+                "bytes"
+            )
+    token = _get(options, "accessToken")
+    if token is not None and (not token.strip() or any(c in token for c in "\r\n")):
+        raise OptionError(
+            "option accessToken is not accepted: use a non-empty token without line breaks"
+        )
+    if token is None:
+        token = os.environ.get("S2_ACCESS_TOKEN") or None
+    endpoint = _url(options, "endpoint")
+    account_endpoint = _url(options, "accountEndpoint")
+    basin_endpoint = _url(options, "basinEndpoint")
+    if endpoint and (account_endpoint or basin_endpoint):
+        raise OptionError(
+            "set either option endpoint (one URL for everything, e.g. s2-lite) or "
+            "accountEndpoint/basinEndpoint (S2 cloud), not both"
+        )
+    lease_ms = _positive_int(options, "leaseTimeoutMs")
+    per_append = _positive_int(options, "maxRecordsPerAppend")
+    if per_append is not None and per_append > DATA_MAX_RECORDS:
+        raise OptionError(
+            f"option maxRecordsPerAppend={per_append} is not accepted: use 1..{DATA_MAX_RECORDS}"
+            " (S2 takes 1000 records per append; one is the exactly-once fence record)"
+        )
+    sink = SinkSettings(
+        create_streams=_bool(options, "createStreams", False),
+        lease_timeout=(lease_ms / 1000.0) if lease_ms is not None else 120.0,
+        max_records=per_append or DATA_MAX_RECORDS,
+    )
+    fault = _get(options, TEST_FAULT_OPTION)
+    return WriteOptions(
+        settings=S2Settings(basin=basin, access_token=token, endpoint=endpoint,
+                            account_endpoint=account_endpoint, basin_endpoint=basin_endpoint),
+        stream=stream,
+        sink=sink,
+        test_fault=fault,
+    )
+
+
+def _is_text(t: DataType) -> bool:
+    return isinstance(t, BinaryType | StringType)
+
+
+def _bad(column: str, t: DataType, accepted: str) -> OptionError:
+    return OptionError(
+        f"column {column} has type {t.simpleString()}, which format s2 cannot write: "
+        f"{column} must be {accepted}. Accepted columns: {ACCEPTED_COLUMNS}"
+    )
+
+
+def check_input(schema: StructType, options: WriteOptions) -> InputLayout:
+    """Map the input columns, or raise naming the offending column and the accepted ones."""
+    found: dict[str, int] = {}
+    for i, f in enumerate(schema.fields):
+        key = f.name.lower()
+        if key not in ("body", "headers", "timestamp", "stream", "seq_num"):
+            raise OptionError(
+                f"column {f.name} is not accepted by format s2: drop or rename it. "
+                f"Accepted columns: {ACCEPTED_COLUMNS}"
+            )
+        if key in found:
+            raise OptionError(f"column {f.name} appears more than once in the input")
+        found[key] = i
+    if "body" not in found:
+        raise OptionError(
+            f"the input has no column body (columns: {', '.join(schema.fieldNames()) or 'none'})"
+            f": format s2 needs one. Accepted columns: {ACCEPTED_COLUMNS}"
+        )
+    fields = schema.fields
+    body_t = fields[found["body"]].dataType
+    if not _is_text(body_t):
+        raise _bad("body", body_t, "binary or string")
+    headers_is_map = False
+    if "headers" in found:
+        t = fields[found["headers"]].dataType
+        if isinstance(t, MapType):
+            if not (isinstance(t.keyType, StringType) and _is_text(t.valueType)):
+                raise _bad("headers", t, "map<string, string|binary> or "
+                           "array<struct<name, value>>")
+            headers_is_map = True
+        elif isinstance(t, ArrayType) and isinstance(t.elementType, StructType):
+            inner = t.elementType
+            names = [f.name.lower() for f in inner.fields]
+            if sorted(names) != ["name", "value"] or not all(
+                    _is_text(f.dataType) for f in inner.fields):
+                raise _bad("headers", t, "array<struct<name: binary|string, "
+                           "value: binary|string>> or map<string, string|binary>")
+        else:
+            raise _bad("headers", t, "array<struct<name: binary|string, value: binary|string>> "
+                       "or map<string, string|binary>")
+    if "timestamp" in found:
+        t = fields[found["timestamp"]].dataType
+        if not isinstance(t, TimestampType | TimestampNTZType | LongType | IntegerType):
+            raise _bad("timestamp", t, "timestamp or bigint (epoch milliseconds)")
+    if "stream" in found:
+        t = fields[found["stream"]].dataType
+        if not isinstance(t, StringType):
+            raise _bad("stream", t, "string")
+    if "stream" not in found and options.stream is None:
+        raise OptionError(
+            "no target stream: set option stream, or give the rows a string column stream"
+        )
+    return InputLayout(
+        body=found["body"],
+        headers=found.get("headers"),
+        headers_is_map=headers_is_map,
+        timestamp=found.get("timestamp"),
+        stream=found.get("stream") if options.stream is None else None,
+        names=tuple(schema.fieldNames()),
+    )
