@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -269,3 +270,58 @@ def test_unreachable_server_is_unavailable_without_token() -> None:
             text = str(e.value) + repr(e.value) + repr(e.value.__cause__)
             assert TOKEN not in text
             assert "'s'" in str(e.value)
+
+
+def test_token_checked_and_never_leaked(unique: Callable[[str], str]) -> None:
+    from s2_spark.errors import UnauthorizedError
+    from s2_spark.testing import LocalS2Server
+
+    right, wrong = "right-SECRET-token-1", "wrong-SECRET-token-2"
+    with LocalS2Server(token=right) as server:
+        basin = unique("basin")
+        with S2Client(S2Config(access_token=right, endpoint=server.url)) as ok:
+            ok.create_basin(basin)
+            ok.basin(basin).create_stream("s")
+            ok.basin(basin).stream("s").append([AppendRecord(b"x")])
+        for token in (wrong, None):
+            with S2Client(S2Config(access_token=token, endpoint=server.url)) as bad:
+                s = bad.basin(basin).stream("s")
+                ops: list[Callable[[], object]] = [
+                    s.check_tail,
+                    functools.partial(s.read, seq_num=0),
+                    lambda s=s: list(s.read_session(seq_num=0, count=1)),
+                    functools.partial(s.append, [AppendRecord(b"y")]),
+                    lambda bad=bad: list(bad.list_basins()),
+                ]
+                for op in ops:
+                    with pytest.raises(UnauthorizedError) as e:
+                        op()
+                    assert e.value.status in (401, 403)
+                    assert "access token" in str(e.value)
+                    text = str(e.value) + repr(e.value) + repr(e.value.__dict__)
+                    assert right not in text and wrong not in text
+
+
+@pytest.mark.parametrize("compression", ["zstd", "gzip", "none"])
+def test_compressed_sessions(s2_server: Any, stream: StreamClient, compression: str) -> None:
+    cfg = S2Config(endpoint=s2_server.url, compression=compression)  # type: ignore[arg-type]
+    with S2Client(cfg) as c:
+        s = c.basin(stream.basin).stream(stream.name)
+        records = [AppendRecord(b"%06d" % i * 20) for i in range(3000)]  # compressible
+        ack = s.append_many(records, match_seq_num=0)
+        assert ack.end.seq_num == 3000
+        got: list[bytes] = []
+        for batch in s.read_session(seq_num=0, count=3000):
+            got.extend(batch.batch.column("body").to_pylist())
+        assert got == [r.body for r in records]
+
+
+def test_compression_auto_resolution() -> None:
+    assert S2Config(endpoint="http://127.0.0.1:1").session_compression() == "none"
+    assert S2Config(endpoint="http://localhost:1").session_compression() == "none"
+    assert S2Config().session_compression("my-basin-1") == "zstd"
+    assert S2Config(endpoint="http://127.0.0.1:1", compression="gzip").session_compression() == (
+        "gzip"
+    )
+    with pytest.raises(ValueError, match="compression"):
+        S2Config(compression="lz4")  # type: ignore[arg-type]

@@ -102,3 +102,26 @@ def test_appends_retry_only_when_safe(server: ServerProcess, unique: Callable[[s
     with S2Client(no_retry) as c, pytest.raises(UnavailableError, match=name):
         c.basin(basin).stream(name).append([AppendRecord(b"x")])
     server.start()
+
+
+def test_unbounded_session_resumes_after_graceful_restart(
+    server: ServerProcess, unique: Callable[[str], str]
+) -> None:
+    basin, name = unique("basin"), unique("stream")
+    with S2Client(S2Config(endpoint=server.url, retry=PATIENT)) as client:
+        client.create_basin(basin)
+        client.basin(basin).create_stream(name)
+        stream = client.basin(basin).stream(name)
+        stream.append_many(AppendRecord(body(i)) for i in range(100))
+        seen: list[int] = []
+        with stream.read_session(seq_num=0) as session:  # unbounded: follows the tail
+            for batch in session:
+                seen.extend(batch.batch.column("seq_num").to_pylist())
+                if len(seen) == 100:
+                    server.stop()  # SIGTERM: a graceful shutdown
+                    server.start()
+                    stream.append_many(AppendRecord(body(i)) for i in range(100, 200))
+                if len(seen) >= 200:
+                    break
+        assert seen == list(range(200))
+        assert session.reconnects >= 1

@@ -1,5 +1,6 @@
 """S2S read sessions against the real local server: bounds, heartbeats, live records,
-and transparent reconnects through a fault-injecting TCP proxy (sever / freeze)."""
+transparent reconnects through a fault-injecting TCP proxy (sever / freeze), and appends
+whose responses are lost on the way back."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from s2_spark.client import AppendRecord, RetryPolicy, S2Client, S2Config, StreamClient
-from s2_spark.errors import ReadPastTailError
+from s2_spark.errors import ReadPastTailError, UnavailableError
 
 TOKEN = "tok-SECRET-session-42"
 
@@ -32,6 +33,8 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._conns: list[tuple[socket.socket, socket.socket, threading.Event]] = []
         self.request_lines: list[str] = []
+        self.drop_next_response = threading.Event()
+        self.advise_frame: int | None = None  # set "reconnect advised" on this S2S frame
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -50,10 +53,19 @@ class FaultProxy:
             with self._lock:
                 self._conns.append((down, up, frozen))
             threading.Thread(target=self._pump, args=(down, up, frozen, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(up, down, frozen, False), daemon=True).start()
+            rewrite = _AdviseRewriter(self.advise_frame) if self.advise_frame is not None else None
+            self.advise_frame = None  # only the next connection
+            threading.Thread(
+                target=self._pump, args=(up, down, frozen, False, rewrite), daemon=True
+            ).start()
 
     def _pump(
-        self, src: socket.socket, dst: socket.socket, frozen: threading.Event, upstream: bool
+        self,
+        src: socket.socket,
+        dst: socket.socket,
+        frozen: threading.Event,
+        upstream: bool,
+        rewrite: _AdviseRewriter | None = None,
     ) -> None:
         try:
             while True:
@@ -67,6 +79,12 @@ class FaultProxy:
                                 self.request_lines.append(line.decode())
                 if frozen.is_set():
                     continue  # swallow: the peer sees silence
+                if not upstream and self.drop_next_response.is_set():
+                    # The request was served, but its response is lost on the way back.
+                    self.drop_next_response.clear()
+                    break
+                if rewrite is not None:
+                    data = rewrite.feed(data)
                 dst.sendall(data)
         except OSError:
             pass
@@ -96,6 +114,61 @@ class FaultProxy:
         self._closed = True
         self._listener.close()
         self.sever()
+
+
+class _AdviseRewriter:
+    """Sets the "reconnect advised" flag bit on the n-th S2S frame of an HTTP/1.1 chunked
+    response, as a draining S2 server would, leaving every length unchanged."""
+
+    def __init__(self, frame_index: int) -> None:
+        self.target = frame_index
+        self.state = "headers"
+        self.line = b""  # the current header block / chunk-size line / chunk CRLF
+        self.chunk_left = 0
+        self.len_bytes = b""  # the current frame's length prefix, while incomplete
+        self.frame_left = 0  # bytes of the current frame after its length prefix
+        self.frames = 0
+        self.flag_next = False
+
+    def feed(self, data: bytes) -> bytes:
+        out = bytearray(data)
+        i = 0
+        while i < len(out):
+            if self.state in ("headers", "size", "crlf"):
+                self.line += out[i : i + 1]
+                i += 1
+                if self.state == "headers" and self.line.endswith(b"\r\n\r\n"):
+                    self.state, self.line = "size", b""
+                elif self.state == "size" and self.line.endswith(b"\r\n"):
+                    self.chunk_left = int(self.line[:-2].split(b";")[0], 16)
+                    self.state = "data" if self.chunk_left else "done"
+                    self.line = b""
+                elif self.state == "crlf" and len(self.line) == 2:
+                    self.state, self.line = "size", b""
+            elif self.state == "data":
+                self._body_byte(out, i)
+                i += 1
+                self.chunk_left -= 1
+                if self.chunk_left == 0:
+                    self.state = "crlf"
+            else:
+                break
+        return bytes(out)
+
+    def _body_byte(self, out: bytearray, j: int) -> None:
+        if self.frame_left == 0:
+            self.len_bytes += out[j : j + 1]
+            if len(self.len_bytes) == 3:
+                self.frame_left = int.from_bytes(self.len_bytes, "big")
+                self.len_bytes = b""
+                self.flag_next = True
+            return
+        if self.flag_next:
+            if self.frames == self.target:
+                out[j] |= 0x10
+            self.frames += 1
+            self.flag_next = False
+        self.frame_left -= 1
 
 
 def server_port(server: Any) -> int:
@@ -277,3 +350,81 @@ def test_token_not_leaked_by_session_errors(stream: StreamClient) -> None:
     with pytest.raises(ReadPastTailError) as e:
         next(session)
     assert TOKEN not in str(e.value) and TOKEN not in repr(session)
+
+
+def proxied(proxy: FaultProxy, stream: StreamClient) -> tuple[S2Client, StreamClient]:
+    cfg = S2Config(
+        access_token=TOKEN,
+        endpoint=proxy.url,
+        retry=RetryPolicy(initial_backoff=0.01, max_backoff=0.05),
+    )
+    c = S2Client(cfg)
+    return c, c.basin(stream.basin).stream(stream.name)
+
+
+def bodies(stream: StreamClient) -> list[bytes]:
+    out: list[bytes] = []
+    for b in stream.read_session(seq_num=0, count=stream.check_tail().seq_num):
+        out.extend(b.batch.column("body").to_pylist())
+    return out
+
+
+def test_lost_append_response_with_match_seq_num_is_verified(
+    stream: StreamClient, proxy: FaultProxy
+) -> None:
+    c, s = proxied(proxy, stream)
+    with c:
+        s.append([AppendRecord(b"first")])
+        proxy.drop_next_response.set()
+        ack = s.append([AppendRecord(b"a"), AppendRecord(b"b")], match_seq_num=1)
+        assert (ack.start.seq_num, ack.end.seq_num) == (1, 3)
+        assert not proxy.drop_next_response.is_set()  # the fault did happen
+    assert bodies(stream) == [b"first", b"a", b"b"]
+
+
+def test_lost_append_response_without_condition_is_not_retried(
+    stream: StreamClient, proxy: FaultProxy
+) -> None:
+    c, s = proxied(proxy, stream)
+    with c:
+        s.append([AppendRecord(b"first")])
+        proxy.drop_next_response.set()
+        with pytest.raises(UnavailableError, match="may or may not have been applied") as e:
+            s.append([AppendRecord(b"once")])
+        assert stream.name in str(e.value) and TOKEN not in str(e.value)
+    assert bodies(stream) == [b"first", b"once"]  # landed exactly once
+
+
+def test_append_many_resumes_after_lost_session_response(
+    stream: StreamClient, proxy: FaultProxy
+) -> None:
+    records = [AppendRecord(f"{i}".encode()) for i in range(2500)]
+    c, s = proxied(proxy, stream)
+    with c:
+        s.append([AppendRecord(b"first")])
+        proxy.drop_next_response.set()
+        ack = s.append_many(records, match_seq_num=1)
+        assert (ack.start.seq_num, ack.end.seq_num) == (1, 2501)
+        assert not proxy.drop_next_response.is_set()
+        proxy.drop_next_response.set()
+        with pytest.raises(UnavailableError, match="outcome of the next batch is unknown"):
+            s.append_many(records[:1500])
+    # The unconditioned run was not retried: it landed once or not at all, never twice.
+    got = bodies(stream)
+    expected = [b"first"] + [r.body for r in records]
+    assert got in (expected, expected + [r.body for r in records[:1500]])
+
+
+def test_reconnect_advised_is_honoured_without_costing_a_retry(
+    stream: StreamClient, proxy: FaultProxy
+) -> None:
+    fill(stream, 2500)  # catch-up frames of 1000, 1000, 500 records
+    cfg = S2Config(endpoint=proxy.url, retry=RetryPolicy(max_attempts=1))
+    with S2Client(cfg) as c:
+        proxy.advise_frame = 0  # the first frame says: reconnect after me
+        session = c.basin(stream.basin).stream(stream.name).read_session(seq_num=0, count=2500)
+        got = seqs(list(session))
+    assert got == list(range(2500))
+    assert session.reconnects == 1
+    gets = [line for line in proxy.request_lines if line.startswith("GET ")]
+    assert len(gets) == 2 and "seq_num=1000" in gets[1] and "count=1500" in gets[1]

@@ -103,6 +103,18 @@ def test_acknowledged_writes_survive_sigkill(server: Any, unique: Unique) -> Non
                 ),
             )
             await basin.ensure_stream("forever", config=StreamConfig(retention_policy="infinite"))
+            await basin.reconfigure_stream(
+                "configured", config=StreamConfig(retention_policy=43_200)
+            )
+            # Old client timestamps: retention counts from the append, also after restart.
+            await basin.create_stream("backfill", config=StreamConfig(retention_policy=3600))
+            old = [Record(body=b"1970", timestamp=1000), Record(body=b"2001", timestamp=10**12)]
+            await basin.stream("backfill").append(AppendInput(records=old))
+            await basin.create_stream("doomed")
+            await basin.stream("doomed").append(AppendInput(records=[record(b"bye")]))
+            await basin.delete_stream("doomed")
+            await s2.create_basin(f"{basin_name}-gone")
+            await s2.delete_basin(f"{basin_name}-gone")
             await basin.create_stream("data")
             data = basin.stream("data")
             expected: list[Row] = []
@@ -158,16 +170,17 @@ def test_acknowledged_writes_survive_sigkill(server: Any, unique: Unique) -> Non
 
     async def verify() -> None:
         async with sdk(server.url) as s2:
-            assert basin_name in [b.name async for b in s2.list_all_basins(prefix=basin_name)]
+            assert [b.name async for b in s2.list_all_basins(prefix=basin_name)] == [basin_name]
             basin = s2.basin(basin_name)
             assert [s.name async for s in basin.list_all_streams()] == [
+                "backfill",
                 "configured",
                 "data",
                 "forever",
                 "trimmed",
             ]
             configured = await basin.get_stream_config("configured")
-            assert configured.retention_policy == 86_400
+            assert configured.retention_policy == 43_200
             assert configured.timestamping is not None
             assert configured.timestamping.mode == TimestampingMode.CLIENT_REQUIRE
             assert (await basin.get_stream_config("forever")).retention_policy == "infinite"
@@ -177,6 +190,10 @@ def test_acknowledged_writes_survive_sigkill(server: Any, unique: Unique) -> Non
             assert (check.seq_num, check.timestamp) == tail
             assert await read_all(data) == expected
             assert await read_all(basin.stream("trimmed")) == trimmed_expected
+            assert await read_all(basin.stream("backfill")) == [
+                (0, 1000, [], b"1970"),
+                (1, 10**12, [], b"2001"),
+            ]
 
             # The fence survived; appends continue at the next seq_num.
             with pytest.raises(FencingTokenMismatchError) as stale:
@@ -258,5 +275,52 @@ def test_every_acked_batch_survives_kill_mid_session(server: Any, unique: Unique
         assert [(row[3], row[1]) for row in extra] == [
             (r.body, r.timestamp) for r in flat[: len(extra)]
         ]
+
+    run(verify())
+
+
+def test_torn_write_at_the_tail_is_discarded(server: Any, unique: Unique, tmp_path: Path) -> None:
+    """A write cut short by the kill (simulated: junk appended to every data file) must not
+    hide acknowledged records or block later appends."""
+    basin_name = unique("durt")
+    first = [Record(body=f"r{i}".encode(), timestamp=BASE_MS + i) for i in range(3)]
+
+    async def write_first() -> None:
+        async with sdk(server.url) as s2:
+            await s2.create_basin(basin_name)
+            await s2.basin(basin_name).create_stream("s")
+            stream = s2.basin(basin_name).stream("s")
+            ack = await stream.append(AppendInput(records=first))
+            assert (ack.start.seq_num, ack.end.seq_num) == (0, 3)
+
+    run(write_first())
+    server.kill()
+    files = [p for p in (tmp_path / "data").rglob("*") if p.is_file()]
+    assert files, "the server wrote nothing to its data dir"
+    for path in files:
+        with path.open("ab") as f:
+            f.write(b"\x02\x00\x00\x00\xff\xff\x7f")
+    server.start()
+
+    async def append_more() -> list[Row]:
+        async with sdk(server.url) as s2:
+            stream = s2.basin(basin_name).stream("s")
+            assert await read_all(stream) == [
+                (i, r.timestamp, [], r.body) for i, r in enumerate(first)
+            ]
+            ack = await stream.append(
+                AppendInput(records=[Record(body=b"r3", timestamp=BASE_MS + 3)], match_seq_num=3)
+            )
+            assert ack.start.seq_num == 3
+            return await read_all(stream)
+
+    after_restart = run(append_more())
+    server.kill()
+    server.start()
+
+    async def verify() -> None:
+        async with sdk(server.url) as s2:
+            assert await read_all(s2.basin(basin_name).stream("s")) == after_restart
+            assert [row[0] for row in after_restart] == [0, 1, 2, 3]
 
     run(verify())

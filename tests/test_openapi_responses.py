@@ -186,6 +186,21 @@ def test_basin_reconfigure(http: httpx.Client, basin: str) -> None:
     assert patched["default_stream_config"]["retention_policy"] == {"age": 600}
     fetched = check(http.get(f"/basins/{basin}"), "GET", "/basins/{basin}", 200)
     assert fetched["default_stream_config"]["retention_policy"] == {"age": 600}
+    missing = f"{basin}-gone"
+    check_error(
+        http.patch(f"/basins/{missing}", json={}),
+        "PATCH",
+        "/basins/{basin}",
+        404,
+        "basin_not_found",
+    )
+    check_error(
+        http.get("/streams", headers={"s2-basin": missing}),
+        "GET",
+        "/streams",
+        404,
+        "basin_not_found",
+    )
 
 
 def test_stream_endpoints(http: httpx.Client, basin: str, unique: Unique) -> None:
@@ -245,6 +260,20 @@ def test_stream_endpoints(http: httpx.Client, basin: str, unique: Unique) -> Non
     )
     assert [s["name"] for s in after["streams"]] == ["a/2"]
 
+    check_error(
+        http.patch("/streams/nope", headers=h, json={"retention_policy": {"age": 60}}),
+        "PATCH",
+        "/streams/{stream}",
+        404,
+        "stream_not_found",
+    )
+    check_error(
+        http.put("/streams/x", headers={"s2-basin": unique("oanob")}),
+        "PUT",
+        "/streams/{stream}",
+        404,
+        "basin_not_found",
+    )
     check(http.delete("/streams/a%2F2", headers=h), "DELETE", "/streams/{stream}", 202)
     gone = check(http.delete("/streams/nope", headers=h), "DELETE", "/streams/{stream}", 404)
     assert gone["code"] == "stream_not_found"
@@ -419,13 +448,14 @@ def test_sse_read_events(http: httpx.Client, basin: str) -> None:
             # `event: done`, s2-lite sends a bare `data: [DONE]`.
             assert event.get("data") == "[DONE]", event
             continue
+        parsed: dict[str, Any] = dict(event)
         if event["event"] != "error":
-            event = {**event, "data": json.loads(event["data"])}
-        validate(event, schema)
-        if event["event"] == "batch":
-            seen.extend(r["seq_num"] for r in event["data"]["records"])
-            last = event["data"]["records"][-1]["seq_num"]
-            assert event["id"].split(",")[0] == str(last)
+            parsed["data"] = json.loads(event["data"])
+        validate(parsed, schema)
+        if parsed["event"] == "batch":
+            seen.extend(r["seq_num"] for r in parsed["data"]["records"])
+            last = parsed["data"]["records"][-1]["seq_num"]
+            assert parsed["id"].split(",")[0] == str(last)
     assert seen == [0, 1]
 
 
@@ -453,8 +483,8 @@ def test_sse_follow_pings_then_delivers_new_records(
         params={"seq_num": 0},
     ) as response:
         assert response.status_code == 200
-        for event in iter_sse(response.iter_lines()):
-            event = {**event, "data": json.loads(event["data"])}
+        for raw in iter_sse(response.iter_lines()):
+            event: dict[str, Any] = {**raw, "data": json.loads(raw["data"])}
             validate(event, schema)
             kinds.append(event["event"])
             if event["event"] == "ping" and not appended:
@@ -550,3 +580,37 @@ def test_auth_errors() -> None:
         assert "wrong-token" not in body["message"] and "right-token" not in body["message"]
         right = httpx.get(url, headers={"authorization": "Bearer right-token"}, timeout=15)
         check(right, "GET", "/basins", 200)
+
+
+def test_create_is_idempotent_per_request_token(http: httpx.Client, unique: Unique) -> None:
+    """s2-lite: a create retried with the same `s2-request-token` (and body) is a 201 no-op."""
+    name = unique("oaidem")
+
+    def create_basin(token: str) -> httpx.Response:
+        return http.post("/basins", json={"basin": name}, headers={"s2-request-token": token})
+
+    first = create_basin("tok-a")
+    created = check(first, "POST", "/basins", 201)
+    assert first.headers["s2-provision-result"] == "created"
+    retried = create_basin("tok-a")
+    assert check(retried, "POST", "/basins", 201) == created
+    assert retried.headers["s2-provision-result"] == "noop"
+    check_error(create_basin("tok-b"), "POST", "/basins", 409, "resource_already_exists")
+
+    h = {"s2-basin": name}
+
+    def create_stream(token: str, config: dict[str, Any] | None = None) -> httpx.Response:
+        body: dict[str, Any] = {"stream": "s"}
+        if config is not None:
+            body["config"] = config
+        return http.post("/streams", json=body, headers={**h, "s2-request-token": token})
+
+    first = create_stream("tok-s")
+    info = check(first, "POST", "/streams", 201)
+    assert first.headers["s2-provision-result"] == "created"
+    retried = create_stream("tok-s")
+    assert check(retried, "POST", "/streams", 201) == info
+    assert retried.headers["s2-provision-result"] == "noop"
+    # Same token, different request: a conflict, not a silent no-op.
+    changed = create_stream("tok-s", {"retention_policy": {"age": 5}})
+    check_error(changed, "POST", "/streams", 409, "resource_already_exists")

@@ -1,8 +1,9 @@
 """Conformance: S2's official Python client (`s2-sdk`) against our local S2 server.
 
-Every test drives the server only through `s2-sdk`, so a pass proves the server speaks S2
-(JSON control plane, protobuf unary data plane, S2S sessions over h2c) the way S2's own
-client expects. Expected values follow s2-lite, the behavioural reference.
+The tests drive the server through `s2-sdk` (plus one raw look at compressed S2S frames),
+so a pass proves the server speaks S2 (JSON control plane, protobuf unary data plane, S2S
+sessions over h2c, compressed bodies) the way S2's own client expects. Expected values
+follow s2-lite, the behavioural reference; exceptions are s2-sdk's typed errors.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ Unique = Callable[[str], str]
 BASE_MS = (time.time_ns() // 1_000_000 - 3_600_000) // 1000 * 1000
 
 
-def T(offset_ms: int) -> int:
+def ts(offset_ms: int) -> int:
     """A client timestamp `offset_ms` after BASE_MS."""
     return BASE_MS + offset_ms
 
@@ -170,6 +171,14 @@ def test_basin_create_ensure_list_delete(s2_server: Any, unique: Unique) -> None
             assert [b.name for b in rest.items] == names[2:]
             assert rest.has_more is False
             assert [b.name async for b in s2.list_all_basins(prefix=prefix)] == names
+            # A limit of 0 or above 1000 means the default, 1000 (s2-lite `ListLimit`).
+            for limit in (0, 5000):
+                page = await s2.list_basins(prefix=prefix, limit=limit)
+                assert ([b.name for b in page.items], page.has_more) == (names, False)
+            # The spec: `start_after` "must be greater than or equal to the prefix".
+            with pytest.raises(S2ServerError) as before_prefix:
+                await s2.list_basins(prefix=prefix, start_after="a")
+            assert (before_prefix.value.status_code, before_prefix.value.code) == (422, "invalid")
 
             await s2.delete_basin(names[1])
             assert [b.name async for b in s2.list_all_basins(prefix=prefix)] == [
@@ -216,6 +225,8 @@ def test_stream_create_ensure_list_delete(s2_server: Any, unique: Unique) -> Non
             assert ([s.name for s in first.items], first.has_more) == (names[:2], True)
             rest = await basin.list_streams(prefix="logs/", start_after="logs/b")
             assert ([s.name for s in rest.items], rest.has_more) == (["logs/c"], False)
+            after_all = await basin.list_streams(start_after="metrics/x")
+            assert (after_all.items, after_all.has_more) == ([], False)
 
             await basin.delete_stream("logs/b")
             assert [s.name async for s in basin.list_all_streams()] == [
@@ -265,6 +276,16 @@ def test_stream_config_round_trip(s2_server: Any, unique: Unique) -> None:
             assert forever.retention_policy == "infinite"
             assert forever.timestamping is not None
             assert forever.timestamping.mode == TimestampingMode.CLIENT_REQUIRE
+
+            await basin.create_stream(
+                "other",
+                config=StreamConfig(storage_class="standard", delete_on_empty_min_age=600),
+            )
+            other_config = await basin.get_stream_config("other")
+            assert (other_config.storage_class, other_config.delete_on_empty_min_age) == (
+                "standard",
+                600,
+            )
 
             # PATCH changes only the fields given.
             patched = await basin.reconfigure_stream(
@@ -320,9 +341,38 @@ def test_timestamping_modes_take_effect(s2_server: Any, unique: Unique) -> None:
                 await basin.stream("require").append(AppendInput(records=[Record(body=b"r")]))
             assert (missing.value.status_code, missing.value.code) == (422, "invalid")
             ack = await basin.stream("require").append(
-                AppendInput(records=[Record(body=b"r", timestamp=T(1234))])
+                AppendInput(records=[Record(body=b"r", timestamp=ts(1234))])
             )
-            assert (pos(ack.start), pos(ack.end)) == ((0, T(1234)), (1, T(1234)))
+            assert (pos(ack.start), pos(ack.end)) == ((0, ts(1234)), (1, ts(1234)))
+
+            # Future client timestamps are capped at arrival time unless `uncapped`.
+            await basin.create_stream("capped")
+            await basin.create_stream(
+                "uncapped", config=StreamConfig(timestamping=Timestamping(uncapped=True))
+            )
+            future = int(time.time() * 1000) + 3_600_000
+            capped = await basin.stream("capped").append(
+                AppendInput(records=[Record(body=b"f", timestamp=future)])
+            )
+            after_ms = int(time.time() * 1000)
+            assert before_ms <= capped.start.timestamp <= after_ms
+            kept = await basin.stream("uncapped").append(
+                AppendInput(records=[Record(body=b"f", timestamp=future)])
+            )
+            assert kept.start.timestamp == future
+            config = await basin.get_stream_config("uncapped")
+            assert config.timestamping is not None and config.timestamping.uncapped is True
+
+            # Timestamps never go backwards: an older one is raised to the stream's maximum.
+            monotonic = await basin.stream("require").append(
+                AppendInput(
+                    records=[
+                        Record(body=b"x", timestamp=ts(1000)),
+                        Record(b"y", timestamp=ts(2000)),
+                    ]
+                )
+            )
+            assert (pos(monotonic.start), pos(monotonic.end)) == ((1, ts(1234)), (3, ts(2000)))
 
     run(body())
 
@@ -422,11 +472,11 @@ def test_access_token_is_enforced_and_never_echoed(unique: Unique) -> None:
 # ---------------------------------------------------------------- unary data plane
 
 FIVE = [
-    Record(body=b"zero", headers=[(b"k", b"v0")], timestamp=T(1000)),
-    Record(body=b"one", headers=[(b"k", b"v1"), (b"x", b"")], timestamp=T(2000)),
-    Record(body=b"", headers=[], timestamp=T(3000)),
-    Record(body=b"\x00\xffbinary", headers=[(b"bin\x00", b"\xfe")], timestamp=T(4000)),
-    Record(body=b"four", timestamp=T(5000)),
+    Record(body=b"zero", headers=[(b"k", b"v0")], timestamp=ts(1000)),
+    Record(body=b"one", headers=[(b"k", b"v1"), (b"x", b"")], timestamp=ts(2000)),
+    Record(body=b"", headers=[], timestamp=ts(3000)),
+    Record(body=b"\x00\xffbinary", headers=[(b"bin\x00", b"\xfe")], timestamp=ts(4000)),
+    Record(body=b"four", timestamp=ts(5000)),
 ]
 FIVE_ROWS = [(i, r.timestamp, r.headers, r.body) for i, r in enumerate(FIVE)]
 
@@ -436,21 +486,21 @@ async def stream_with_five(s2: S2, unique: Unique) -> S2Stream:
 
 
 async def basin_with_five(s2: S2, unique: Unique) -> S2Basin:
-    """A new basin whose stream "s" holds FIVE at seq_nums 0-4 (tail 5, timestamp T(5000))."""
+    """A new basin whose stream "s" holds FIVE at seq_nums 0-4 (tail 5, timestamp ts(5000))."""
     basin = await new_basin(s2, unique)
     await basin.create_stream("s")
     stream = basin.stream("s")
     first = await stream.append(AppendInput(records=FIVE[:3]))
     assert (pos(first.start), pos(first.end), pos(first.tail)) == (
-        (0, T(1000)),
-        (3, T(3000)),
-        (3, T(3000)),
+        (0, ts(1000)),
+        (3, ts(3000)),
+        (3, ts(3000)),
     )
     second = await stream.append(AppendInput(records=FIVE[3:]))
     assert (pos(second.start), pos(second.end), pos(second.tail)) == (
-        (3, T(4000)),
-        (5, T(5000)),
-        (5, T(5000)),
+        (3, ts(4000)),
+        (5, ts(5000)),
+        (5, ts(5000)),
     )
     return basin
 
@@ -462,12 +512,12 @@ def test_unary_append_read_each_start_kind(s2_server: Any, unique: Unique) -> No
             assert rows((await stream.read(start=SeqNum(0))).records) == FIVE_ROWS
             assert rows((await stream.read(start=SeqNum(3))).records) == FIVE_ROWS[3:]
             # A timestamp start resolves to the first record at or after it.
-            assert rows((await stream.read(start=Timestamp(T(2000)))).records) == FIVE_ROWS[1:]
-            assert rows((await stream.read(start=Timestamp(T(2001)))).records) == FIVE_ROWS[2:]
+            assert rows((await stream.read(start=Timestamp(ts(2000)))).records) == FIVE_ROWS[1:]
+            assert rows((await stream.read(start=Timestamp(ts(2001)))).records) == FIVE_ROWS[2:]
             assert rows((await stream.read(start=Timestamp(0))).records) == FIVE_ROWS
             assert rows((await stream.read(start=TailOffset(2))).records) == FIVE_ROWS[3:]
             assert rows((await stream.read(start=TailOffset(99))).records) == FIVE_ROWS
-            assert pos(await stream.check_tail()) == (5, T(5000))
+            assert pos(await stream.check_tail()) == (5, ts(5000))
 
     run(body())
 
@@ -487,14 +537,17 @@ def test_unary_read_limits(s2_server: Any, unique: Unique) -> None:
             assert rows(one_short.records) == FIVE_ROWS[:2]
             too_small = await stream.read(start=SeqNum(0), limit=ReadLimit(bytes=10))
             assert too_small.records == []
+            # A zero count or byte limit is a bound that nothing fits (s2-lite `ReadLimit`).
+            assert (await stream.read(start=SeqNum(0), limit=ReadLimit(count=0))).records == []
+            assert (await stream.read(start=SeqNum(0), limit=ReadLimit(bytes=0))).records == []
 
-            until = await stream.read(start=SeqNum(0), until_timestamp=T(3000))
+            until = await stream.read(start=SeqNum(0), until_timestamp=ts(3000))
             assert rows(until.records) == FIVE_ROWS[:2]
-            none_before = await stream.read(start=SeqNum(0), until_timestamp=T(1000))
+            none_before = await stream.read(start=SeqNum(0), until_timestamp=ts(1000))
             assert none_before.records == []
 
             both = await stream.read(
-                start=SeqNum(0), limit=ReadLimit(count=4, bytes=1000), until_timestamp=T(4500)
+                start=SeqNum(0), limit=ReadLimit(count=4, bytes=1000), until_timestamp=ts(4500)
             )
             assert rows(both.records) == FIVE_ROWS[:4]
 
@@ -512,16 +565,16 @@ def test_unary_read_past_tail_and_clamp(s2_server: Any, unique: Unique) -> None:
             assert pos(empty.value.tail) == (0, 0)
 
             stream = await stream_with_five(s2, unique)
-            for start in (SeqNum(5), SeqNum(6), SeqNum(1000), Timestamp(T(5001))):
+            for start in (SeqNum(5), SeqNum(6), SeqNum(1000), Timestamp(ts(5001))):
                 with pytest.raises(ReadUnwrittenError) as past:
                     await stream.read(start=start)
                 assert past.value.status_code == 416
-                assert pos(past.value.tail) == (5, T(5000))
+                assert pos(past.value.tail) == (5, ts(5000))
             # Clamping moves the start to the tail, where a unary read without `wait` can
             # return nothing, so it is still 416 (s2-lite `read_start_seq_num`).
             with pytest.raises(ReadUnwrittenError) as clamped:
                 await stream.read(start=SeqNum(1000), clamp_to_tail=True)
-            assert pos(clamped.value.tail) == (5, T(5000))
+            assert pos(clamped.value.tail) == (5, ts(5000))
             # With a wait the clamped read long-polls and comes back empty.
             waited = await stream.read(start=SeqNum(1000), clamp_to_tail=True, wait=1)
             assert waited.records == []
@@ -529,9 +582,9 @@ def test_unary_read_past_tail_and_clamp(s2_server: Any, unique: Unique) -> None:
             # A long poll at the tail returns what another task appends meanwhile (if the
             # append lands first, the read finds it at once: same answer either way).
             polling = asyncio.create_task(stream.read(start=SeqNum(5), wait=10))
-            await stream.append(AppendInput(records=[Record(body=b"late", timestamp=T(6000))]))
+            await stream.append(AppendInput(records=[Record(body=b"late", timestamp=ts(6000))]))
             polled = await within(polling)
-            assert rows(polled.records) == [(5, T(6000), [], b"late")]
+            assert rows(polled.records) == [(5, ts(6000), [], b"late")]
 
     run(body())
 
@@ -545,23 +598,65 @@ def test_unary_append_conditions(s2_server: Any, unique: Unique) -> None:
                 await stream.append(AppendInput(records=[Record(body=b"x")], match_seq_num=4))
             assert (seq.value.status_code, seq.value.expected_seq_num) == (412, 5)
             ok = await stream.append(
-                AppendInput(records=[Record(body=b"x", timestamp=T(6000))], match_seq_num=5)
+                AppendInput(records=[Record(body=b"x", timestamp=ts(6000))], match_seq_num=5)
             )
-            assert (pos(ok.start), pos(ok.end)) == ((5, T(6000)), (6, T(6000)))
+            assert (pos(ok.start), pos(ok.end)) == ((5, ts(6000)), (6, ts(6000)))
 
             # The fencing token starts out empty.
             with pytest.raises(FencingTokenMismatchError) as unset:
                 await stream.append(AppendInput(records=[Record(body=b"y")], fencing_token="t"))
             assert (unset.value.status_code, unset.value.expected_fencing_token) == (412, "")
             empty_ok = await stream.append(
-                AppendInput(records=[Record(body=b"y", timestamp=T(7000))], fencing_token="")
+                AppendInput(records=[Record(body=b"y", timestamp=ts(7000))], fencing_token="")
             )
             assert empty_ok.start.seq_num == 6
-            assert pos(await stream.check_tail()) == (7, T(7000))
+            assert pos(await stream.check_tail()) == (7, ts(7000))
 
             with pytest.raises(S2ServerError) as missing:
                 await basin.stream("never-created").append(AppendInput(records=[Record(body=b"z")]))
             assert (missing.value.status_code, missing.value.code) == (404, "stream_not_found")
+
+    run(body())
+
+
+def test_batch_caps_of_unary_reads_and_sessions(s2_server: Any, unique: Unique) -> None:
+    """Unary reads return at most 1000 records / 1 MiB; sessions split into such batches."""
+
+    async def body() -> None:
+        async with sdk(s2_server.url) as s2:
+            basin = await new_basin(s2, unique)
+            await basin.create_stream("many")
+            many = basin.stream("many")
+            for k in range(3):
+                batch = [Record(body=f"{k}-{i}".encode()) for i in range(1000)]
+                ack = await many.append(AppendInput(records=batch))
+                assert (ack.start.seq_num, ack.end.seq_num) == (1000 * k, 1000 * k + 1000)
+            first = await many.read(start=SeqNum(0))
+            assert [r.seq_num for r in first.records] == list(range(1000))
+            capped = await many.read(start=SeqNum(1500), limit=ReadLimit(count=2500))
+            assert [r.seq_num for r in capped.records] == list(range(1500, 2500))
+
+            got: list[SequencedRecord] = []
+            sizes: list[int] = []
+            async with many.read_session(start=SeqNum(0), limit=ReadLimit(count=2500)) as session:
+                async for read_batch in session:
+                    sizes.append(len(read_batch.records))
+                    got.extend(read_batch.records)
+            assert [r.seq_num for r in got] == list(range(2500))
+            assert max(sizes) <= 1000
+            assert got[2499].body == b"2-499"
+
+            await basin.create_stream("big")
+            big = basin.stream("big")
+            body_300k = b"b" * (300 * 1024)
+            for _ in range(4):
+                await big.append(AppendInput(records=[Record(body=body_300k)]))
+            by_size = await big.read(start=SeqNum(0))
+            assert [(r.seq_num, len(r.body)) for r in by_size.records] == [
+                (0, len(body_300k)),
+                (1, len(body_300k)),
+                (2, len(body_300k)),
+            ]
 
     run(body())
 
@@ -668,7 +763,7 @@ def test_append_session_pipelines_and_reports_mismatches(s2_server: Any, unique:
                     await session.submit(
                         AppendInput(
                             records=[
-                                Record(body=f"b{i}-r{j}".encode(), timestamp=T(100 * i + j))
+                                Record(body=f"b{i}-r{j}".encode(), timestamp=ts(100 * i + j))
                                 for j in range(3)
                             ],
                             match_seq_num=3 * (i - 1),
@@ -681,7 +776,7 @@ def test_append_session_pipelines_and_reports_mismatches(s2_server: Any, unique:
                 (3 * i, 3 * i + 3) for i in range(10)
             ]
             assert [(a.start.timestamp, a.end.timestamp) for a in acks] == [
-                (T(100 * i), T(100 * i + 2)) for i in range(1, 11)
+                (ts(100 * i), ts(100 * i + 2)) for i in range(1, 11)
             ]
 
             session = stream.append_session()
@@ -861,7 +956,7 @@ def test_read_session_bounds_clamp_and_past_tail(s2_server: Any, unique: Unique)
                 rows(
                     await within(
                         drain(
-                            stream.read_session(start=Timestamp(T(2000)), until_timestamp=T(4000))
+                            stream.read_session(start=Timestamp(ts(2000)), until_timestamp=ts(4000))
                         )
                     )
                 )
@@ -892,14 +987,76 @@ def test_read_session_bounds_clamp_and_past_tail(s2_server: Any, unique: Unique)
 
             with pytest.raises(ReadUnwrittenError) as past:
                 await within(drain(stream.read_session(start=SeqNum(9))))
-            assert pos(past.value.tail) == (5, T(5000))
+            assert pos(past.value.tail) == (5, ts(5000))
 
             # Clamped, a session past the tail starts at the tail and follows it.
             clamped = Collector(stream.read_session(start=SeqNum(9), clamp_to_tail=True))
             assert (await within(clamped.session.caught_up())).seq_num == 5
-            await stream.append(AppendInput(records=[Record(body=b"five", timestamp=T(6000))]))
-            assert rows(await clamped.wait_for(1)) == [(5, T(6000), [], b"five")]
+            await stream.append(AppendInput(records=[Record(body=b"five", timestamp=ts(6000))]))
+            assert rows(await clamped.wait_for(1)) == [(5, ts(6000), [], b"five")]
             await clamped.close()
+
+    run(body())
+
+
+def test_read_session_wait_and_stream_deletion(s2_server: Any, unique: Unique) -> None:
+    async def body() -> None:
+        async with sdk(s2_server.url) as s2:
+            basin = await new_basin(s2, unique)
+            stream = basin.stream("s")
+            await basin.create_stream("s")
+            await stream.append(AppendInput(records=[Record(body=b"only")]))
+
+            # `wait` bounds the idle time of an unbounded session: it ends on its own.
+            got: list[SequencedRecord] = []
+            async with stream.read_session(start=SeqNum(0), wait=1) as session:
+                async for batch in session:
+                    got.extend(batch.records)
+            assert seq_bodies(got) == [(0, b"only")]
+
+            # Deleting a followed stream ends the session with the server's error.
+            follower = Collector(stream.read_session(start=SeqNum(0)))
+            await within(follower.session.caught_up())
+            await basin.delete_stream("s")
+            with pytest.raises(S2ServerError) as deleted:
+                await follower.wait_for(2)
+            assert (deleted.value.status_code, deleted.value.code) == (404, "stream_not_found")
+            assert seq_bodies(follower.records) == [(0, b"only")]
+
+    run(body())
+
+
+def test_rejected_append_session_leaves_the_connection_alone(
+    s2_server: Any, unique: Unique
+) -> None:
+    """An append session answered early (404) while its request body still streams must fail
+    with that 404 and leave other streams on the same HTTP/2 connection running."""
+
+    async def body() -> None:
+        async with sdk(s2_server.url) as s2:
+            basin = await new_basin(s2, unique)
+            await basin.create_stream("live")
+            live = basin.stream("live")
+            reader = Collector(live.read_session(start=SeqNum(0)))
+            await within(reader.session.caught_up())
+            for _ in range(3):
+                session = basin.stream("missing").append_session()
+                tickets = [
+                    await session.submit(AppendInput(records=[Record(body=b"x" * 50_000)]))
+                    for _ in range(5)
+                ]
+                for ticket in tickets:
+                    with pytest.raises(S2ServerError) as rejected:
+                        await within(ticket)
+                    assert (rejected.value.status_code, rejected.value.code) == (
+                        404,
+                        "stream_not_found",
+                    )
+                with pytest.raises(S2ServerError):
+                    await within(session.close())
+            await live.append(AppendInput(records=[Record(body=b"still here")]))
+            assert seq_bodies(await reader.wait_for(1)) == [(0, b"still here")]
+            await reader.close()
 
     run(body())
 
@@ -915,12 +1072,21 @@ def test_sessions_with_compression(
     bodies = [(f"{i:04d}" * 700).encode() for i in range(12)]
 
     async def body() -> str:
-        async with sdk(s2_server.url) as plain:
-            basin = await new_basin(plain, unique)
+        async with sdk(s2_server.url, compression) as s2:
+            # With compression on, s2-sdk also sends unary bodies (JSON control plane,
+            # protobuf appends) with a Content-Encoding.
+            basin = await new_basin(s2, unique)
+            await basin.create_stream("unary")
+            unary = basin.stream("unary")
+            ack = await unary.append(AppendInput(records=[Record(body=b) for b in bodies[:2]]))
+            assert (ack.start.seq_num, ack.end.seq_num) == (0, 2)
+            assert seq_bodies((await unary.read(start=SeqNum(0))).records) == [
+                (0, bodies[0]),
+                (1, bodies[1]),
+            ]
             await basin.create_stream("s")
             basin_name = basin.name
-        async with sdk(s2_server.url, compression) as s2:
-            stream = s2.basin(basin_name).stream("s")
+            stream = basin.stream("s")
             reader = Collector(stream.read_session(start=SeqNum(0)))
             async with stream.append_session() as session:
                 tickets = [
@@ -1036,7 +1202,12 @@ def wait_for_url(proc: subprocess.Popen[str], port: int) -> str:
     assert proc.stdout is not None
     lines: queue.Queue[str] = queue.Queue()
     stdout = proc.stdout
-    threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
+
+    def pump() -> None:
+        for line in stdout:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
     deadline = time.monotonic() + 30
     seen: list[str] = []
     while (left := deadline - time.monotonic()) > 0:

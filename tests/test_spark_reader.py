@@ -73,7 +73,8 @@ class Env:
 
 def record(stream: str, i: int) -> AppendRecord:
     return AppendRecord(
-        f"{stream}:{i}".encode(), headers=[(b"i", str(i).encode()), (b"s", b"x")],
+        f"{stream}:{i}".encode(),
+        headers=[(b"i", str(i).encode()), (b"s", b"x")],
         timestamp=T0 + i,
     )
 
@@ -88,13 +89,17 @@ _HEADERS_TYPE = "array<struct<name:binary,value:binary>>"
 def _project(df: Any) -> Any:
     """Rows as (stream, seq_num, millis, headers or NULL, body), for any read schema."""
     headers = "headers" if "headers" in df.columns else f"CAST(NULL AS {_HEADERS_TYPE})"
-    return df.selectExpr("stream", "seq_num", "unix_millis(timestamp) AS ts",
-                         f"{headers} AS headers", "body")
+    return df.selectExpr(
+        "stream", "seq_num", "unix_millis(timestamp) AS ts", f"{headers} AS headers", "body"
+    )
 
 
 def _to_row(r: Any) -> Any:
-    headers = None if r["headers"] is None else [
-        (bytes(h["name"]), bytes(h["value"])) for h in r["headers"]]
+    headers = (
+        None
+        if r["headers"] is None
+        else [(bytes(h["name"]), bytes(h["value"])) for h in r["headers"]]
+    )
     return (r["stream"], r["seq_num"], r["ts"], headers, bytes(r["body"]))
 
 
@@ -139,12 +144,18 @@ def env(s2_server: Any, spark: Any) -> Iterator[Env]:
 
 
 def run_available_now(df: Any, name: str, checkpoint: str | None = None) -> Any:
-    q = (df.writeStream.format("memory").queryName(name)
-         .option("checkpointLocation", checkpoint or tempfile.mkdtemp())
-         .trigger(availableNow=True).start())
-    assert q.awaitTermination(120), f"query {name} did not finish"
-    if q.exception() is not None:
-        raise AssertionError(str(q.exception()))
+    q = (
+        df.writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", checkpoint or tempfile.mkdtemp())
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        finished = q.awaitTermination(120)
+    except Exception as exc:  # StreamingQueryException: the query failed
+        raise AssertionError(str(exc)) from None
+    assert finished, f"query {name} did not finish"
     return q
 
 
@@ -184,11 +195,23 @@ def test_batch_ranges_exact_rows(env: Env) -> None:
         "one": (env.read(stream="batch-a"), a),
         "two": (env.read(streams="batch-a, batch-b"), a + b),
         # JSON bounds: [3, 7); streams left out run from earliest to latest.
-        "json": (env.read(streams="batch-a,batch-b", startingPosition='{"batch-a": 3}',
-                          endingPosition='{"batch-a": 7}'), a[3:7] + b),
+        "json": (
+            env.read(
+                streams="batch-a,batch-b",
+                startingPosition='{"batch-a": 3}',
+                endingPosition='{"batch-a": 7}',
+            ),
+            a[3:7] + b,
+        ),
         # Timestamps: the first record at or after; the ending one is exclusive.
-        "ts": (env.read(stream="batch-a", startingPosition=f"timestamp:{T0 + 5}",
-                        endingPosition=f"timestamp:{T0 + 8}"), a[5:8]),
+        "ts": (
+            env.read(
+                stream="batch-a",
+                startingPosition=f"timestamp:{T0 + 5}",
+                endingPosition=f"timestamp:{T0 + 8}",
+            ),
+            a[5:8],
+        ),
         "ts-past": (env.read(stream="batch-a", startingPosition=f"timestamp:{T0 + 99}"), []),
         "latest": (env.read(stream="batch-a", startingPosition="latest"), []),
         "empty": (env.read(stream="batch-a", endingPosition='{"batch-a": 0}'), []),
@@ -247,9 +270,13 @@ def test_stream_every_start_kind(env: Env) -> None:
 def test_stream_latest_then_new_records(env: Env) -> None:
     env.fill("latest", 5)
     name = qname()
-    q = (env.read_stream(stream="latest", startingPosition="latest").writeStream
-         .format("memory").queryName(name).option("checkpointLocation", env.checkpoint())
-         .start())
+    q = (
+        env.read_stream(stream="latest", startingPosition="latest")
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", env.checkpoint())
+        .start()
+    )
     try:
         q.processAllAvailable()
         assert rows_of(env.spark.table(name)) == []
@@ -266,8 +293,13 @@ def test_stream_prefix_discovers_new_streams(env: Env) -> None:
     b = env.fill(prefix + "b", 3)
     env.fill("other-" + prefix, 2)  # not selected
     name = qname()
-    q = (env.read_stream(streamPrefix=prefix).writeStream.format("memory").queryName(name)
-         .option("checkpointLocation", env.checkpoint()).start())
+    q = (
+        env.read_stream(streamPrefix=prefix)
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", env.checkpoint())
+        .start()
+    )
     try:
         q.processAllAvailable()
         assert rows_of(env.spark.table(name)) == a + b
@@ -287,15 +319,19 @@ def test_max_records_per_trigger_and_available_now(env: Env) -> None:
     b = env.fill("limit-b", 5)
     name = qname()
     q = run_available_now(
-        env.read_stream(streams="limit-a,limit-b", maxRecordsPerTrigger="10"), name)
+        env.read_stream(streams="limit-a,limit-b", maxRecordsPerTrigger="10"), name
+    )
     assert rows_of(env.spark.table(name)) == a + b
     batches = [p for p in q.recentProgress if p["numInputRows"] > 0]
     # Fair share: batch 0 takes 5 + 5, then limit-a alone takes 10 and 10.
     assert [p["numInputRows"] for p in batches] == [10, 10, 10]
     ends = [p["sources"][0]["endOffset"] for p in batches]
     ends = [json.loads(e) if isinstance(e, str) else e for e in ends]
-    assert ends == [{"limit-a": 5, "limit-b": 5}, {"limit-a": 15, "limit-b": 5},
-                    {"limit-a": 25, "limit-b": 5}]
+    assert ends == [
+        {"limit-a": 5, "limit-b": 5},
+        {"limit-a": 15, "limit-b": 5},
+        {"limit-a": 25, "limit-b": 5},
+    ]
     latest = batches[0]["sources"][0]["latestOffset"]
     latest = json.loads(latest) if isinstance(latest, str) else latest
     assert latest == {"limit-a": 25, "limit-b": 5}  # reportLatestOffset: the tails
@@ -309,8 +345,12 @@ def test_available_now_stops_at_tail_of_start(env: Env) -> None:
     df = env.read_stream(stream="avnow", maxRecordsPerTrigger="7")
 
     def run() -> None:
-        q = (df.writeStream.foreachBatch(lambda d, i: seen.__setitem__(i, rows_of(d)))
-             .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+        q = (
+            df.writeStream.foreachBatch(lambda d, i: seen.__setitem__(i, rows_of(d)))
+            .option("checkpointLocation", ckpt)
+            .trigger(availableNow=True)
+            .start()
+        )
         assert q.awaitTermination(120) and q.exception() is None
 
     run()
@@ -358,8 +398,12 @@ def test_restart_from_checkpoint_while_appending(env: Env) -> None:
     try:
         for _run in range(2):
             before = seen()
-            q = (df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt)
-                 .trigger(processingTime="100 milliseconds").start())
+            q = (
+                df.writeStream.foreachBatch(sink)
+                .option("checkpointLocation", ckpt)
+                .trigger(processingTime="100 milliseconds")
+                .start()
+            )
             try:
                 wait_for(lambda b=before: seen() >= b + 60, "rows in this run")  # type: ignore[misc]
             finally:
@@ -437,14 +481,26 @@ def test_replay_after_failures_gives_identical_rows(env: Env) -> None:
             raise RuntimeError("injected sink failure")
 
     ckpt = env.checkpoint()
-    df = env.read_stream("s2flaky", stream=stream, maxRecordsPerTrigger="1500",
-                         testMarker=str(marker), testFailFrom="1500")
+    df = env.read_stream(
+        "s2flaky",
+        stream=stream,
+        maxRecordsPerTrigger="1500",
+        testMarker=str(marker),
+        testFailFrom="1500",
+    )
 
     def run() -> Any:
-        q = (df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt)
-             .trigger(availableNow=True).start())
-        q.awaitTermination(120)
-        return q.exception()
+        q = (
+            df.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", ckpt)
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            q.awaitTermination(120)
+        except Exception as exc:  # StreamingQueryException: the query failed
+            return exc
+        return None
 
     err = run()  # batch 0 ok, batch 1 fails in the sink after reading all of it
     assert err is not None and "injected sink failure" in str(err)
@@ -464,8 +520,10 @@ def test_replay_after_failures_gives_identical_rows(env: Env) -> None:
 def _trimmed_stream(env: Env, stream: str) -> list[Row]:
     rows = env.fill(stream, 20)
     env.stream(stream).trim(10)  # a trim command record at seq_num 20
-    wait_for(lambda: env.stream(stream).read(seq_num=0, count=1).first_seq_num == 10,
-             "the trim to take effect")
+    wait_for(
+        lambda: env.stream(stream).read(seq_num=0, count=1).first_seq_num == 10,
+        "the trim to take effect",
+    )
     return rows
 
 
@@ -475,8 +533,7 @@ def test_data_loss_batch(env: Env) -> None:
     with pytest.raises(Exception, match=r"records \[2, 10\) of stream 'loss-batch'") as info:
         df.collect()
     assert "failOnDataLoss=false" in str(info.value) and SECRET not in str(info.value)
-    df = env.read(stream="loss-batch", startingPosition='{"loss-batch": 2}',
-                  failOnDataLoss="false")
+    df = env.read(stream="loss-batch", startingPosition='{"loss-batch": 2}', failOnDataLoss="false")
     assert rows_of(df) == rows[10:]
     # earliest means the first record still there: no loss.
     assert rows_of(env.read(stream="loss-batch")) == rows[10:]
@@ -489,8 +546,9 @@ def test_data_loss_streaming(env: Env) -> None:
     with pytest.raises(AssertionError, match=r"Data loss: records \[0, 10\) of stream"):
         run_available_now(df, qname())
     name = qname()
-    run_available_now(env.read_stream(stream="loss-stream", startingPosition=start,
-                                      failOnDataLoss="false"), name)
+    run_available_now(
+        env.read_stream(stream="loss-stream", startingPosition=start, failOnDataLoss="false"), name
+    )
     assert rows_of(env.spark.table(name)) == rows[10:]
 
 
@@ -560,7 +618,8 @@ def test_bad_options_detected_at_query_start(env: Env) -> None:
     env.fill("exists", 1)
     with pytest.raises(Exception, match="fixed schema"):
         env.spark.read.format("s2").schema("body binary").options(
-            **env.options(stream="exists")).load().collect()
+            **env.options(stream="exists")
+        ).load().collect()
     with pytest.raises(Exception, match=r"stream 'missing-stream' in basin .* does not exist"):
         env.read(streams="exists,missing-stream").collect()
     with pytest.raises(Exception, match="option endingPosition puts stream 'exists'"):

@@ -59,8 +59,9 @@ def bodies(n: int, prefix: str = "r", start: int = 0) -> pa.Array:
 
 
 def wid(**kw: Any) -> WriterId:
-    base: dict[str, Any] = dict(query=query_key("q1"), streaming=True, generation=1000,
-                                batch=3, partition=0, attempt=0)
+    base: dict[str, Any] = dict(
+        query=query_key("q1"), streaming=True, generation=1000, batch=3, partition=0, attempt=0
+    )
     base.update(kw)
     return WriterId(**base)
 
@@ -81,9 +82,13 @@ def test_plain_write_in_order(basin: Any, unique: Callable[[str], str]) -> None:
     name = unique("s")
     basin.create_stream(name)
     sink = StreamSink(basin, name, wid(), SMALL)
-    sink.add(bodies(1500), pa.array([[{"name": b"k", "value": b"v"}]] * 1500,
-                                     pa.list_(pa.struct([("name", pa.binary()),
-                                                         ("value", pa.binary())]))))
+    sink.add(
+        bodies(1500),
+        pa.array(
+            [[{"name": b"k", "value": b"v"}]] * 1500,
+            pa.list_(pa.struct([("name", pa.binary()), ("value", pa.binary())])),
+        ),
+    )
     sink.add(bodies(1000, start=1500))
     result = sink.close()
     assert result.appended == 2500 and result.skipped == 0
@@ -129,8 +134,7 @@ def test_retry_after_partial_write_resumes(basin: Any, unique: Callable[[str], s
     assert len(data_rows(basin, name)) == 5000
 
 
-def test_restart_with_other_partitions_in_between(basin: Any,
-                                                  unique: Callable[[str], str]) -> None:
+def test_restart_with_other_partitions_in_between(basin: Any, unique: Callable[[str], str]) -> None:
     """Old run: p0 wrote part, p1 wrote all. New run (newer generation) replays both."""
     name = unique("s")
     basin.create_stream(name)
@@ -143,8 +147,9 @@ def test_restart_with_other_partitions_in_between(basin: Any,
     with pytest.raises(Boom):
         p0.add(bodies(2500, "a"))
     # p1 of the old run takes the abandoned lease only after the timeout: use a short one.
-    p1 = StreamSink(basin, name, wid(partition=1), SinkSettings(flush_records=999,
-                                                               lease_timeout=0.3))
+    p1 = StreamSink(
+        basin, name, wid(partition=1), SinkSettings(flush_records=999, lease_timeout=0.3)
+    )
     p1.add(bodies(1200, "b"))
     p1.close()
     # Restart: generation 2000 replays batch 3; both partitions resume exactly.
@@ -246,3 +251,21 @@ def test_foreign_token(basin: Any, unique: Callable[[str], str]) -> None:
     sink.add(bodies(1))
     with pytest.raises(ForeignFenceError):
         sink.close()
+
+
+def test_fence_records_keep_client_timestamps(basin: Any, unique: Callable[[str], str]) -> None:
+    """Fence records carry timestamp 0, so S2's monotonic clamp never moves user times."""
+    name = unique("s")
+    basin.create_stream(name)
+    t0 = 1_600_000_000_000
+    sink = StreamSink(basin, name, wid(), SMALL)
+    sink.add(bodies(1500), None, pa.array([t0 + i for i in range(1500)], pa.int64()))
+    sink.close()
+    s = basin.stream(name)
+    got = []
+    pos, tail = 0, s.check_tail().seq_num
+    while pos < tail:
+        d = s.read(seq_num=pos, count=1000, include_command_records=False)
+        got += [int(t.timestamp() * 1000) for t in d.batch.column("timestamp").to_pylist()]
+        pos = int(d.last_seq_num) + 1
+    assert got == [t0 + i for i in range(1500)]

@@ -51,7 +51,7 @@ from s2_spark.errors import (
 )
 
 if TYPE_CHECKING:
-    from s2_spark.client import BasinClient, StreamClient
+    from s2_spark.client import AppendAck, BasinClient, StreamClient
     from s2_spark.wire.appends import AppendBatch
 
 __all__ = [
@@ -231,7 +231,7 @@ def _fence_entry(token: str) -> tuple[bytes, int]:
     from s2_spark.client import AppendRecord
     from s2_spark.wire.appends import encode_records
 
-    batch = encode_records([AppendRecord.fence(token)])[0]
+    batch = encode_records([AppendRecord.fence(token, timestamp=0)])[0]
     return batch.records_payload, batch.metered_bytes
 
 
@@ -452,17 +452,25 @@ class StreamSink:
         released = dataclasses.replace(lease, held=False)
         raw = released.encode()
         try:
-            self._stream.fence(raw, fencing_token=self._last_token)
+            self._fence(raw, self._last_token)
             self._last_token = raw
         except FencingTokenMismatchError as exc:
             # Everything we appended is acknowledged; whoever took over continues.
             self._last_token = exc.expected_token
         self._tail = None
 
+    def _fence(self, token: str, current: str) -> AppendAck:
+        """Set the token if it is `current`. Timestamp 0: S2 keeps timestamps monotonic, so
+        the fence takes the previous record's time instead of moving the stream's clock."""
+        from s2_spark.client import AppendRecord
+
+        return self._stream.append([AppendRecord.fence(token, timestamp=0)],
+                                   fencing_token=current)
+
     def _probe(self) -> str:
         """The stream's current fencing token, learnt from a fence that cannot match."""
         try:
-            self._with_stream(lambda: self._stream.fence(_PROBE, fencing_token=_PROBE))
+            self._with_stream(lambda: self._fence(_PROBE, _PROBE))
         except FencingTokenMismatchError as exc:
             return exc.expected_token
         return _PROBE
@@ -556,8 +564,7 @@ class StreamSink:
             lease = self.writer.lease(held=True, clean=clean and not stolen, progress=progress)
             token = lease.encode()
             try:
-                ack = self._with_stream(lambda t=token, r=raw: self._stream.fence(  # type: ignore[misc]
-                    t, fencing_token=r))
+                ack = self._with_stream(lambda t=token, r=raw: self._fence(t, r))  # type: ignore[misc]
             except FencingTokenMismatchError as exc:
                 if exc.expected_token != raw:
                     seen_at = time.monotonic()

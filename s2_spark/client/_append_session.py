@@ -31,6 +31,7 @@ __all__ = ["MAX_INPUTS_PER_SESSION", "SessionResult", "run_append_session"]
 
 MAX_INPUTS_PER_SESSION = 256
 
+_ACCEPT_ENCODING = {"zstd": "zstd, gzip", "gzip": "gzip", "none": "identity"}
 _COMPRESSION = {"zstd": Compression.ZSTD, "gzip": Compression.GZIP, "none": Compression.NONE}
 
 
@@ -69,7 +70,8 @@ def run_append_session(
     """Append `batches` in one S2S session. Never raises S2 errors: returns them."""
     cfg = transport.config
     target = f"stream {stream!r} in basin {basin!r}"
-    compression = _COMPRESSION[cfg.compression]
+    mode = cfg.session_compression(basin)
+    compression = _COMPRESSION[mode]
     frames = []
     match = match_seq_num
     for b in batches:
@@ -82,7 +84,7 @@ def run_append_session(
         {
             "content-type": "s2s/proto",
             "accept": "s2s/proto",
-            "accept-encoding": "zstd, gzip" if cfg.compression != "none" else "identity",
+            "accept-encoding": _ACCEPT_ENCODING[mode],
         },
     )
     acks: list[AppendAck] = []

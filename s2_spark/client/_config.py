@@ -11,6 +11,7 @@ import os
 import random
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 __all__ = ["DEFAULT_ACCOUNT_ENDPOINT", "DEFAULT_BASIN_ENDPOINT", "RetryPolicy", "S2Config"]
 
@@ -72,9 +73,10 @@ class S2Config:
     * otherwise S2 cloud: `account_endpoint` (default https://a.s2.dev) and
       `basin_endpoint` (default https://{basin}.b.s2.dev; "{basin}" is substituted, and
       without it the basin is sent in the `S2-Basin` header).
-    * `compression`: what read sessions ask the server to compress frames with. zstd (then
-      gzip) saves bandwidth to S2 cloud; "none" is faster on loopback or with
-      incompressible data, where compressing only costs CPU on both ends.
+    * `compression`: how S2S sessions compress frames. zstd (then gzip) saves bandwidth
+      to S2 cloud; on loopback it only costs CPU on both ends (a 1M-record catch-up read
+      ran ~5x slower with zstd). "auto" (default): none for a loopback endpoint
+      (localhost, 127.x, ::1), zstd otherwise.
     """
 
     access_token: str | None = field(default=None, repr=False)
@@ -85,12 +87,13 @@ class S2Config:
     request_timeout: float = 30.0
     session_idle_timeout: float = 20.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    compression: Literal["zstd", "gzip", "none"] = "zstd"
+    compression: Literal["auto", "zstd", "gzip", "none"] = "auto"
 
     def __post_init__(self) -> None:
-        if self.compression not in ("zstd", "gzip", "none"):
+        if self.compression not in ("auto", "zstd", "gzip", "none"):
             raise ValueError(
-                f"S2Config.compression must be 'zstd', 'gzip' or 'none' (got {self.compression!r})"
+                "S2Config.compression must be 'auto', 'zstd', 'gzip' or 'none' "
+                f"(got {self.compression!r})"
             )
         if self.access_token is not None and not isinstance(self.access_token, str):
             raise ValueError("S2Config.access_token must be a string or None")
@@ -148,6 +151,15 @@ class S2Config:
     def with_retry(self, retry: RetryPolicy) -> S2Config:
         """A copy with another retry policy."""
         return replace(self, retry=retry)
+
+    def session_compression(self, basin: str | None = None) -> Literal["zstd", "gzip", "none"]:
+        """The compression sessions use, resolving "auto" by the endpoint's host."""
+        if self.compression != "auto":
+            return self.compression
+        url = self.basin_base_url(basin)[0] if basin else self.account_base_url()
+        host = urlsplit(url).hostname or ""
+        loopback = host == "localhost" or host.startswith("127.") or host == "::1"
+        return "none" if loopback else "zstd"
 
     def account_base_url(self) -> str:
         """Base URL (ending in /v1) for account operations."""

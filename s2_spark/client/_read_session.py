@@ -25,6 +25,7 @@ from s2_spark.errors import (
     ReadPastTailError,
     S2Error,
     SessionTimeoutError,
+    UnavailableError,
 )
 from s2_spark.wire.frames import FrameDecoder, Message
 
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = ["ReadSession"]
 
 log = logging.getLogger("s2_spark.client")
+
+_ADVISED_RECONNECT_EVERY = 60.0
 
 _ACCEPT_ENCODING = {"zstd": "zstd, gzip", "gzip": "gzip", "none": "identity"}
 
@@ -76,6 +79,7 @@ class ReadSession(Iterator["DecodedBatch"]):
         self.delivered_records = 0
         self.reconnects = 0
         self.last_tail: Position | None = None
+        self._unbounded = wait is None and not any(k in params for k in ("count", "bytes", "until"))
         self._gen = self._run()
 
     def __repr__(self) -> str:
@@ -146,7 +150,7 @@ class ReadSession(Iterator["DecodedBatch"]):
             {
                 "content-type": "s2s/proto",
                 "accept": "s2s/proto",
-                "accept-encoding": _ACCEPT_ENCODING[cfg.compression],
+                "accept-encoding": _ACCEPT_ENCODING[cfg.session_compression(self.basin)],
             },
         )
         timeout = httpx.Timeout(
@@ -156,6 +160,7 @@ class ReadSession(Iterator["DecodedBatch"]):
             pool=cfg.request_timeout,
         )
         failures = 0
+        last_advised: float | None = None
         last_progress = time.monotonic()
         first_connect = True
         while True:
@@ -190,10 +195,17 @@ class ReadSession(Iterator["DecodedBatch"]):
                                     include_command_records=self._include_command_records,
                                     include_headers=self._include_headers,
                                 )
-                                last_progress = time.monotonic()
                                 heartbeat = self._account(decoded)
-                                if frame.reconnect_advised:
+                                if not heartbeat:
+                                    last_progress = time.monotonic()
+                                if frame.reconnect_advised and (
+                                    last_advised is None
+                                    or time.monotonic() - last_advised > _ADVISED_RECONNECT_EVERY
+                                ):
+                                    # At most one advised reconnect a minute, as S2's SDKs
+                                    # do, so a server flagging every frame cannot churn us.
                                     advised = True
+                                    last_advised = time.monotonic()
                                 if not heartbeat or self._heartbeats:
                                     yield decoded
                                 if self._done():
@@ -226,7 +238,15 @@ class ReadSession(Iterator["DecodedBatch"]):
 
             was_first, first_connect = first_connect, False
             if ended:
-                return
+                if not self._unbounded:
+                    return
+                # S2 never ends an unbounded session on its own: this is a restart or an
+                # intermediary closing the stream, so resume like after any failure.
+                err = UnavailableError(
+                    f"read session of {self._target} was closed by the server before any "
+                    "bound was reached; resuming",
+                    code="session_closed",
+                )
             if advised and err is None:
                 self.reconnects += 1
                 log.debug("read session of %s reconnecting on server advice", self._target)

@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from s2_spark._proto import s2_pb2
-from s2_spark.errors import BadRequestError, Position, UnavailableError
+from s2_spark.errors import (
+    BadRequestError,
+    Position,
+    S2Error,
+    SeqNumMismatchError,
+    UnavailableError,
+)
 
 from ._append_session import MAX_INPUTS_PER_SESSION, run_append_session
 from ._encode import encode_append_records
@@ -16,6 +22,7 @@ from ._params import check_u64, read_params
 from ._read_session import ReadSession
 from ._transport import Transport
 from ._types import MAX_BATCH_BYTES, MAX_BATCH_RECORDS, AppendAck, AppendRecord
+from ._verify import landed_batches
 
 if TYPE_CHECKING:
     from s2_spark.wire.appends import AppendBatch
@@ -95,6 +102,7 @@ class StreamClient:
             target=self._target,
             params=params,
             headers={"accept": "application/protobuf"},
+            extra_read_time=float(params.get("wait", 0)),
         )
         return decode_read_batch(
             resp.content,
@@ -191,15 +199,32 @@ class StreamClient:
         if match_seq_num is not None:
             check_u64("match_seq_num", match_seq_num)
         body = batch.to_append_input(match_seq_num, fencing_token)
-        resp = self._t.request(
-            "POST",
-            self._path,
-            basin=self.basin,
-            target=self._target,
-            content=body,
-            headers=_PROTO_HEADERS,
-            retry="always" if match_seq_num is not None else "unsent",
-        )
+        ambiguous = False
+
+        def note(err: S2Error, unsent: bool) -> None:
+            nonlocal ambiguous
+            ambiguous = ambiguous or not unsent
+
+        try:
+            resp = self._t.request(
+                "POST",
+                self._path,
+                basin=self.basin,
+                target=self._target,
+                content=body,
+                headers=_PROTO_HEADERS,
+                retry="always" if match_seq_num is not None else "unsent",
+                on_retry=note,
+            )
+        except SeqNumMismatchError as e:
+            # A retry after a lost response may fail only because the first attempt landed.
+            if ambiguous and match_seq_num is not None:
+                acks = landed_batches(
+                    self._t, self.basin, self.name, [batch], match_seq_num, e.expected_seq_num
+                )
+                if acks:
+                    return acks[0]
+            raise
         return _ack(resp.content)
 
     def append_many(
@@ -248,6 +273,7 @@ class StreamClient:
         next_match = match_seq_num
         done = 0
         failures = 0
+        ambiguous = False
         while done < len(batches):
             chunk = batches[done : done + MAX_INPUTS_PER_SESSION]
             res = run_append_session(
@@ -269,6 +295,29 @@ class StreamClient:
             err = res.error
             if err is None:
                 continue
+            if (
+                ambiguous
+                and next_match is not None
+                and isinstance(err, SeqNumMismatchError)
+                and err.expected_seq_num > next_match
+            ):
+                # The failed session's inputs may have landed: skip the ones that did.
+                acks = landed_batches(
+                    self._t,
+                    self.basin,
+                    self.name,
+                    batches[done:],
+                    next_match,
+                    err.expected_seq_num,
+                )
+                if acks:
+                    first = first or acks[0]
+                    last = acks[-1]
+                    done += len(acks)
+                    next_match = err.expected_seq_num
+                    ambiguous = False
+                    continue
+            ambiguous = ambiguous or not res.unsent
             failures += 1
             safe = next_match is not None or res.unsent
             if err.retryable and safe and failures < policy.max_attempts:

@@ -96,22 +96,39 @@ class Transport:
         headers: Mapping[str, str] | None = None,
         retry: RetryMode = "always",
         ok: Callable[[int], bool] = lambda s: 200 <= s < 300,
-        on_retry: Callable[[S2Error, int], None] | None = None,
+        on_retry: Callable[[S2Error, bool], None] | None = None,
+        extra_read_time: float = 0.0,
     ) -> httpx.Response:
         """Send one request, retrying retryable failures; return a successful response.
 
         `retry` says when a failed attempt may be repeated without risking a duplicate.
+        `extra_read_time` extends the read timeout (a long-poll read waits server-side).
         """
         policy = self.config.retry
         url = self.url(basin, path)
         hdrs = self.headers(basin, headers)
+        timeout: Any = httpx.USE_CLIENT_DEFAULT
+        if extra_read_time:
+            cfg = self.config
+            timeout = httpx.Timeout(
+                connect=cfg.connect_timeout,
+                read=cfg.request_timeout + extra_read_time,
+                write=cfg.request_timeout,
+                pool=cfg.request_timeout,
+            )
         attempt = 0
         while True:
             err: S2Error
             unsent = False
             try:
                 resp = self.http.request(
-                    method, url, params=params, json=json, content=content, headers=hdrs
+                    method,
+                    url,
+                    params=params,
+                    json=json,
+                    content=content,
+                    headers=hdrs,
+                    timeout=timeout,
                 )
             except httpx.TransportError as exc:
                 unsent = is_unsent(exc)
@@ -144,5 +161,5 @@ class Transport:
                 delay,
             )
             if on_retry is not None:
-                on_retry(err, attempt)
+                on_retry(err, unsent)
             time.sleep(delay)

@@ -125,7 +125,7 @@ class _Job:
         from s2_spark.client import S2Client
 
         me = self._writer_id()
-        hook = _fault_hook(self.options.test_fault)
+        hook = _fault_hook(self.options.test_fault, me.batch)
         with S2Client(self.options.settings.config()) as client:
             basin = client.basin(self.options.settings.basin)
             out = PartitionWriter(basin, me, self.options.sink, after_append=hook)
@@ -217,16 +217,19 @@ def _rows_batch(rows: list[Any], layout: InputLayout) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, names=list(layout.names))
 
 
-def _fault_hook(spec: str | None) -> Any:
+def _fault_hook(spec: str | None, batch: int) -> Any:
     """TEST-ONLY fault injection (option `_testFaultAfterAppends`, see _writer_options).
 
-    "fail:N:/marker": raise after the task's N-th append; "hang:N:/marker": block until
-    the process is killed. Fires once: the marker file is created when it fires.
+    "fail:N:B:/marker" raises right after the task's N-th append in micro-batch B ("*":
+    any); "hang:N:B:/marker" blocks there until the process is killed. Fires once: the
+    marker file is created when it fires.
     """
     if not spec:
         return None
-    kind, count_raw, marker = spec.split(":", 2)
+    kind, count_raw, batch_raw, marker = spec.split(":", 3)
     count = int(count_raw)
+    if batch_raw != "*" and int(batch_raw) != batch:
+        return None
     state = {"n": 0}
 
     def hook(sink: StreamSink) -> None:

@@ -40,8 +40,9 @@ ACCEPTED_COLUMNS = (
     "seq_num (ignored, so the reader's rows can be written as they are)"
 )
 
-#: Test-only hook (not a user option): "fail:N:/marker" or "hang:N:/marker" makes a task
-#: fail, or hang until killed, right after its N-th append, once per marker file.
+#: TEST-ONLY hook (not a user option): "fail:N:B:/marker" or "hang:N:B:/marker" makes a task
+#: of micro-batch B ("*": any) fail, or hang until killed, right after its N-th append,
+#: once per marker file.
 TEST_FAULT_OPTION = "_testFaultAfterAppends"
 
 

@@ -2,7 +2,17 @@
 
 `LocalS2Server` runs in a background thread of this process; `ServerProcess` runs
 `python -m s2_spark.testing` as a child (so tests can kill -9 and restart it). Both
-serve HTTP/1.1 and h2c on one port, in memory or journaled to a data directory.
+serve HTTP/1.1 and h2c (HTTP/2 with prior knowledge, what s2-sdk speaks over
+`http://`) on one port, in memory or journaled to a data directory::
+
+    from s2_spark.testing import LocalS2Server
+
+    with LocalS2Server() as server:
+        ...  # point a client at server.url, e.g. "http://127.0.0.1:40123"
+
+The API follows S2's OpenAPI spec and s2-lite's behaviour: basins and streams, appends
+(JSON, protobuf, S2S sessions), reads (JSON, protobuf, SSE, S2S sessions), check tail,
+command records, retention and access-token checks (`token=`).
 """
 
 from s2_spark.testing._server import LocalS2Server, ServerProcess

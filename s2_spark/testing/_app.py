@@ -13,10 +13,12 @@ import binascii
 import hmac
 import json
 import time
+import zlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl, unquote_to_bytes
 
+import zstandard
 from google.protobuf.message import DecodeError
 
 from s2_spark._proto import s2_pb2
@@ -77,8 +79,9 @@ class Request:
         for k, v in scope["headers"]:
             self.headers[k.decode("latin-1").lower()] = v.decode("latin-1")
         raw = scope.get("raw_path") or scope["path"].encode()
-        path = raw.split(b"?", 1)[0].decode("latin-1")
-        self.segments = [unquote(s, errors="strict") for s in path.split("/")[1:]]
+        path = raw.split(b"?", 1)[0]
+        # Split before unescaping, so an escaped "/" (%2F) stays inside a stream name.
+        self.segments = [unquote_to_bytes(s).decode() for s in path.split(b"/")[1:]]
         self.query: dict[str, str] = {}
         for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1")):
             self.query[k] = v
@@ -105,7 +108,36 @@ class Request:
                     raise ApiError.standard(413, "invalid", "request body is too large")
                 chunks.append(chunk)
             if not msg.get("more_body", False):
-                return b"".join(chunks)
+                return self._decoded(b"".join(chunks), limit)
+
+    def _decoded(self, data: bytes, limit: int) -> bytes:
+        """Undo a `Content-Encoding`: s2-sdk with compression on compresses unary bodies."""
+        encoding = (self.headers.get("content-encoding") or "identity").strip().lower()
+        if encoding == "identity" or not data:
+            return data
+        if encoding not in ("zstd", "gzip"):
+            raise ApiError.bad(
+                "bad_header", f"unsupported Content-Encoding {encoding!r}: use zstd or gzip"
+            )
+        parts: list[bytes] = []
+        size = 0
+        try:
+            if encoding == "zstd":
+                reader = zstandard.ZstdDecompressor().stream_reader(data)
+                while chunk := reader.read(1 << 16):
+                    size += len(chunk)
+                    if size > limit:
+                        break
+                    parts.append(chunk)
+            else:
+                out = zlib.decompressobj(wbits=31).decompress(data, limit + 1)
+                size = len(out)
+                parts.append(out)
+        except (zstandard.ZstdError, zlib.error) as e:
+            raise ApiError.bad("bad_request", f"corrupt {encoding} request body: {e}") from e
+        if size > limit:
+            raise ApiError.standard(413, "invalid", "request body is too large")
+        return b"".join(parts)
 
     async def json(self) -> Any:
         data = await self.body()
@@ -375,10 +407,9 @@ class S2App:
         basin, created = self.store.create_basin(
             body["basin"], body.get("config"), request_token=req.header("s2-request-token")
         )
+        # s2-lite answers 201 for an idempotent retry too; the header tells them apart.
         result = b"created" if created else b"noop"
-        await _respond_json(
-            send, 201 if created else 200, basin.info(), [(b"s2-provision-result", result)]
-        )
+        await _respond_json(send, 201, basin.info(), [(b"s2-provision-result", result)])
 
     async def get_basin(self, req: Request, send: Send, name: str) -> None:
         await _respond_json(send, 200, self.store.basin(name).config)
@@ -414,8 +445,11 @@ class S2App:
         if not isinstance(body, dict) or not isinstance(body.get("stream"), str):
             raise ApiError.bad("bad_json", "request body must be an object with a `stream` name")
         _checked(validate_stream_name, body["stream"], "bad_json", "stream")
-        stream, _ = self.store.create_stream(basin, body["stream"], body.get("config"))
-        await _respond_json(send, 201, stream.info(), [(b"s2-provision-result", b"created")])
+        stream, created = self.store.create_stream(
+            basin, body["stream"], body.get("config"), request_token=req.header("s2-request-token")
+        )
+        result = b"created" if created else b"noop"
+        await _respond_json(send, 201, stream.info(), [(b"s2-provision-result", result)])
 
     async def get_stream(self, req: Request, send: Send, name: str) -> None:
         stream = self.store.stream(req.basin_name(), self._stream_name(name))

@@ -55,8 +55,20 @@ def encode_varint(value: int) -> bytes:
 _SMALL_VARINTS = [encode_varint(i) for i in range(16384)]
 
 
+_LARGE_VARINTS: dict[int, bytes] = {}
+
+
 def _varint(value: int) -> bytes:
-    return _SMALL_VARINTS[value] if value < 16384 else encode_varint(value)
+    """Varint with caches: small values from a table, large ones (timestamps, which
+    repeat across a batch and its ack) from a small memo."""
+    if value < 16384:
+        return _SMALL_VARINTS[value]
+    cached = _LARGE_VARINTS.get(value)
+    if cached is None:
+        if len(_LARGE_VARINTS) >= 4096:
+            _LARGE_VARINTS.clear()
+        cached = _LARGE_VARINTS[value] = encode_varint(value)
+    return cached
 
 
 def metered_size(headers: list[tuple[bytes, bytes]], body: bytes) -> int:
@@ -112,6 +124,13 @@ def encode_entries(
     Sequence numbers are consecutive, so the varint above the low 7 bits changes only
     every 128 records; timestamps usually repeat within a batch.
     """
+    if (
+        first_seq >= 128
+        and timestamps
+        and timestamps[0] == timestamps[-1]
+        and not any(r[1] for r in records)
+    ):
+        return _encode_plain(first_seq, timestamps[0], [r[2] for r in records])
     out: list[bytes] = []
     append = out.append
     small = _SMALL_VARINTS
@@ -146,6 +165,69 @@ def encode_entries(
             rec_len = len(seq_part) + len(ts_part)
             append(b"\x0a" + small[rec_len] + seq_part + ts_part)
         seq += 1
+    return out
+
+
+def _encode_plain(first_seq: int, timestamp: int, bodies: list[bytes]) -> list[bytes]:
+    """Records without headers sharing one timestamp (the usual batch), seq >= 128.
+
+    Works in blocks of sequence numbers that share the varint above their low 7 bits,
+    so each record costs one join of cached pieces.
+    """
+    small = _SMALL_VARINTS
+    low = _LOW
+    ts_part = b"\x10" + _varint(timestamp) if timestamp else b""
+    out: list[bytes] = []
+    seq = first_seq
+    i, n = 0, len(bodies)
+    while i < n:
+        lo = seq & 0x7F
+        j = min(n, i + 128 - lo)
+        upper = _varint(seq >> 7)
+        # tag 08 + low byte + upper, ts part, tag 22; then the body length and body.
+        fixed = 2 + len(upper) + len(ts_part) + 1
+        mid = upper + ts_part + b"\x22"
+        block = bodies[i:j]
+        lengths = list(map(len, block))
+        if min(lengths) > 0 and max(lengths) < 128:
+            out.extend(
+                [
+                    b"".join(
+                        (
+                            b"\x0a",
+                            small[fixed + 1 + len(b)],
+                            b"\x08",
+                            low[lo + k],
+                            mid,
+                            small[len(b)],
+                            b,
+                        )
+                    )
+                    for k, b in enumerate(block)
+                ]
+            )
+        else:
+            for k, b in enumerate(block):
+                if not b:  # proto3 omits an empty body
+                    rec = b"\x08" + low[lo + k] + upper + ts_part
+                    out.append(b"\x0a" + _varint(len(rec)) + rec)
+                    continue
+                blen = _varint(len(b))
+                out.append(
+                    b"".join(
+                        (
+                            b"\x0a",
+                            _varint(fixed + len(blen) + len(b)),
+                            b"\x08",
+                            low[lo + k],
+                            mid,
+                            blen,
+                            b,
+                        )
+                    )
+                )
+        seq += j - i
+        i = j
     return out
 
 

@@ -286,6 +286,7 @@ class Stream:
     fencing_token: str = ""
     trim_point: int = 0
     deleted: bool = False
+    request_token: str | None = None
     _changed: asyncio.Event | None = None
 
     # -- reads
@@ -348,6 +349,21 @@ class Stream:
         mode = ts_cfg["mode"]
         uncapped = ts_cfg.get("uncapped", False)
         max_ts = self.last_ts
+        if (
+            mode != "client-require"
+            and not any(r[1] for r in records)
+            and (mode == "arrival" or all(r[0] is None for r in records))
+        ):
+            # The usual batch: no headers, no client timestamps. One timestamp for all.
+            t = max(now, max_ts)
+            n = len(records)
+            bodies = [r[2] for r in records]
+            return (
+                encode_entries(first, [t] * n, records),
+                [t] * n,
+                [8 + len(b) for b in bodies],
+                [],
+            )
         timestamps: list[int] = []
         metered: list[int] = []
         commands: list[tuple[int, bytes]] = []
@@ -490,6 +506,7 @@ class Store:
         elif kind == "create_stream":
             sid = op["id"]
             stream = Stream(sid, op["basin"], op["name"], op["config"], op["created_at"])
+            stream.request_token = op.get("request_token")
             self.basins[op["basin"]].streams[op["name"]] = stream
             self._streams_by_id[sid] = stream
             self._next_stream_id = max(self._next_stream_id, sid + 1)
@@ -531,7 +548,8 @@ class Store:
         validate_basin_name(name)
         existing = self.basins.get(name)
         if existing is not None:
-            if request_token is not None and existing.request_token == request_token:
+            key = _idempotency_key(request_token, config)
+            if key is not None and existing.request_token == key:
                 return existing, False
             raise ApiError.standard(409, "resource_already_exists", f"basin {name} already exists")
         cfg = apply_basin_config(default_basin_config(), config)
@@ -541,7 +559,7 @@ class Store:
                 "name": name,
                 "config": cfg,
                 "created_at": _rfc3339(),
-                "request_token": request_token,
+                "request_token": _idempotency_key(request_token, config),
             }
         )
         return self.basins[name], True
@@ -553,7 +571,8 @@ class Store:
         if basin is None:
             basin, _ = self.create_basin(name, config)
             return basin, "created"
-        new = apply_basin_config(basin.config, config)
+        # As in s2-lite, the desired config replaces the current one (defaults fill gaps).
+        new = apply_basin_config(default_basin_config(), config)
         if new == basin.config:
             return basin, "noop"
         self._meta({"op": "basin_config", "name": name, "config": new})
@@ -584,13 +603,22 @@ class Store:
         return stream
 
     def create_stream(
-        self, basin_name: str, name: str, config: Any, *, exist_ok: bool = False
+        self,
+        basin_name: str,
+        name: str,
+        config: Any,
+        *,
+        exist_ok: bool = False,
+        request_token: str | None = None,
     ) -> tuple[Stream, bool]:
+        """Create a stream; returns (stream, created). A retry with the same request
+        token and config is a no-op, as in s2-lite."""
         validate_stream_name(name)
         basin = self.basin(basin_name)
         existing = basin.streams.get(name)
+        key = _idempotency_key(request_token, config)
         if existing is not None:
-            if exist_ok:
+            if exist_ok or (key is not None and existing.request_token == key):
                 return existing, False
             raise ApiError.standard(409, "resource_already_exists", f"stream {name} already exists")
         cfg = apply_stream_config(basin.config["default_stream_config"], config)
@@ -603,6 +631,7 @@ class Store:
                 "name": name,
                 "config": cfg,
                 "created_at": _rfc3339(),
+                "request_token": key,
             }
         )
         return basin.streams[name], True
@@ -614,7 +643,9 @@ class Store:
         if stream is None:
             stream, _ = self.create_stream(basin_name, name, config)
             return stream, "created"
-        new = apply_stream_config(stream.config, config)
+        # As in s2-lite, the desired config replaces the current one (basin defaults
+        # fill gaps); PATCH is the way to change single fields.
+        new = apply_stream_config(basin.config["default_stream_config"], config)
         if new == stream.config:
             return stream, "noop"
         self._meta({"op": "stream_config", "id": stream.id, "config": new})
@@ -670,6 +701,13 @@ class Store:
         return start, end, end
 
 
+def _idempotency_key(request_token: str | None, config: Any) -> str | None:
+    """A create is a no-op retry when both its request token and its config match."""
+    if request_token is None:
+        return None
+    return request_token + "\n" + json.dumps(config, sort_keys=True)
+
+
 def _command_effect(record: AppendRecord) -> tuple[str, Any]:
     _, headers, body = record
     op = headers[0][1]
@@ -684,6 +722,14 @@ def validate_records(records: list[AppendRecord]) -> None:
         raise ApiError.invalid("record batch must not be empty")
     if len(records) > MAX_BATCH_RECORDS:
         raise ApiError.invalid("record batch must not exceed 1000 records")
+    if not any(r[1] for r in records):
+        # No headers, so no command records: sizes are 8 + body length.
+        lengths = [len(r[2]) for r in records]
+        if max(lengths) + 8 > MAX_BATCH_BYTES:
+            raise ApiError.invalid("record must have metered size less than 1 MiB")
+        if sum(lengths) + 8 * len(lengths) > MAX_BATCH_BYTES:
+            raise ApiError.invalid("record batch must not exceed a metered size of 1 MiB")
+        return
     total = 0
     for _, headers, body in records:
         size = 8 + len(body)
