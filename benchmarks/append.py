@@ -75,15 +75,19 @@ def main() -> None:
             for batch in encode_append_records(records[:unary_n]):
                 s.append_payload(batch)
             unary = time.perf_counter() - t0
-            print(f"s2_spark unary append per batch, sequential: {unary_n / unary:,.0f} "
-                  f"records/s ({unary:.2f}s for {unary_n})")
+            print(
+                f"s2_spark unary append per batch, sequential: {unary_n / unary:,.0f} "
+                f"records/s ({unary:.2f}s for {unary_n})"
+            )
 
             t0 = time.perf_counter()
             batches = encode_append_batches(pa.array(data, pa.binary()))
             b.stream("arrow").append_batches(batches)
             arrow = time.perf_counter() - t0
-            print(f"s2_spark Arrow column -> append_batches: {n / arrow:,.0f} records/s "
-                  f"({arrow:.2f}s)")
+            print(
+                f"s2_spark Arrow column -> append_batches: {n / arrow:,.0f} records/s "
+                f"({arrow:.2f}s)"
+            )
 
         sdk = sdk_producer(server.url, basin, "sdk", data)
         print(f"s2-sdk producer: {n / sdk:,.0f} records/s ({sdk:.2f}s)")

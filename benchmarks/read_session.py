@@ -15,22 +15,25 @@ import time
 import uuid
 
 import httpx
+import pyarrow as pa
 
-from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.client import S2Client, S2Config
 from s2_spark.testing import ServerProcess
+from s2_spark.wire.appends import encode_append_batches
 
 RECORD = 100
 
 
 def fill(client: S2Client, basin: str, stream: str, n: int) -> float:
-    """Append n records of RECORD random (incompressible) bytes."""
+    """Append n records of RECORD random (incompressible) bytes, from Arrow columns."""
     s = client.basin(basin).stream(stream)
     t0 = time.perf_counter()
     step = 100_000
     for start in range(0, n, step):
         k = min(n, start + step) - start
         blob = os.urandom(k * RECORD)
-        s.append_many(AppendRecord(blob[i * RECORD : (i + 1) * RECORD]) for i in range(k))
+        col = pa.array([blob[i * RECORD : (i + 1) * RECORD] for i in range(k)], pa.binary())
+        s.append_batches(encode_append_batches(col))
     return time.perf_counter() - t0
 
 
@@ -43,8 +46,10 @@ def ceiling(url: str, basin: str, stream: str, n: int, encoding: str) -> tuple[f
     with (
         httpx.Client(timeout=60) as http,
         http.stream(
-            "GET", f"{url}/v1/streams/{stream}/records",
-            params={"seq_num": 0, "count": n}, headers=headers,
+            "GET",
+            f"{url}/v1/streams/{stream}/records",
+            params={"seq_num": 0, "count": n},
+            headers=headers,
         ) as resp,
     ):
         for chunk in resp.iter_raw():
@@ -89,23 +94,29 @@ def main() -> None:
     n = args.records
     basin, stream = f"bench-{uuid.uuid4().hex[:8]}", "catchup"
     with ServerProcess(heartbeat_interval=5.0) as server:
-        with S2Client(S2Config(endpoint=server.url, request_timeout=120)) as client:
+        zstd = S2Config(endpoint=server.url, request_timeout=120, compression="zstd")
+        with S2Client(zstd) as client:
             client.create_basin(basin)
             client.basin(basin).create_stream(stream)
             fill_s = fill(client, basin, stream, n)
             print(f"filled {n} records of {RECORD} B in {fill_s:.1f}s")
             for enc in ("", "zstd"):
                 secs, total = ceiling(server.url, basin, stream, n, enc)
-                print(f"server ceiling ({enc or 'uncompressed'}): {n / secs:,.0f} records/s, "
-                      f"{total / secs / 1e6:.1f} MB/s on the wire ({secs:.2f}s)")
+                print(
+                    f"server ceiling ({enc or 'uncompressed'}): {n / secs:,.0f} records/s, "
+                    f"{total / secs / 1e6:.1f} MB/s on the wire ({secs:.2f}s)"
+                )
             zstd_s = min(ours(client, basin, stream, n) for _ in range(2))
-            print(f"s2_spark read_session -> Arrow, zstd: {n / zstd_s:,.0f} records/s "
-                  f"({zstd_s:.2f}s)")
+            print(
+                f"s2_spark read_session -> Arrow, zstd: {n / zstd_s:,.0f} records/s ({zstd_s:.2f}s)"
+            )
         plain = S2Config(endpoint=server.url, request_timeout=120, compression="none")
         with S2Client(plain) as client:
             ours_s = min(ours(client, basin, stream, n) for _ in range(2))
-            print(f"s2_spark read_session -> Arrow, uncompressed: {n / ours_s:,.0f} records/s "
-                  f"({ours_s:.2f}s)")
+            print(
+                f"s2_spark read_session -> Arrow, uncompressed: {n / ours_s:,.0f} records/s "
+                f"({ours_s:.2f}s)"
+            )
         sdk_s = sdk(server.url, basin, stream, n)
         print(f"s2-sdk read_session: {n / sdk_s:,.0f} records/s ({sdk_s:.2f}s)")
     print(f"read_session: {n / ours_s:.0f} records/s, {sdk_s / ours_s:.2f}x s2-sdk")

@@ -18,11 +18,11 @@ import tempfile
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import DataFrame, SparkSession
 
-from s2_spark.client import AppendRecord, S2Client, S2Config  # noqa: E402
-from s2_spark.spark import S2DataSource  # noqa: E402
-from s2_spark.testing import LocalS2Server  # noqa: E402
+from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.spark import S2DataSource
+from s2_spark.testing import LocalS2Server
 
 
 def write(client: S2Client, basin: str, stream: str, bodies: list[str]) -> None:

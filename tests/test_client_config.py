@@ -154,3 +154,17 @@ def test_bad_names_fail_before_any_request() -> None:
             stream.read_session(count=-5)
         with pytest.raises(BadRequestError, match="wait"):
             stream.read_session(wait=float("nan"))
+
+
+def test_clients_pickle_for_spark_executors() -> None:
+    import pickle
+
+    cfg = S2Config(access_token=TOKEN, endpoint="http://127.0.0.1:9")
+    with S2Client(cfg) as client:
+        stream = client.basin("good-basin").stream("events")
+        for obj in (cfg, client, stream):
+            copy = pickle.loads(pickle.dumps(obj))
+            assert repr(copy) == repr(obj)
+        copy = pickle.loads(pickle.dumps(stream))
+        assert copy._t is not stream._t and copy._t.config == cfg
+        copy._t.close()

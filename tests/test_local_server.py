@@ -673,3 +673,31 @@ def test_empty_wait_long_poll_times_out_with_empty_batch(api: Api) -> None:
     api.append([{"body": "a"}])
     r = api.read(seq_num=1, wait=1)
     assert (r.status_code, r.json()) == (200, {"records": []})
+
+
+def test_stream_names_with_slashes_and_unicode(
+    s2_server: Any, unique: Callable[[str], str]
+) -> None:
+    from urllib.parse import quote
+
+    c = httpx.Client(base_url=s2_server.url + "/v1")
+    basin = unique("esc")
+    c.post("/basins", json={"basin": basin})
+    h = {"s2-basin": basin}
+    name = "dir/sub é ?#%"
+    assert c.post("/streams", headers=h, json={"stream": name}).status_code == 201
+    path = f"/streams/{quote(name, safe='')}/records"
+    assert c.post(path, headers=h, json={"records": [{"body": "x"}]}).status_code == 200
+    r = c.get(path + "/tail", headers=h)
+    assert r.json() == {"tail": {"seq_num": 1, "timestamp": r.json()["tail"]["timestamp"]}}
+    assert [s["name"] for s in c.get("/streams", headers=h).json()["streams"]] == [name]
+
+
+def test_server_process_token_and_cli_url() -> None:
+    with ServerProcess(token="proc-secret") as server:
+        assert server.url.startswith("http://127.0.0.1:") and not server.url.endswith(":0")
+        r = httpx.get(server.url + "/v1/basins")
+        assert (r.status_code, r.json()["code"]) == (401, "authn")
+        r = httpx.get(server.url + "/v1/basins", headers={"authorization": "Bearer proc-secret"})
+        assert r.status_code == 200
+        assert "proc-secret" not in repr(server)

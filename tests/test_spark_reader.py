@@ -167,8 +167,9 @@ def qname() -> str:
 
 
 def test_automatic_registration_module() -> None:
-    import pyspark_s2
     from pyspark.sql.datasource import DataSource
+
+    import pyspark_s2
 
     assert issubclass(pyspark_s2.DefaultSource, DataSource)
     assert pyspark_s2.DefaultSource.name() == "s2"
@@ -192,29 +193,13 @@ def test_batch_ranges_exact_rows(env: Env) -> None:
     a = env.fill("batch-a", 10)
     b = env.fill("batch-b", 4)
     cases = {
-        "one": (env.read(stream="batch-a"), a),
-        "two": (env.read(streams="batch-a, batch-b"), a + b),
         # JSON bounds: [3, 7); streams left out run from earliest to latest.
-        "json": (
-            env.read(
-                streams="batch-a,batch-b",
-                startingPosition='{"batch-a": 3}',
-                endingPosition='{"batch-a": 7}',
-            ),
-            a[3:7] + b,
-        ),
+        "json": (env.read(streams="batch-a, batch-b", startingPosition='{"batch-a": 3}',
+                          endingPosition='{"batch-a": 7}'), a[3:7] + b),
         # Timestamps: the first record at or after; the ending one is exclusive.
-        "ts": (
-            env.read(
-                stream="batch-a",
-                startingPosition=f"timestamp:{T0 + 5}",
-                endingPosition=f"timestamp:{T0 + 8}",
-            ),
-            a[5:8],
-        ),
-        "ts-past": (env.read(stream="batch-a", startingPosition=f"timestamp:{T0 + 99}"), []),
+        "ts": (env.read(stream="batch-a", startingPosition=f"timestamp:{T0 + 5}",
+                        endingPosition=f"timestamp:{T0 + 8}"), a[5:8]),
         "latest": (env.read(stream="batch-a", startingPosition="latest"), []),
-        "empty": (env.read(stream="batch-a", endingPosition='{"batch-a": 0}'), []),
         "no-headers": (env.read(stream="batch-a", includeHeaders="false"), no_headers(a)),
     }
     got = rows_by_case(tagged({k: df for k, (df, _) in cases.items()}), list(cases))
@@ -246,25 +231,18 @@ def test_batch_prefix_and_empty(env: Env) -> None:
 # -- streaming reads -------------------------------------------------------------------------------
 
 
-def test_stream_every_start_kind(env: Env) -> None:
+def test_stream_start_kinds(env: Env) -> None:
+    """JSON and timestamp starts (earliest: most tests; latest: the next test)."""
     a = env.fill("start-a", 10)
     b = env.fill("start-b", 3)
     cases: list[tuple[dict[str, str], list[Row]]] = [
-        ({}, a + b),
-        ({"startingPosition": "earliest"}, a + b),
-        ({"startingPosition": '{"start-a": 6}'}, a[6:] + b),
-        ({"startingPosition": f"timestamp:{T0 + 8}"}, a[8:]),
-        ({"startingPosition": "latest"}, []),
+        ({"startingPosition": '{"start-a": 6}'}, a[6:] + b),  # start-b from earliest
+        ({"startingPosition": f"timestamp:{T0 + 8}"}, a[8:]),  # start-b: all before it
     ]
-    # One query, one source per start kind: each source has its own offsets.
-    streams = {
-        str(i): env.read_stream(streams="start-a,start-b", **opts)
-        for i, (opts, _) in enumerate(cases)
-    }
-    name = qname()
-    run_available_now(tagged(streams), name)
-    got = rows_by_case(env.spark.table(name), list(streams))
-    assert got == {str(i): rows for i, (_, rows) in enumerate(cases)}
+    for opts, expected in cases:
+        name = qname()
+        run_available_now(env.read_stream(streams="start-a,start-b", **opts), name)
+        assert rows_of(env.spark.table(name)) == expected, opts
 
 
 def test_stream_latest_then_new_records(env: Env) -> None:
@@ -405,7 +383,7 @@ def test_restart_from_checkpoint_while_appending(env: Env) -> None:
                 .start()
             )
             try:
-                wait_for(lambda b=before: seen() >= b + 60, "rows in this run")  # type: ignore[misc]
+                wait_for(lambda b=before: seen() >= b + 20, "rows in this run")  # type: ignore[misc]
             finally:
                 q.stop()
         stop.set()
@@ -430,7 +408,7 @@ def test_restart_from_checkpoint_while_appending(env: Env) -> None:
             assert SECRET.encode() not in path.read_bytes(), path
 
 
-# -- failure and replay -----------------------------------------------------------------------------
+# -- failure and replay ---------------------------------------------------------------------
 
 
 class _FlakyStreamReader(S2StreamReader):
@@ -626,5 +604,5 @@ def test_bad_options_detected_at_query_start(env: Env) -> None:
         env.read(stream="exists", endingPosition='{"exists": 5}').collect()
     with pytest.raises(AssertionError, match="endingPosition applies to batch reads"):
         run_available_now(env.read_stream(stream="exists", endingPosition="latest"), qname())
-    with pytest.raises(AssertionError, match="stream 'missing-stream' in basin .* does not exist"):
+    with pytest.raises(AssertionError, match=r"stream .missing-stream. in basin .* does not exist"):
         run_available_now(env.read_stream(stream="missing-stream"), qname())

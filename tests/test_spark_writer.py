@@ -279,15 +279,17 @@ def test_routing_two_partitions_many_streams(env: Env) -> None:
     n = 3000
     rows = [(f"{i}".encode(), names[(i // 7) % 3]) for i in range(n)]
     schema = StructType([StructField("body", BinaryType()), StructField("stream", StringType())])
-    df = env.spark.createDataFrame(rows, schema)  # local[2]: rows [0, 1500) and [1500, 3000)
+    df = env.spark.createDataFrame(env.spark.sparkContext.parallelize(rows, 2), schema)
     save(df, env.options(maxRecordsPerAppend="50"))
-    half = [n // 2]
+    part_of = {int(r["body"]): r["p"]
+               for r in df.selectExpr("body", "spark_partition_id() AS p").collect()}
+    assert set(part_of.values()) == {0, 1}
     for k, name in enumerate(names):
         got = [int(b) for b in env.bodies(name)]
         assert sorted(got) == [i for i in range(n) if (i // 7) % 3 == k]
-        for lo, hi in ((0, half[0]), (half[0], n)):
-            part = [i for i in got if lo <= i < hi]
-            assert part == sorted(part)
+        for p in (0, 1):
+            mine = [i for i in got if part_of[i] == p]
+            assert mine == sorted(mine)
 
 
 # -- errors before any task runs ------------------------------------------------------------

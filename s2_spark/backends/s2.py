@@ -25,6 +25,11 @@ if TYPE_CHECKING:
 
 __all__ = ["S2Backend", "S2Settings"]
 
+# One client (connection pool) per process and settings: Spark reuses Python workers, and
+# every task unpickles its own backend, so this spares a new connection per task.
+_CLIENTS: dict[S2Settings, S2Client] = {}
+_CLIENTS_LOCK = threading.Lock()
+
 
 @dataclass(frozen=True, slots=True)
 class S2Settings:
@@ -62,37 +67,21 @@ class S2Backend(StreamBackend):
 
     def __init__(self, settings: S2Settings) -> None:
         self.settings = settings
-        self._client: S2Client | None = None
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"S2Backend({self.settings!r})"
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"settings": self.settings}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.settings = state["settings"]
-        self._client = None
-        self._lock = threading.Lock()
-
     def _basin(self) -> Any:
-        with self._lock:
-            if self._client is None:
+        with _CLIENTS_LOCK:
+            client = _CLIENTS.get(self.settings)
+            if client is None:
                 from s2_spark.client import S2Client
 
-                self._client = S2Client(self.settings.config())
-            return self._client.basin(self.settings.basin)
+                client = _CLIENTS[self.settings] = S2Client(self.settings.config())
+        return client.basin(self.settings.basin)
 
     def _stream(self, stream: str) -> Any:
         return self._basin().stream(stream)
-
-    def close(self) -> None:
-        """Release the HTTP client (a new one is built on next use)."""
-        with self._lock:
-            client, self._client = self._client, None
-        if client is not None and hasattr(client, "close"):
-            client.close()
 
     # -- discovery -------------------------------------------------------------------
 

@@ -2,6 +2,17 @@
 
 No pyspark here: this is the engine under the Spark connector and usable on its own.
 
+Retries follow `S2Config.retry` (exponential backoff with jitter). Reads and control-plane
+calls retry every retryable failure (408, 429, 5xx, network, timeouts). Read sessions
+resume after the last delivered record with count/bytes reduced, so every record is
+delivered exactly once; silence longer than `session_idle_timeout` counts as a failure.
+Appends retry only when a retry cannot duplicate: the request provably never arrived
+(connect errors, 429, 502 hot_server, 503 unavailable) or `match_seq_num` makes a repeat
+fail with 412 (then a read-back tells whether the lost attempt landed). Otherwise an
+unknown outcome is raised as UnavailableError. `append_many` uses S2S append sessions
+(half-duplex over httpx: all inputs, then all acks), about 1.5x faster than one unary
+request per batch against the local server.
+
     with S2Client(S2Config(endpoint="http://127.0.0.1:8080")) as client:
         stream = client.basin("my-basin").stream("events")
         stream.append([AppendRecord(b"hello")])

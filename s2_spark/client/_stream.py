@@ -195,7 +195,9 @@ class StreamClient:
         match_seq_num: int | None = None,
         fencing_token: str | None = None,
     ) -> AppendAck:
-        """Append a batch pre-encoded by `s2_spark.wire.appends` (same retry rules)."""
+        """Append a batch pre-encoded by `s2_spark.wire.appends` (same retry rules as
+        `append`). If a retry with `match_seq_num` meets 412 after an attempt whose outcome
+        was unknown, the records are read back: if they are ours, the append succeeded."""
         if match_seq_num is not None:
             check_u64("match_seq_num", match_seq_num)
         body = batch.to_append_input(match_seq_num, fencing_token)

@@ -62,6 +62,10 @@ class Transport:
             trust_env=False,
         )
 
+    def __reduce__(self) -> tuple[type[Transport], tuple[S2Config]]:
+        # Picklable (Spark ships readers to executors): a copy opens its own connections.
+        return (Transport, (self.config,))
+
     def close(self) -> None:
         self.http.close()
 

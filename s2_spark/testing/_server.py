@@ -140,6 +140,8 @@ class LocalS2Server:
     def start(self) -> LocalS2Server:
         if self._thread is not None:
             raise RuntimeError("LocalS2Server is already running")
+        import hypercorn.asyncio  # noqa: F401  # fail here, not in the thread, if missing
+
         self._sock = _listen(self.host, self.port)
         self.port = self._sock.getsockname()[1]
         self.store = Store(self.data_dir)

@@ -1,0 +1,190 @@
+"""Spark read throughput: `readStream.format("s2")` against Spark's ceiling for a Python source.
+
+Fills one stream of a local server process with 100 B records, then runs two streaming
+queries in the same Spark session, each `trigger(availableNow=True)` into the `noop` sink
+with the same partitioning:
+
+* s2: the real reader (S2S read sessions, frames decoded straight to Arrow);
+* in-memory: a Python data source yielding the same number of rows from Arrow batches
+  built once per worker, i.e. what Spark's Python Data Source API can take at best.
+
+Rates use the micro-batches' execution time (`durationMs.addBatch`), so query start-up
+is left out of both. Ends with one line:
+`spark_read: <rows/s> rows/s, <ratio>x in-memory ceiling`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.spark import S2DataSource, read_schema
+from s2_spark.testing import ServerProcess
+
+RECORD = 100
+BATCH = 1000  # rows per Arrow batch: what one S2 ReadBatch holds at most
+
+
+class _Slice(InputPartition):
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+
+class _MemoryReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets {"n": rows}; every partition yields pre-built batches of the read schema."""
+
+    def __init__(self, total: int, parts: int) -> None:
+        self.total = total
+        self.parts = parts
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"n": 0}
+
+    def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:
+        return {"n": self.total}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        pass
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        n = end["n"] - start["n"]
+        return [_Slice(n // self.parts + (1 if i < n % self.parts else 0))
+                for i in range(self.parts)] if n else []
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _Slice)
+        batch = _prebuilt()
+        left = partition.rows
+        while left > 0:
+            take = min(left, batch.num_rows)
+            yield batch if take == batch.num_rows else batch.slice(0, take)
+            left -= take
+
+
+_CACHE: list[pa.RecordBatch] = []
+
+
+def _prebuilt() -> pa.RecordBatch:
+    """One Arrow batch like the decoder's (100 B bodies, no headers), built once per worker."""
+    if not _CACHE:
+        from s2_spark.wire.records import READ_SCHEMA_NO_HEADERS
+
+        n = BATCH
+        _CACHE.append(pa.RecordBatch.from_arrays(
+            [
+                pa.array(["bench"] * n, pa.string()),
+                pa.array(range(n), pa.int64()),
+                pa.array([1_700_000_000_000_000] * n, pa.timestamp("us", tz="UTC")),
+                pa.array([b"x" * RECORD] * n, pa.binary()),
+            ],
+            schema=READ_SCHEMA_NO_HEADERS,
+        ))
+    return _CACHE[0]
+
+
+class MemoryDataSource(DataSource):
+    """The in-memory ceiling: same schema as `s2` with includeHeaders=false."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "s2_bench_memory"
+
+    def schema(self) -> Any:
+        return read_schema(include_headers=False)
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return _MemoryReader(int(self.options["rows"]), int(self.options["parts"]))
+
+
+def fill(url: str, basin: str, stream: str, n: int) -> float:
+    body = os.urandom(RECORD)
+    with S2Client(S2Config(endpoint=url)) as client:
+        client.create_basin(basin)
+        client.basin(basin).create_stream(stream)
+        s = client.basin(basin).stream(stream)
+        t0 = time.perf_counter()
+        chunk = 100_000
+        for start in range(0, n, chunk):
+            s.append_many([AppendRecord(body) for _ in range(min(chunk, n - start))])
+        elapsed = time.perf_counter() - t0
+        assert s.check_tail().seq_num == n
+    return elapsed
+
+
+def run(df: Any, label: str, expected: int) -> float:
+    """Run an AvailableNow query into noop; return the rows/s over its batches' addBatch."""
+    with tempfile.TemporaryDirectory() as ckpt:
+        t0 = time.perf_counter()
+        q = (df.writeStream.format("noop").option("checkpointLocation", ckpt)
+             .trigger(availableNow=True).start())
+        q.awaitTermination()
+        wall = time.perf_counter() - t0
+        progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    rows = sum(p["numInputRows"] for p in progress)
+    assert rows == expected, f"{label}: read {rows} rows, expected {expected}"
+    busy = sum(p["durationMs"].get("addBatch", 0) for p in progress) / 1000
+    rate = rows / busy
+    print(f"{label}: {rows:,} rows in {busy:.2f}s of batches ({wall:.2f}s wall incl. start-up)"
+          f" -> {rate:,.0f} rows/s")
+    return rate
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=2_000_000)
+    ap.add_argument("--partitions", type=int, default=2, help="tasks per micro-batch")
+    args = ap.parse_args()
+    n, parts = args.records, args.partitions
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("s2-spark-bench-read")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(S2DataSource)
+    spark.dataSource.register(MemoryDataSource)
+
+    basin = f"bench-read-{uuid.uuid4().hex[:8]}"
+    with ServerProcess() as server:
+        took = fill(server.url, basin, "bench", n)
+        print(f"filled {n:,} records of {RECORD} B in {took:.1f}s")
+        # includeHeaders=false: the ceiling source has no headers column either.
+        s2 = (spark.readStream.format("s2").option("endpoint", server.url)
+              .option("basin", basin).option("stream", "bench")
+              .option("includeHeaders", "false").option("minPartitions", str(parts)).load())
+        memory = (spark.readStream.format("s2_bench_memory").option("rows", str(n))
+                  .option("parts", str(parts)).load())
+        # Warm up Python workers and the JVM on a small run of each.
+        run(spark.readStream.format("s2_bench_memory").option("rows", "10000")
+            .option("parts", str(parts)).load(), "warm-up in-memory", 10_000)
+        ceiling = run(memory, "in-memory Arrow source (ceiling)", n)
+        ours = run(s2, "s2 reader", n)
+    spark.stop()
+    print(f"spark_read: {ours:.0f} rows/s, {ours / ceiling:.2f}x in-memory ceiling")
+
+
+if __name__ == "__main__":
+    main()

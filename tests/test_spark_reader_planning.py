@@ -1,0 +1,84 @@
+"""Admission control and partitioning of the Spark reader: pure planning, no Spark session."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from s2_spark.backends.s2 import S2Backend, S2Settings
+from s2_spark.spark.options import parse_read_options
+from s2_spark.spark.planning import RangePartition, fair_share, split_ranges
+
+BACKEND = S2Backend(S2Settings(basin="unused-basin"))
+pending_maps = st.dictionaries(st.text("abcdef", min_size=1, max_size=3),
+                               st.integers(0, 50), max_size=6)
+
+
+def test_fair_share_examples() -> None:
+    assert fair_share({"a": 25, "b": 5}, 10) == {"a": 5, "b": 5}
+    assert fair_share({"a": 20, "b": 0}, 10) == {"a": 10, "b": 0}
+    assert fair_share({"a": 2, "b": 9, "c": 9}, 10) == {"a": 2, "b": 4, "c": 4}
+    assert fair_share({"a": 5, "b": 5, "c": 5}, 2) == {"a": 1, "b": 1, "c": 0}
+    assert fair_share({}, 10) == {}
+
+
+@given(pending_maps, st.integers(1, 200))
+def test_fair_share_is_max_min_fair(pending: dict[str, int], budget: int) -> None:
+    grant = fair_share(pending, budget)
+    assert set(grant) == set(pending)
+    assert sum(grant.values()) == min(budget, sum(pending.values()))
+    assert all(0 <= grant[s] <= pending[s] for s in pending)
+    # A stream gets less than another by more than one record only when it has no more.
+    for a in pending:
+        for b in pending:
+            if grant[a] + 1 < grant[b]:
+                assert grant[a] == pending[a]
+    assert fair_share(pending, budget) == grant  # deterministic
+
+
+@given(
+    st.dictionaries(st.text("xyz", min_size=1, max_size=2),
+                    st.tuples(st.integers(0, 1000), st.integers(0, 300)), max_size=4),
+    st.one_of(st.none(), st.integers(1, 20)),
+    st.one_of(st.none(), st.integers(1, 100)),
+)
+def test_split_ranges_cover_exactly(
+    spans: dict[str, tuple[int, int]], min_parts: int | None, max_per: int | None
+) -> None:
+    ranges = {s: (a, a + n, False) for s, (a, n) in spans.items()}
+    parts = split_ranges(BACKEND, ranges, min_partitions=min_parts,
+                         max_records_per_partition=max_per)
+    for stream, (start, end, _) in ranges.items():
+        mine = [p for p in parts if p.stream == stream]
+        if end == start:
+            assert mine == []
+            continue
+        assert mine[0].start == start and mine[-1].end == end
+        assert all(p.start < p.end for p in mine)
+        assert all(x.end == y.start for x, y in pairwise(mine))
+        if max_per:
+            assert all(p.end - p.start <= max_per for p in mine)
+    total = sum(n for _, n in spans.values())
+    if min_parts and total >= min_parts:
+        assert len(parts) >= min_parts
+
+
+def test_partition_repr_and_options_repr_hide_nothing_secret() -> None:
+    p = RangePartition("events", 10, 20)
+    assert repr(p) == "RangePartition('events', [10, 20))"
+    opts = parse_read_options(
+        {"basin": "b", "stream": "s", "accessToken": "tok-very-secret"}, streaming=True)
+    assert opts.access_token == "tok-very-secret"
+    assert "tok-very-secret" not in repr(opts)
+    assert "tok-very-secret" not in repr(S2Backend(S2Settings("b", access_token="tok-very-secret")))
+
+
+def test_access_token_falls_back_to_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("S2_ACCESS_TOKEN", "from-env")
+    assert parse_read_options({"basin": "b", "stream": "s"}, streaming=True) \
+        .access_token == "from-env"
+    assert parse_read_options({"basin": "b", "stream": "s", "accessToken": "given"},
+                              streaming=True).access_token == "given"
