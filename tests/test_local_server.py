@@ -701,3 +701,13 @@ def test_server_process_token_and_cli_url() -> None:
         r = httpx.get(server.url + "/v1/basins", headers={"authorization": "Bearer proc-secret"})
         assert r.status_code == 200
         assert "proc-secret" not in repr(server)
+
+
+def test_unimplemented_and_unknown_routes(s2_server: Any) -> None:
+    r = httpx.get(s2_server.url + "/v1/access-tokens")
+    assert (r.status_code, r.json()) == (
+        501,
+        {"code": "not_implemented", "message": "Not implemented"},
+    )
+    r = httpx.get(s2_server.url + "/v1/nothing-here")
+    assert r.status_code == 404

@@ -318,6 +318,9 @@ class S2App:
         if len(seg) < 2 or seg[0] != "v1":
             raise ApiError.standard(404, "not_found", f"no route for {m} {req.scope['path']}")
         kind, rest = seg[1], seg[2:]
+        if kind in ("access-tokens", "metrics", "locations"):
+            # s2-lite answers these with 501 too.
+            raise ApiError.standard(501, "not_implemented", "Not implemented")
         if kind == "basins":
             if not rest:
                 if m == "GET":
