@@ -130,6 +130,16 @@ def fill(url: str, basin: str, stream: str, n: int) -> float:
     return elapsed
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of a process (Linux /proc), 0 where unavailable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def run(df: Any, label: str, expected: int) -> float:
     """Run an AvailableNow query into noop; return the rows/s over its batches' addBatch."""
     with tempfile.TemporaryDirectory() as ckpt:
@@ -181,7 +191,13 @@ def main() -> None:
         run(spark.readStream.format("s2_bench_memory").option("rows", "10000")
             .option("parts", str(parts)).load(), "warm-up in-memory", 10_000)
         ceiling = run(memory, "in-memory Arrow source (ceiling)", n)
+        cpu0 = cpu_seconds(server.pid)
         ours = run(s2, "s2 reader", n)
+        server_cpu = cpu_seconds(server.pid) - cpu0
+        # The rest: the local server shares the 2 cores with Spark, and each task spends
+        # CPU on HTTP + S2S framing + decoding (measure with benchmarks/read_session.py).
+        print(f"local server CPU during the s2 run: {server_cpu:.2f}s "
+              f"(it shares this machine's cores with Spark)")
     spark.stop()
     print(f"spark_read: {ours:.0f} rows/s, {ours / ceiling:.2f}x in-memory ceiling")
 
