@@ -21,7 +21,7 @@ import pytest
 
 from s2_spark.client import AppendRecord, S2Client, S2Config
 from s2_spark.spark import S2DataSource
-from s2_spark.spark.reader import S2StreamReader
+from s2_spark.spark.reader import RangeStreamReader
 
 pytestmark = pytest.mark.spark
 
@@ -202,7 +202,9 @@ def test_batch_ranges_exact_rows(env: Env) -> None:
         "latest": (env.read(stream="batch-a", startingPosition="latest"), []),
         "no-headers": (env.read(stream="batch-a", includeHeaders="false"), no_headers(a)),
     }
-    got = rows_by_case(tagged({k: df for k, (df, _) in cases.items()}), list(cases))
+    union = tagged({k: df for k, (df, _) in cases.items()})
+    assert SECRET not in union._jdf.queryExecution().toString()
+    got = rows_by_case(union, list(cases))
     assert got == {k: rows for k, (_, rows) in cases.items()}
 
 
@@ -392,6 +394,9 @@ def test_restart_from_checkpoint_while_appending(env: Env) -> None:
         q = df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
         try:
             q.processAllAvailable()
+            # Nor in the progress reports or the plan (Spark redacts "token" options).
+            assert SECRET not in str(q.recentProgress)
+            assert SECRET not in q._jsq.explainInternal(True)
         finally:
             q.stop()
     finally:
@@ -411,7 +416,7 @@ def test_restart_from_checkpoint_while_appending(env: Env) -> None:
 # -- failure and replay ---------------------------------------------------------------------
 
 
-class _FlakyStreamReader(S2StreamReader):
+class _FlakyStreamReader(RangeStreamReader):
     """Test only: fails once, mid-task, after yielding the first Arrow batch of a range."""
 
     marker = ""

@@ -9,8 +9,9 @@ kept on the driver (AvailableNow target, last seen tails) is never needed by `re
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -26,11 +27,23 @@ from s2_spark.errors import DataLossError, NotFoundError
 from s2_spark.spark.options import BoundSpec, OptionError, ReadOptions
 from s2_spark.spark.planning import RangePartition, fair_share, split_ranges
 
-__all__ = ["S2BatchReader", "S2StreamReader"]
+__all__ = ["RangeBatchReader", "RangeStreamReader"]
 
 log = logging.getLogger("s2_spark.spark")
 
 _LOSS_HINT = "set the option failOnDataLoss=false to skip missing records and go on"
+
+
+_T = TypeVar("_T")
+
+
+def _per_stream(fn: Callable[[str], _T], streams: Iterable[str]) -> dict[str, _T]:
+    """`fn` for every stream, a few at a time: one lookup per stream per trigger adds up."""
+    names = list(streams)
+    if len(names) <= 1:
+        return {name: fn(name) for name in names}
+    with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
+        return dict(zip(names, pool.map(fn, names), strict=True))
 
 
 def _is_after(backend: StreamBackend, a: PositionT, b: PositionT) -> bool:
@@ -54,8 +67,8 @@ class _Planner:
 
     def _missing(self, stream: str) -> OptionError:
         return OptionError(
-            f"{self.backend.describe(stream)} does not exist: create it first, or check the "
-            "options basin and stream/streams"
+            f"{self.backend.describe(stream)} does not exist: create it first, or fix the "
+            "stream/streams option"
         )
 
     def tail(self, stream: str) -> PositionT:
@@ -112,7 +125,7 @@ def read_range(
     )
 
 
-class S2StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class RangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches over positions; offsets are {stream: next position}."""
 
     def __init__(self, backend: StreamBackend, options: ReadOptions) -> None:
@@ -122,14 +135,14 @@ class S2StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._reported: dict[str, PositionT] | None = None
 
     def __repr__(self) -> str:
-        return f"S2StreamReader({self._options!r})"
+        return f"RangeStreamReader({self._options!r})"
 
     def initialOffset(self) -> dict[str, Any]:
         planner = _Planner(self._backend, self._options)
-        start = {}
-        for stream in planner.discover():
-            start[stream] = planner.resolve(self._options.starting, stream, default="earliest")
-        return start
+        return _per_stream(
+            lambda stream: planner.resolve(self._options.starting, stream, default="earliest"),
+            planner.discover(),
+        )
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self._options.max_records_per_trigger
@@ -137,28 +150,30 @@ class S2StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         planner = _Planner(self._backend, self._options)
-        target: dict[str, PositionT] = {}
-        for stream in planner.discover():
-            try:
-                target[stream] = self._backend.latest(stream)
-            except NotFoundError:
-                continue
-        self._target = target
+        tails = _per_stream(self._tail_or_none, planner.discover())
+        self._target = {stream: tail for stream, tail in tails.items() if tail is not None}
+
+    def _tail_or_none(self, stream: str) -> PositionT | None:
+        try:
+            return self._backend.latest(stream)
+        except NotFoundError:
+            return None
 
     def _tails(self, start: dict[str, Any]) -> dict[str, PositionT]:
         """Current tails of every stream being read, capped at the AvailableNow target."""
         planner = _Planner(self._backend, self._options)
-        streams = set(start) | set(planner.discover())
+        selection = self._options.selection
+        # Streams the options no longer select keep their position and are not read.
+        streams = {s for s in start if selection.matches(s)} | set(planner.discover())
         if self._target is not None:
             streams &= set(self._target)
         tails: dict[str, PositionT] = {}
-        for stream in sorted(streams):
-            try:
-                tail = self._backend.latest(stream)
-            except NotFoundError:
+        for stream, found in _per_stream(self._tail_or_none, sorted(streams)).items():
+            if found is None:
                 if stream in start or self._options.selection.prefix is not None:
                     continue  # deleted: nothing more to plan; a planned range reports loss
-                raise planner._missing(stream) from None
+                raise planner._missing(stream)
+            tail = found
             if self._target is not None and _is_after(self._backend, tail, self._target[stream]):
                 tail = self._target[stream]
             tails[stream] = tail
@@ -217,7 +232,7 @@ class S2StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to do: positions live in Spark's checkpoint, not in the service."""
 
 
-class S2BatchReader(DataSourceReader):
+class RangeBatchReader(DataSourceReader):
     """One range per stream, [startingPosition, endingPosition), cut into partitions."""
 
     def __init__(self, backend: StreamBackend, options: ReadOptions) -> None:
@@ -225,17 +240,21 @@ class S2BatchReader(DataSourceReader):
         self._options = options
 
     def __repr__(self) -> str:
-        return f"S2BatchReader({self._options!r})"
+        return f"RangeBatchReader({self._options!r})"
 
     def partitions(self) -> Sequence[InputPartition]:
         backend, options = self._backend, self._options
         planner = _Planner(backend, options)
         ending = options.ending or BoundSpec("latest")
+        def bounds(stream: str) -> tuple[PositionT, PositionT, PositionT]:
+            return (
+                planner.tail(stream),
+                planner.resolve(options.starting, stream, default="earliest"),
+                planner.resolve(ending, stream, default="latest"),
+            )
+
         ranges: dict[str, tuple[PositionT, PositionT, bool]] = {}
-        for stream in planner.discover():
-            tail = planner.tail(stream)
-            start = planner.resolve(options.starting, stream, default="earliest")
-            end = planner.resolve(ending, stream, default="latest")
+        for stream, (tail, start, end) in _per_stream(bounds, planner.discover()).items():
             if _is_after(backend, end, tail):
                 raise OptionError(
                     f"option endingPosition puts {backend.describe(stream)} at {end}, past "

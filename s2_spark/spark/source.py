@@ -23,7 +23,7 @@ from pyspark.sql.types import (
 
 from s2_spark.backends.base import StreamBackend
 from s2_spark.spark.options import OptionError, ReadOptions, parse_read_options
-from s2_spark.spark.reader import S2BatchReader, S2StreamReader
+from s2_spark.spark.reader import RangeBatchReader, RangeStreamReader
 
 __all__ = ["S2DataSource", "read_schema"]
 
@@ -116,12 +116,12 @@ class S2DataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         options = self._read_options(streaming=False)
         self._check_schema(schema, options)
-        return S2BatchReader(self._backend(options), options)
+        return RangeBatchReader(self._backend(options), options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = self._read_options(streaming=True)
         self._check_schema(schema, options)
-        return S2StreamReader(self._backend(options), options)
+        return RangeStreamReader(self._backend(options), options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """`df.write.format("s2")`: exactly-once appends (see s2_spark.spark._writer)."""

@@ -1,0 +1,125 @@
+"""Streaming write throughput: `writeStream.format("s2")` of 100 B rows to a local server.
+
+A streaming query (source `rate-micro-batch`, body = 100 bytes per row, 2 partitions per
+micro-batch writing one stream) writes >= 1M rows exactly-once to a local server process
+(`ServerProcess`), after one warm-up micro-batch; in the same run, s2-sdk's producer
+appends the same number of 100 B records from one process. The Spark figure is rows / time
+of the micro-batches after the warm-up (from the query's progress reports, so JVM start,
+Python worker start and imports are left out; the all-in figure is printed too). Ends with one line:
+`spark_write: <rows/s> rows/s, <ratio>x s2-sdk producer`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+import uuid
+
+from s2_spark.client import S2Client, S2Config
+from s2_spark.testing import ServerProcess
+
+RECORD = 100
+
+
+def sdk_producer(url: str, basin: str, stream: str, n: int) -> float:
+    """Seconds s2-sdk's producer takes to append n records of 100 B (all acknowledged)."""
+    from s2_sdk import S2, Endpoints, Record
+
+    blob = os.urandom(n * RECORD)
+    records = [Record(body=blob[i * RECORD:(i + 1) * RECORD]) for i in range(n)]
+
+    async def run() -> float:
+        async with S2("unused", endpoints=Endpoints(url, url)) as s2:
+            st = s2.basin(basin).stream(stream)
+            t0 = time.perf_counter()
+            async with st.producer() as producer:
+                tickets = [await producer.submit(r) for r in records]
+            acks = [await t for t in tickets]
+            elapsed = time.perf_counter() - t0
+            assert len(acks) == n
+            return elapsed
+
+    return asyncio.run(run())
+
+
+def spark_write(url: str, basin: str, stream: str, rows: int, per_batch: int,
+                partitions: int) -> tuple[float, float, float]:
+    """Seconds the micro-batches after the first (warm-up) take to write `rows` rows, wall
+    seconds of the whole query from start, seconds of the warm-up batch."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from s2_spark.spark import S2DataSource
+
+    spark = (SparkSession.builder.master("local[2]").appName("s2-spark-write-bench")
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(S2DataSource)
+    df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", per_batch)
+          .option("numPartitions", partitions).load()
+          .selectExpr(f"CAST(lpad(CAST(value AS STRING), {RECORD}, 'x') AS BINARY) AS body"))
+    ckpt = tempfile.mkdtemp(prefix="s2-write-bench-")
+    t0 = time.perf_counter()
+    q = (df.writeStream.format("s2").option("endpoint", url).option("basin", basin)
+         .option("stream", stream).option("checkpointLocation", ckpt).start())
+    try:
+        deadline = time.monotonic() + 1800
+        while True:
+            progress = q.recentProgress
+            done = sum(p["numInputRows"] for p in progress)
+            if done >= rows + per_batch:  # the first micro-batch is a warm-up
+                break
+            if q.exception() is not None:
+                raise RuntimeError(str(q.exception()))
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {done} of {rows} rows written in time")
+            time.sleep(0.2)
+        wall = time.perf_counter() - t0
+    finally:
+        q.stop()
+    batches = [p for p in progress if p["numInputRows"]]
+    for p in batches:
+        d = p["durationMs"]
+        print(f"  batch {p['batchId']}: {p['numInputRows']} rows, "
+              f"{d['triggerExecution']} ms (addBatch {d.get('addBatch', 0)} ms)")
+    steady = batches[1:]
+    exec_s = sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000.0
+    written = sum(p["numInputRows"] for p in steady)
+    first_s = batches[0]["durationMs"]["triggerExecution"] / 1000.0
+    spark.stop()
+    return exec_s * rows / written, wall, first_s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--rows-per-batch", type=int, default=250_000)
+    ap.add_argument("--partitions", type=int, default=2)
+    args = ap.parse_args()
+    n = args.rows
+    basin = f"bench-{uuid.uuid4().hex[:8]}"
+    with ServerProcess() as server:
+        with S2Client(S2Config(endpoint=server.url)) as client:
+            client.create_basin(basin)
+            client.basin(basin).create_stream("spark")
+            client.basin(basin).create_stream("sdk")
+            spark_s, wall, first_s = spark_write(server.url, basin, "spark", n, args.rows_per_batch,
+                                        args.partitions)
+            tail = client.basin(basin).stream("spark").check_tail().seq_num
+        total = n + args.rows_per_batch
+        print(f"spark writeStream s2: {n / spark_s:,.0f} rows/s over {n} rows after a warm-up "
+              f"micro-batch ({spark_s:.2f}s); warm-up batch {first_s:.1f}s (Python workers "
+              f"start); {total / wall:,.0f} rows/s for all {total} rows including query start "
+              f"({wall:.1f}s); stream tail {tail} (data + fence records)")
+        sdk = sdk_producer(server.url, basin, "sdk", n)
+        print(f"s2-sdk producer: {n / sdk:,.0f} records/s ({sdk:.2f}s)")
+    print(f"spark_write: {n / spark_s:.0f} rows/s, {sdk / spark_s:.2f}x s2-sdk producer")
+
+
+if __name__ == "__main__":
+    main()

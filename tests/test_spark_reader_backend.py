@@ -1,0 +1,88 @@
+"""The S2 backend of the Spark reader against the local server: positions, ranges, loss."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from s2_spark.backends.base import ReadSettings
+from s2_spark.backends.s2 import S2Backend, S2Settings
+from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.errors import NotFoundError
+
+T0 = (int(time.time()) - 3600) * 1000
+
+
+@pytest.fixture(scope="module")
+def basin(s2_server: Any) -> Iterator[tuple[S2Client, str, S2Backend]]:
+    client = S2Client(S2Config(endpoint=s2_server.url))
+    name = f"backend-{uuid.uuid4().hex[:10]}"
+    client.create_basin(name)
+    yield client, name, S2Backend(S2Settings(basin=name, endpoint=s2_server.url))
+    client.close()
+
+
+def fill(client: S2Client, basin: str, stream: str, n: int) -> None:
+    client.basin(basin).create_stream(stream)
+    client.basin(basin).stream(stream).append(
+        [AppendRecord(f"r{i}".encode(), timestamp=T0 + i) for i in range(n)])
+
+
+def seq_nums(backend: S2Backend, stream: str, start: int, end: int,
+             losses: list[tuple[str, int, int]], **kw: Any) -> list[int]:
+    def lost(s: str, a: int, b: int) -> None:
+        losses.append((s, a, b))
+
+    batches = backend.read(stream, start, end, ReadSettings(), lost, **kw)
+    return [n for b in batches for n in b.column("seq_num").to_pylist()]
+
+
+def test_positions(basin: tuple[S2Client, str, S2Backend]) -> None:
+    client, name, backend = basin
+    fill(client, name, "pos", 10)
+    client.basin(name).create_stream("pos-empty")
+    assert backend.list_streams("pos") == ["pos", "pos-empty"]
+    assert (backend.earliest("pos"), backend.latest("pos")) == (0, 10)
+    assert (backend.earliest("pos-empty"), backend.latest("pos-empty")) == (0, 0)
+    assert backend.at_timestamp("pos", T0 + 4) == 4
+    assert backend.at_timestamp("pos", T0 + 100) == 10
+    with pytest.raises(NotFoundError):
+        backend.latest("pos-missing")
+    with pytest.raises(ValueError, match="seq_num must be an integer >= 0"):
+        backend.parse_position(-1)
+
+
+def test_exact_ranges_and_gaps(basin: tuple[S2Client, str, S2Backend]) -> None:
+    client, name, backend = basin
+    fill(client, name, "gaps", 20)
+    losses: list[tuple[str, int, int]] = []
+    assert seq_nums(backend, "gaps", 3, 7, losses) == [3, 4, 5, 6]
+    assert seq_nums(backend, "gaps", 5, 5, losses) == []
+    client.basin(name).stream("gaps").trim(8)
+    deadline = time.monotonic() + 30
+    while backend.earliest("gaps") != 8:
+        assert time.monotonic() < deadline, "trim did not take effect"
+        time.sleep(0.05)
+    assert seq_nums(backend, "gaps", 2, 12, losses) == [8, 9, 10, 11]
+    assert losses == [("gaps", 2, 8)]
+    losses.clear()
+    # A range wholly trimmed: loss up to its end, no rows past it.
+    assert seq_nums(backend, "gaps", 0, 5, losses) == []
+    assert losses == [("gaps", 0, 5)]
+    losses.clear()
+    # Read from the origin (a newly discovered stream): the trimmed prefix is not loss.
+    assert seq_nums(backend, "gaps", 0, 10, losses, leading_gap_ok=True) == [8, 9]
+    assert losses == []
+
+
+def test_deleted_stream_is_loss(basin: tuple[S2Client, str, S2Backend]) -> None:
+    client, name, backend = basin
+    fill(client, name, "doomed", 5)
+    client.basin(name).delete_stream("doomed")
+    losses: list[tuple[str, int, int]] = []
+    assert seq_nums(backend, "doomed", 1, 5, losses) == []
+    assert losses == [("doomed", 1, 5)]
