@@ -71,7 +71,7 @@ def test_partition_repr_and_options_repr_hide_nothing_secret() -> None:
     assert repr(p) == "RangePartition('events', [10, 20))"
     opts = parse_read_options(
         {"basin": "b", "stream": "s", "accessToken": "tok-very-secret"}, streaming=True)
-    assert opts.access_token == "tok-very-secret"
+    assert opts.connection.access_token == "tok-very-secret"
     assert "tok-very-secret" not in repr(opts)
     assert "tok-very-secret" not in repr(S2Backend(S2Settings("b", access_token="tok-very-secret")))
 
@@ -79,6 +79,6 @@ def test_partition_repr_and_options_repr_hide_nothing_secret() -> None:
 def test_access_token_falls_back_to_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("S2_ACCESS_TOKEN", "from-env")
     assert parse_read_options({"basin": "b", "stream": "s"}, streaming=True) \
-        .access_token == "from-env"
+        .connection.access_token == "from-env"
     assert parse_read_options({"basin": "b", "stream": "s", "accessToken": "given"},
-                              streaming=True).access_token == "given"
+                              streaming=True).connection.access_token == "given"

@@ -8,7 +8,6 @@ is ignored), so a read can be written back unchanged.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -27,7 +26,7 @@ from pyspark.sql.types import (
 
 from s2_spark.backends.s2 import S2Settings
 from s2_spark.backends.s2_sink import DATA_MAX_RECORDS, SinkSettings
-from s2_spark.spark.options import OptionError, _bool, _get, _positive_int, _url
+from s2_spark.spark.options import OptionError, _bool, _get, _positive_int, parse_connection
 
 __all__ = ["ACCEPTED_COLUMNS", "InputLayout", "WriteOptions", "check_input", "parse_write_options"]
 
@@ -70,9 +69,7 @@ class InputLayout:
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     """Check every writer option; raise `OptionError` for the first bad one."""
-    basin = (_get(options, "basin") or "").strip()
-    if not basin:
-        raise OptionError("option basin is required: the name of the S2 basin to write to")
+    settings = parse_connection(options, purpose="write to")
     if _get(options, "streams") is not None or _get(options, "streamPrefix") is not None:
         raise OptionError(
             "options streams/streamPrefix select streams to read; to write, set option "
@@ -87,21 +84,6 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
                 f"option stream={stream_raw!r} is not accepted: use a stream name of 1-512 "
                 "bytes"
             )
-    token = _get(options, "accessToken")
-    if token is not None and (not token.strip() or any(c in token for c in "\r\n")):
-        raise OptionError(
-            "option accessToken is not accepted: use a non-empty token without line breaks"
-        )
-    if token is None:
-        token = os.environ.get("S2_ACCESS_TOKEN") or None
-    endpoint = _url(options, "endpoint")
-    account_endpoint = _url(options, "accountEndpoint")
-    basin_endpoint = _url(options, "basinEndpoint")
-    if endpoint and (account_endpoint or basin_endpoint):
-        raise OptionError(
-            "set either option endpoint (one URL for everything, e.g. s2-lite) or "
-            "accountEndpoint/basinEndpoint (S2 cloud), not both"
-        )
     lease_ms = _positive_int(options, "leaseTimeoutMs")
     per_append = _positive_int(options, "maxRecordsPerAppend")
     if per_append is not None and per_append > DATA_MAX_RECORDS:
@@ -116,8 +98,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     )
     fault = _get(options, TEST_FAULT_OPTION)
     return WriteOptions(
-        settings=S2Settings(basin=basin, access_token=token, endpoint=endpoint,
-                            account_endpoint=account_endpoint, basin_endpoint=basin_endpoint),
+        settings=settings,
         stream=stream,
         sink=sink,
         test_fault=fault,

@@ -10,12 +10,20 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
+from s2_spark.backends.s2 import S2Settings
 from s2_spark.errors import S2SparkError
 
-__all__ = ["BoundSpec", "OptionError", "ReadOptions", "StreamSelection"]
+__all__ = [
+    "BoundSpec",
+    "OptionError",
+    "ReadOptions",
+    "StreamSelection",
+    "parse_connection",
+    "parse_read_options",
+]
 
 BoundKind = Literal["earliest", "latest", "timestamp", "positions"]
 
@@ -55,14 +63,10 @@ class StreamSelection:
 
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
-    """The reader's options, checked. `access_token` never appears in repr."""
+    """The reader's options, checked. The access token never appears in repr."""
 
-    basin: str
+    connection: S2Settings
     selection: StreamSelection
-    access_token: str | None = field(default=None, repr=False)
-    endpoint: str | None = None
-    account_endpoint: str | None = None
-    basin_endpoint: str | None = None
     starting: BoundSpec = BoundSpec("earliest")
     ending: BoundSpec | None = None
     max_records_per_trigger: int | None = None
@@ -71,14 +75,6 @@ class ReadOptions:
     include_headers: bool = True
     include_command_records: bool = False
     fail_on_data_loss: bool = True
-
-    def __repr__(self) -> str:
-        token = "None" if self.access_token is None else "'***'"
-        return (
-            f"ReadOptions(basin={self.basin!r}, selection={self.selection!r}, "
-            f"access_token={token}, starting={self.starting.describe()!r})"
-        )
-
 
 _STREAM_KEYS = ("stream", "streams", "streamPrefix")
 
@@ -164,11 +160,43 @@ def _bound(raw: str, name: str, *, allow_earliest: bool) -> BoundSpec:
     raise OptionError(f"option {name}={raw!r} is not accepted; {accepted}")
 
 
-def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
-    """Check every reader option; raise `OptionError` for the first bad one."""
+def parse_connection(options: Mapping[str, str], *, purpose: str) -> S2Settings:
+    """Check the options saying where the basin is and how to authenticate.
+
+    Shared by the reader and the writer; `purpose` ("read from", "write to") makes the
+    message for a missing basin say what the basin is for. The token falls back to
+    S2_ACCESS_TOKEN here, on the driver, so executors never depend on their environment.
+    """
     basin = (_get(options, "basin") or "").strip()
     if not basin:
-        raise OptionError("option basin is required: the name of the S2 basin to read from")
+        raise OptionError(f"option basin is required: the name of the S2 basin to {purpose}")
+    token = _get(options, "accessToken")
+    if token is not None and (not token.strip() or any(c in token for c in "\r\n")):
+        raise OptionError(
+            "option accessToken is not accepted: use a non-empty token without line breaks"
+        )
+    if token is None:
+        token = os.environ.get("S2_ACCESS_TOKEN") or None
+    endpoint = _url(options, "endpoint")
+    account_endpoint = _url(options, "accountEndpoint")
+    basin_endpoint = _url(options, "basinEndpoint")
+    if endpoint and (account_endpoint or basin_endpoint):
+        raise OptionError(
+            "set either option endpoint (one URL for everything, e.g. s2-lite) or "
+            "accountEndpoint/basinEndpoint (S2 cloud), not both"
+        )
+    return S2Settings(
+        basin=basin,
+        access_token=token,
+        endpoint=endpoint,
+        account_endpoint=account_endpoint,
+        basin_endpoint=basin_endpoint,
+    )
+
+
+def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
+    """Check every reader option; raise `OptionError` for the first bad one."""
+    connection = parse_connection(options, purpose="read from")
 
     given = [key for key in _STREAM_KEYS if _get(options, key) is not None]
     if len(given) != 1:
@@ -217,30 +245,9 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
                     f"streamPrefix option does not select"
                 )
 
-    token = _get(options, "accessToken")
-    if token is not None and (not token.strip() or any(c in token for c in "\r\n")):
-        raise OptionError(
-            "option accessToken is not accepted: use a non-empty token without line breaks"
-        )
-    if token is None:
-        token = os.environ.get("S2_ACCESS_TOKEN") or None
-
-    endpoint = _url(options, "endpoint")
-    account_endpoint = _url(options, "accountEndpoint")
-    basin_endpoint = _url(options, "basinEndpoint")
-    if endpoint and (account_endpoint or basin_endpoint):
-        raise OptionError(
-            "set either option endpoint (one URL for everything, e.g. s2-lite) or "
-            "accountEndpoint/basinEndpoint (S2 cloud), not both"
-        )
-
     return ReadOptions(
-        basin=basin,
+        connection=connection,
         selection=selection,
-        access_token=token,
-        endpoint=endpoint,
-        account_endpoint=account_endpoint,
-        basin_endpoint=basin_endpoint,
         starting=starting,
         ending=ending,
         max_records_per_trigger=_positive_int(options, "maxRecordsPerTrigger"),

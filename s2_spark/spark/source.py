@@ -90,17 +90,9 @@ class S2DataSource(DataSource):
 
     def _backend(self, options: ReadOptions) -> StreamBackend:
         """The service behind this format; other formats plug in another backend."""
-        from s2_spark.backends.s2 import S2Backend, S2Settings
+        from s2_spark.backends.s2 import S2Backend
 
-        return S2Backend(
-            S2Settings(
-                basin=options.basin,
-                access_token=options.access_token,
-                endpoint=options.endpoint,
-                account_endpoint=options.account_endpoint,
-                basin_endpoint=options.basin_endpoint,
-            )
-        )
+        return S2Backend(options.connection)
 
     def schema(self) -> StructType:
         return read_schema(self._read_options(streaming=False).include_headers)
