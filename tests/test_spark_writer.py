@@ -338,7 +338,7 @@ def test_bad_columns(env: Env) -> None:
 
 
 def test_missing_stream(env: Env) -> None:
-    df = env.spark.createDataFrame([(b"a",), (b"b",)], "body binary")
+    df = env.spark.createDataFrame([(b"a",), (b"b",)], "body binary").coalesce(1)
     missing = env.new_stream("missing", create=False)
     text = _error_text(lambda: save(df, env.options(stream=missing)))
     assert f"stream '{missing}' does not exist" in text and "createStreams=true" in text

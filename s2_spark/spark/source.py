@@ -43,7 +43,7 @@ def read_schema(include_headers: bool = True) -> StructType:
 
 
 class S2DataSource(DataSource):
-    """Read S2 streams with Spark, checkpointed and exactly-once (format name ``s2``).
+    """Read and write S2 streams with Spark, exactly-once (format name ``s2``).
 
     Rows: ``stream string, seq_num bigint, timestamp timestamp,
     headers array<struct<name: binary, value: binary>>, body binary``. Streaming offsets are
@@ -79,6 +79,24 @@ class S2DataSource(DataSource):
     * ``failOnDataLoss`` (default ``true``): records of a planned range that were trimmed,
       or a stream deleted, fail the query naming the stream and missing seq_num range;
       ``false`` logs a warning and goes on.
+
+    Writing (``df.write`` with ``mode("append")``, ``df.writeStream`` with a checkpoint)
+    takes input columns ``body`` (binary or string, required), ``headers`` (the reader's
+    type, or map<string, string|binary>), ``timestamp`` (timestamp or bigint epoch millis)
+    and ``stream`` (routes each row); ``seq_num`` is ignored so read rows can be written
+    back as they are. Options: the connection options above, plus
+
+    * ``stream``: the target stream for every row (overrides the ``stream`` column).
+    * ``createStreams`` (default ``false``): create missing target streams; otherwise a
+      missing stream fails the query, naming it.
+    * ``maxRecordsPerAppend`` (1..999, default 999): records per append request.
+    * ``leaseTimeoutMs`` (default 120000): how long a task waits for another task of the
+      same micro-batch that holds a target stream without appending before taking over.
+
+    Writes are exactly-once across task retries and query restarts (see the README): each
+    append carries a fence record with the writer's progress, conditioned on the previous
+    fencing token and the tail, so a replay resumes where the earlier attempt stopped and a
+    stale attempt is fenced out.
     """
 
     @classmethod
