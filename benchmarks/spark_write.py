@@ -81,6 +81,8 @@ def spark_write(url: str, basin: str, stream: str, rows: int, per_batch: int,
             time.sleep(0.2)
         wall = time.perf_counter() - t0
     finally:
+        # Stopping interrupts the micro-batch in flight; Spark logs that abort as an error.
+        spark.sparkContext.setLogLevel("OFF")
         q.stop()
     batches = [p for p in progress if p["numInputRows"]]
     for p in batches:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from s2_spark._proto import s2_pb2
+from s2_spark.wire.appends import MAX_BATCH_BYTES, MAX_BATCH_RECORDS, encode_varint
 
 __all__ = [
     "MAX_BATCH_BYTES",
@@ -21,11 +22,8 @@ __all__ = [
     "encode_entry",
     "encode_position",
     "encode_varint",
-    "metered_size",
 ]
 
-MAX_BATCH_RECORDS = 1000
-MAX_BATCH_BYTES = 1024 * 1024
 MAX_FENCING_TOKEN_BYTES = 36
 
 
@@ -38,18 +36,6 @@ class CommandKind:
 
     FENCE = b"fence"
     TRIM = b"trim"
-
-
-def encode_varint(value: int) -> bytes:
-    """Protobuf base-128 varint of a non-negative integer."""
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 _SMALL_VARINTS = [encode_varint(i) for i in range(16384)]
@@ -69,14 +55,6 @@ def _varint(value: int) -> bytes:
             _LARGE_VARINTS.clear()
         cached = _LARGE_VARINTS[value] = encode_varint(value)
     return cached
-
-
-def metered_size(headers: list[tuple[bytes, bytes]], body: bytes) -> int:
-    """S2's metered size: 8 + 2 per header + header name/value bytes + body bytes."""
-    size = 8 + len(body)
-    for name, value in headers:
-        size += 2 + len(name) + len(value)
-    return size
 
 
 def encode_entry(

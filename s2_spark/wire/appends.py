@@ -147,13 +147,19 @@ def _check_limits(max_records: int, max_bytes: int) -> None:
         raise ValueError(f"max_bytes must be 1..{MAX_BATCH_BYTES}, got {max_bytes}")
 
 
-def _varint(v: int) -> bytes:
+def encode_varint(value: int) -> bytes:
+    """Protobuf base-128 varint of a non-negative integer."""
+    if value < 0x80:
+        return bytes((value,))
     out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
     return bytes(out)
+
+
+_varint = encode_varint
 
 
 def _ld(tag: int, data: bytes) -> bytes:
