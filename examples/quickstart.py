@@ -1,8 +1,10 @@
-"""Quickstart: read an S2 stream with Spark Structured Streaming, no account needed.
+"""Quickstart: S2 streams in and out of Spark Structured Streaming, no account needed.
 
 Starts the local S2-compatible server, writes a few records with the client, reads them
 with `spark.readStream.format("s2")` into a checkpointed query, appends more and shows
-that the restarted query continues exactly where it stopped.
+that the restarted query continues exactly where it stopped. Then a second query copies
+the stream, upper-cased, into another stream with `writeStream.format("s2")` (exactly-once)
+and the client reads the copy back.
 
     pip install "s2-spark[server]"    # the local server needs hypercorn
     python examples/quickstart.py
@@ -57,6 +59,28 @@ def run_once(spark: SparkSession, url: str, basin: str, stream: str, checkpoint:
     query.awaitTermination()
 
 
+def copy_upper(spark: SparkSession, url: str, basin: str, source: str, target: str,
+               checkpoint: str) -> None:
+    """S2 -> Spark -> S2: upper-case every body into another stream, exactly-once."""
+    query = (
+        spark.readStream.format("s2")
+        .option("endpoint", url)
+        .option("basin", basin)
+        .option("stream", source)
+        .load()
+        .selectExpr("CAST(upper(CAST(body AS STRING)) AS BINARY) AS body", "headers")
+        .writeStream.format("s2")
+        .option("endpoint", url)
+        .option("basin", basin)
+        .option("stream", target)
+        .option("createStreams", "true")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+
+
 def main() -> int:
     spark = (
         SparkSession.builder.master("local[2]")
@@ -84,6 +108,14 @@ def main() -> int:
         write(client, basin, stream, ["and", "more"])
         print("second run (same checkpoint: only the new records):")
         run_once(spark, server.url, basin, stream, checkpoint)
+
+        target = f"{stream}-upper"
+        copy_upper(spark, server.url, basin, stream, target, os.path.join(tmp, "copy"))
+        copied = client.basin(basin).stream(target).read(seq_num=0, include_command_records=False)
+        print(f"copied into {target!r} by writeStream.format('s2'):")
+        for row in copied.batch.to_pylist():
+            headers = [(h["name"], h["value"]) for h in row["headers"]]
+            print(f"  body={row['body'].decode()!r} headers={headers}")
     spark.stop()
     return 0
 
