@@ -9,12 +9,11 @@ and the Arrow path the Spark writer uses. Ends with one line:
 from __future__ import annotations
 
 import argparse
-import asyncio
-import os
 import time
 import uuid
 
 import pyarrow as pa
+from _peers import random_bodies, sdk_producer  # benchmarks/ is on sys.path
 
 from s2_spark.client import AppendRecord, S2Client, S2Config
 from s2_spark.testing import ServerProcess
@@ -23,35 +22,11 @@ from s2_spark.wire.appends import encode_append_batches
 RECORD = 100
 
 
-def bodies(n: int) -> list[bytes]:
-    blob = os.urandom(n * RECORD)
-    return [blob[i * RECORD : (i + 1) * RECORD] for i in range(n)]
-
-
-def sdk_producer(url: str, basin: str, stream: str, data: list[bytes]) -> float:
-    from s2_sdk import S2, Endpoints, Record
-
-    records = [Record(body=b) for b in data]
-
-    async def run() -> float:
-        async with S2("unused", endpoints=Endpoints(url, url)) as s2:
-            st = s2.basin(basin).stream(stream)
-            t0 = time.perf_counter()
-            async with st.producer() as producer:
-                tickets = [await producer.submit(r) for r in records]
-            acks = [await t for t in tickets]
-            elapsed = time.perf_counter() - t0
-            assert len(acks) == len(records)
-            return elapsed
-
-    return asyncio.run(run())
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=500_000)
     n = ap.parse_args().records
-    data = bodies(n)
+    data = random_bodies(n, RECORD)
     basin = f"bench-{uuid.uuid4().hex[:8]}"
     with ServerProcess() as server:
         with S2Client(S2Config(endpoint=server.url, compression="none")) as client:

@@ -12,38 +12,18 @@ Python worker start and imports are left out; the all-in figure is printed too).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import tempfile
 import time
 import uuid
 
+from _peers import random_bodies, sdk_producer  # benchmarks/ is on sys.path
+
 from s2_spark.client import S2Client, S2Config
 from s2_spark.testing import ServerProcess
 
 RECORD = 100
-
-
-def sdk_producer(url: str, basin: str, stream: str, n: int) -> float:
-    """Seconds s2-sdk's producer takes to append n records of 100 B (all acknowledged)."""
-    from s2_sdk import S2, Endpoints, Record
-
-    blob = os.urandom(n * RECORD)
-    records = [Record(body=blob[i * RECORD:(i + 1) * RECORD]) for i in range(n)]
-
-    async def run() -> float:
-        async with S2("unused", endpoints=Endpoints(url, url)) as s2:
-            st = s2.basin(basin).stream(stream)
-            t0 = time.perf_counter()
-            async with st.producer() as producer:
-                tickets = [await producer.submit(r) for r in records]
-            acks = [await t for t in tickets]
-            elapsed = time.perf_counter() - t0
-            assert len(acks) == n
-            return elapsed
-
-    return asyncio.run(run())
 
 
 def spark_write(url: str, basin: str, stream: str, rows: int, per_batch: int,
@@ -118,7 +98,7 @@ def main() -> None:
               f"micro-batch ({spark_s:.2f}s); warm-up batch {first_s:.1f}s (Python workers "
               f"start); {total / wall:,.0f} rows/s for all {total} rows including query start "
               f"({wall:.1f}s); stream tail {tail} (data + fence records)")
-        sdk = sdk_producer(server.url, basin, "sdk", n)
+        sdk = sdk_producer(server.url, basin, "sdk", random_bodies(n, RECORD))
         print(f"s2-sdk producer: {n / sdk:,.0f} records/s ({sdk:.2f}s)")
     print(f"spark_write: {n / spark_s:.0f} rows/s, {sdk / spark_s:.2f}x s2-sdk producer")
 
