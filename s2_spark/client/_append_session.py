@@ -31,7 +31,6 @@ __all__ = ["MAX_INPUTS_PER_SESSION", "SessionResult", "run_append_session"]
 
 MAX_INPUTS_PER_SESSION = 256
 
-_ACCEPT_ENCODING = {"zstd": "zstd, gzip", "gzip": "gzip", "none": "identity"}
 _COMPRESSION = {"zstd": Compression.ZSTD, "gzip": Compression.GZIP, "none": Compression.NONE}
 
 
@@ -84,7 +83,7 @@ def run_append_session(
         {
             "content-type": "s2s/proto",
             "accept": "s2s/proto",
-            "accept-encoding": _ACCEPT_ENCODING[mode],
+            "accept-encoding": cfg.session_accept_encoding(basin),
         },
     )
     acks: list[AppendAck] = []

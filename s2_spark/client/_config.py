@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 __all__ = ["DEFAULT_ACCOUNT_ENDPOINT", "DEFAULT_BASIN_ENDPOINT", "RetryPolicy", "S2Config"]
 
+_ACCEPT_ENCODING = {"zstd": "zstd, gzip", "gzip": "gzip", "none": "identity"}
 DEFAULT_ACCOUNT_ENDPOINT = "https://a.s2.dev"
 DEFAULT_BASIN_ENDPOINT = "https://{basin}.b.s2.dev"
 
@@ -160,6 +161,11 @@ class S2Config:
         host = urlsplit(url).hostname or ""
         loopback = host == "localhost" or host.startswith("127.") or host == "::1"
         return "none" if loopback else "zstd"
+
+    def session_accept_encoding(self, basin: str | None = None) -> str:
+        """The Accept-Encoding a session sends: always explicit, since httpx's default
+        (gzip) would make the server gzip every frame."""
+        return _ACCEPT_ENCODING[self.session_compression(basin)]
 
     def account_base_url(self) -> str:
         """Base URL (ending in /v1) for account operations."""

@@ -42,8 +42,6 @@ log = logging.getLogger("s2_spark.client")
 
 _ADVISED_RECONNECT_EVERY = 60.0
 
-_ACCEPT_ENCODING = {"zstd": "zstd, gzip", "gzip": "gzip", "none": "identity"}
-
 
 class ReadSession(Iterator["DecodedBatch"]):
     """Iterator of DecodedBatch from one logical read session (possibly several HTTP ones).
@@ -150,7 +148,7 @@ class ReadSession(Iterator["DecodedBatch"]):
             {
                 "content-type": "s2s/proto",
                 "accept": "s2s/proto",
-                "accept-encoding": _ACCEPT_ENCODING[cfg.session_compression(self.basin)],
+                "accept-encoding": cfg.session_accept_encoding(self.basin),
             },
         )
         timeout = httpx.Timeout(

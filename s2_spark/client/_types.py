@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from s2_spark.errors import Position
+from s2_spark.wire.appends import MAX_BATCH_BYTES, MAX_BATCH_RECORDS
 
 __all__ = [
     "MAX_BATCH_BYTES",
@@ -19,8 +20,6 @@ __all__ = [
     "StreamInfo",
 ]
 
-MAX_BATCH_RECORDS = 1000
-MAX_BATCH_BYTES = 1024 * 1024
 MAX_FENCING_TOKEN_BYTES = 36
 
 StorageClass = Literal["standard", "express"]
