@@ -150,13 +150,12 @@ class S2Backend(StreamBackend):
             return
         expected = start
         try:
-            session = self._stream(stream).read_session(
+            with self._stream(stream).read_session(
                 seq_num=start,
                 count=end - start,
                 include_command_records=settings.include_command_records,
                 include_headers=settings.include_headers,
-            )
-            try:
+            ) as session:
                 for decoded in session:
                     if decoded.count == 0:
                         continue
@@ -172,10 +171,6 @@ class S2Backend(StreamBackend):
                     expected = last + 1
                     if expected >= end:
                         return
-            finally:
-                close = getattr(session, "close", None)
-                if close is not None:
-                    close()
         except (NotFoundError, ReadPastTailError):
             pass
         if expected < end:

@@ -77,8 +77,13 @@ class _Planner:
         except NotFoundError:
             raise self._missing(stream) from None
 
-    def resolve(self, spec: BoundSpec, stream: str, *, default: str) -> PositionT:
-        """Where `spec` puts `stream`; streams a JSON spec leaves out take `default`."""
+    def resolve(
+        self, spec: BoundSpec, stream: str, *, default: str, tail: PositionT | None = None
+    ) -> PositionT:
+        """Where `spec` puts `stream`; streams a JSON spec leaves out take `default`.
+
+        `latest` is `tail` when the caller already looked it up, so one plan sees one tail.
+        """
         kind: str = spec.kind
         if kind == "positions":
             given = dict(spec.positions)
@@ -90,7 +95,7 @@ class _Planner:
                 return self.backend.earliest(stream)
             if kind == "timestamp":
                 return self.backend.at_timestamp(stream, spec.timestamp_ms)
-            return self.backend.latest(stream)
+            return self.backend.latest(stream) if tail is None else tail
         except NotFoundError:
             raise self._missing(stream) from None
 
@@ -247,10 +252,11 @@ class RangeBatchReader(DataSourceReader):
         planner = _Planner(backend, options)
         ending = options.ending or BoundSpec("latest")
         def bounds(stream: str) -> tuple[PositionT, PositionT, PositionT]:
+            tail = planner.tail(stream)
             return (
-                planner.tail(stream),
-                planner.resolve(options.starting, stream, default="earliest"),
-                planner.resolve(ending, stream, default="latest"),
+                tail,
+                planner.resolve(options.starting, stream, default="earliest", tail=tail),
+                planner.resolve(ending, stream, default="latest", tail=tail),
             )
 
         ranges: dict[str, tuple[PositionT, PositionT, bool]] = {}
