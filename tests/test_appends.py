@@ -252,3 +252,20 @@ def test_metered_size() -> None:
     )
     assert got[0].metered_bytes == 18
     assert int(np.int64(got[0].metered_bytes)) == 18
+
+
+def test_client_records_encode_like_the_per_record_encoder() -> None:
+    """The client's Arrow route gives the same bytes, u64 timestamps above 2**63 included."""
+    from s2_spark.client import AppendRecord
+    from s2_spark.client._encode import encode_append_records
+
+    records = [
+        AppendRecord(b"a", headers=[(b"k", b"v")], timestamp=(1 << 64) - 1),
+        AppendRecord(b"b"),
+        AppendRecord(b"c", timestamp=(1 << 63) + 5),
+        AppendRecord(b"d", timestamp=7),
+    ]
+    ours = encode_append_records(records)
+    assert [b.records_payload for b in ours] == [
+        b.records_payload for b in encode_records(records)
+    ]

@@ -49,10 +49,10 @@ from s2_spark.errors import (
     UnavailableError,
     WriterFencedError,
 )
+from s2_spark.wire.appends import AppendBatch, encode_append_batches, encode_records
 
 if TYPE_CHECKING:
     from s2_spark.client import AppendAck, BasinClient, StreamClient
-    from s2_spark.wire.appends import AppendBatch
 
 __all__ = [
     "DATA_MAX_BYTES",
@@ -229,7 +229,6 @@ def _concat_optional(
 def _fence_entry(token: str) -> tuple[bytes, int]:
     """The encoded `records` entry and metered size of a fence command record."""
     from s2_spark.client import AppendRecord
-    from s2_spark.wire.appends import encode_records
 
     batch = encode_records([AppendRecord.fence(token, timestamp=0)])[0]
     return batch.records_payload, batch.metered_bytes
@@ -333,8 +332,6 @@ class StreamSink:
         self._start = start
 
     def _flush(self, *, final: bool) -> None:
-        from s2_spark.wire.appends import encode_append_batches
-
         if not self._chunks:
             return
         if self._lease is None:
@@ -365,14 +362,10 @@ class StreamSink:
                     metered_bytes=b.metered_bytes, limit=DATA_MAX_BYTES,
                 )
         keep_from = len(bodies)
-        if not final and len(batches) > 1:
-            last = batches[-1]
-            if last.count < per_append:
-                keep_from = last.first_index
-                batches = batches[:-1]
-        elif not final and len(batches) == 1 and batches[0].count < per_append:
-            keep_from = 0
-            batches = []
+        if not final and batches[-1].count < per_append:
+            # A short last batch waits for more rows, so appends stay full.
+            keep_from = batches[-1].first_index
+            batches = batches[:-1]
         for b in batches:
             self._append(b)
         self._set_buffer(bodies.slice(keep_from),
@@ -382,8 +375,6 @@ class StreamSink:
 
     def _append(self, batch: AppendBatch) -> None:
         """Append one batch plus its progress fence; resolve unknown outcomes by token."""
-        from s2_spark.wire.appends import AppendBatch
-
         lease = self._lease
         assert lease is not None
         new = dataclasses.replace(lease, progress=self._progress + batch.count)

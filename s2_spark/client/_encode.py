@@ -1,8 +1,8 @@
 """AppendRecords -> AppendBatches through Arrow columns and the C encoder.
 
 Building three Arrow columns from Python objects and encoding them in C is several times
-faster than encoding record by record in Python (`encode_records`), which stays the
-fallback for values Arrow's int64 cannot hold (timestamps of 2**63 ms and above).
+faster than encoding record by record in Python (`encode_records`). Timestamps go in as
+uint64, which holds every S2 timestamp.
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ if TYPE_CHECKING:
 
 __all__ = ["encode_append_records"]
 
-_HEADER = pa.list_(pa.struct([("name", pa.binary()), ("value", pa.binary())]))
-_INT64_MAX = (1 << 63) - 1
 
 
 def encode_append_records(records: Sequence[AppendRecord]) -> list[AppendBatch]:
     """Encode records, in order, into batches of <= 1000 records and <= 1 MiB metered."""
-    from s2_spark.wire.appends import encode_append_batches, encode_records
+    from s2_spark.wire.appends import encode_append_batches
+    from s2_spark.wire.records import HEADER_TYPE
 
     if not records:
         return []
@@ -40,12 +39,10 @@ def encode_append_records(records: Sequence[AppendRecord]) -> list[AppendBatch]:
     headers = None
     if any(r.headers for r in records):
         headers = pa.array(
-            [[{"name": n, "value": v} for n, v in r.headers] for r in records], _HEADER
+            [[{"name": n, "value": v} for n, v in r.headers] for r in records], HEADER_TYPE
         )
     timestamps = None
     stamps = [r.timestamp for r in records]
     if stamps.count(None) != len(stamps):
-        if any(t is not None and t > _INT64_MAX for t in stamps):
-            return encode_records(records)
-        timestamps = pa.array(stamps, pa.int64())
+        timestamps = pa.array(stamps, pa.uint64())
     return encode_append_batches(bodies, headers, timestamps)

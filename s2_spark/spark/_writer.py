@@ -40,6 +40,7 @@ from s2_spark.spark._writer_options import (
     parse_write_options,
 )
 from s2_spark.spark.options import OptionError
+from s2_spark.wire.records import HEADER_TYPE
 
 try:  # Spark 4.1+
     from pyspark.sql.datasource import DataSourceStreamArrowWriter
@@ -58,7 +59,6 @@ __all__ = [
 
 log = logging.getLogger("s2_spark.spark")
 
-_HEADER_TYPE = pa.list_(pa.struct([("name", pa.binary()), ("value", pa.binary())]))
 _ROW_CHUNK = 4096
 
 
@@ -165,7 +165,7 @@ def _map_to_headers(arr: pa.Array) -> pa.Array:
     items = arr.items.cast(pa.binary())
     struct = pa.StructArray.from_arrays([keys, items], names=["name", "value"])
     offsets = arr.offsets
-    return pa.ListArray.from_arrays(offsets, struct, type=_HEADER_TYPE,
+    return pa.ListArray.from_arrays(offsets, struct, type=HEADER_TYPE,
                                     mask=arr.is_null() if arr.null_count else None)
 
 
@@ -204,7 +204,7 @@ def _rows_batch(rows: list[Any], layout: InputLayout) -> pa.RecordBatch:
             else:
                 hs.append([{"name": _as_bytes(x["name"]), "value": _as_bytes(x["value"])}
                            for x in h])
-        columns[layout.headers] = pa.array(hs, _HEADER_TYPE)
+        columns[layout.headers] = pa.array(hs, HEADER_TYPE)
     if layout.timestamp is not None:
         ts = [r[layout.timestamp] for r in rows]
         if any(hasattr(t, "timestamp") for t in ts if t is not None):
