@@ -50,13 +50,16 @@ class FaultProxy:
                 return
             up = socket.create_connection(("127.0.0.1", self._upstream))
             frozen = threading.Event()
+            drop = threading.Event()  # this connection's next response is lost
             with self._lock:
                 self._conns.append((down, up, frozen))
-            threading.Thread(target=self._pump, args=(down, up, frozen, True), daemon=True).start()
+            threading.Thread(
+                target=self._pump, args=(down, up, frozen, drop, True), daemon=True
+            ).start()
             rewrite = _AdviseRewriter(self.advise_frame) if self.advise_frame is not None else None
             self.advise_frame = None  # only the next connection
             threading.Thread(
-                target=self._pump, args=(up, down, frozen, False, rewrite), daemon=True
+                target=self._pump, args=(up, down, frozen, drop, False, rewrite), daemon=True
             ).start()
 
     def _pump(
@@ -64,6 +67,7 @@ class FaultProxy:
         src: socket.socket,
         dst: socket.socket,
         frozen: threading.Event,
+        drop: threading.Event,
         upstream: bool,
         rewrite: _AdviseRewriter | None = None,
     ) -> None:
@@ -77,11 +81,15 @@ class FaultProxy:
                         if line.startswith((b"GET ", b"POST ", b"PUT ", b"DELETE ")):
                             with self._lock:
                                 self.request_lines.append(line.decode())
+                                # Arm on the request itself, so the late tail of an
+                                # earlier response can never take the fault instead.
+                                if self.drop_next_response.is_set():
+                                    self.drop_next_response.clear()
+                                    drop.set()
                 if frozen.is_set():
                     continue  # swallow: the peer sees silence
-                if not upstream and self.drop_next_response.is_set():
+                if not upstream and drop.is_set():
                     # The request was served, but its response is lost on the way back.
-                    self.drop_next_response.clear()
                     break
                 if rewrite is not None:
                     data = rewrite.feed(data)
