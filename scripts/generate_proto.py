@@ -6,6 +6,7 @@ tests/test_proto.py fails when the checked-in code is stale.
 
 from __future__ import annotations
 
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -15,6 +16,7 @@ PROTO_ROOT = ROOT / "proto"
 PROTO_FILE = PROTO_ROOT / "s2" / "v1" / "s2.proto"
 OUT_DIR = ROOT / "s2_spark" / "_proto"
 GENERATED = ("s2_pb2.py", "s2_pb2.pyi")
+RUNTIME_FLOOR = (5, 26, 1)  # keep in step with protobuf's lower bound in pyproject.toml
 
 
 def generate(out_dir: Path) -> None:
@@ -34,7 +36,9 @@ def generate(out_dir: Path) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         for name in GENERATED:
             text = (Path(tmp) / "s2" / "v1" / name).read_text()
-            (out_dir / name).write_text(_private_pool(text) if name.endswith(".py") else text)
+            if name.endswith(".py"):
+                text = _runtime_floor(_private_pool(text))
+            (out_dir / name).write_text(text)
 
 
 def _private_pool(text: str) -> str:
@@ -49,6 +53,21 @@ def _private_pool(text: str) -> str:
     return text.replace(
         default, "_descriptor_pool.DescriptorPool().AddSerializedFile(", 1
     )
+
+
+def _runtime_floor(text: str) -> str:
+    """Stamp the code with the oldest protobuf runtime it supports, not protoc's version.
+
+    protoc writes its own version into the code, and protobuf refuses to load code stamped
+    newer than the runtime. What it generates for these messages (a serialized descriptor
+    built through `builder`) loads on every runtime since 5.26.1, the floor declared in
+    pyproject.toml; the lowest-versions run of scripts/version_matrix.py proves it.
+    """
+    stamp = re.compile(r"(_runtime_version\.Domain\.PUBLIC,\s*)(\d+),\s*(\d+),\s*(\d+),")
+    if len(stamp.findall(text)) != 1:
+        raise RuntimeError("unexpected protoc output: cannot find the runtime version check")
+    major, minor, patch = RUNTIME_FLOOR
+    return stamp.sub(rf"\g<1>{major},\n    {minor},\n    {patch},", text, count=1)
 
 
 if __name__ == "__main__":

@@ -47,3 +47,16 @@ def test_messages_coexist_with_other_s2_generated_code() -> None:
     assert theirs.records[0].headers[0].value == b"v"
     assert theirs.tail.seq_num == 4
     assert s2_pb2.ReadBatch is not sdk_pb2.ReadBatch
+
+
+def test_runtime_floor_is_the_declared_protobuf_floor() -> None:
+    """The generated code claims to load on the oldest protobuf that pyproject.toml admits."""
+    import re
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (spec,) = [d for d in project["dependencies"] if d.startswith("protobuf")]
+    floor = re.search(r">=([\d.]+)", spec)
+    assert floor is not None, spec
+    generator = _load_generator()
+    assert ".".join(map(str, generator.RUNTIME_FLOOR)) == floor.group(1)

@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _versions import limit, needs_admission_control
 
 from s2_spark.client import AppendRecord, S2Client, S2Config
 from s2_spark.spark import S2DataSource
+from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
 from s2_spark.spark.reader import RangeStreamReader
 
 pytestmark = pytest.mark.spark
@@ -294,6 +296,7 @@ def test_stream_prefix_discovers_new_streams(env: Env) -> None:
         q.stop()
 
 
+@needs_admission_control
 def test_max_records_per_trigger_and_available_now(env: Env) -> None:
     a = env.fill("limit-a", 25)
     b = env.fill("limit-b", 5)
@@ -317,6 +320,7 @@ def test_max_records_per_trigger_and_available_now(env: Env) -> None:
     assert latest == {"limit-a": 25, "limit-b": 5}  # reportLatestOffset: the tails
 
 
+@needs_admission_control
 def test_available_now_stops_at_tail_of_start(env: Env) -> None:
     """Records appended after the query started are left for the next run."""
     a = env.fill("avnow", 30)
@@ -372,7 +376,7 @@ def test_restart_from_checkpoint_while_appending(env: Env) -> None:
             return sum(len(r) for r in batches.values())
 
     ckpt = env.checkpoint()
-    df = env.read_stream(stream=stream, maxRecordsPerTrigger="50")
+    df = env.read_stream(stream=stream, **limit(50))
     thread = threading.Thread(target=appender, daemon=True)
     thread.start()
     try:
@@ -416,7 +420,13 @@ def test_restart_from_checkpoint_while_appending(env: Env) -> None:
 # -- failure and replay ---------------------------------------------------------------------
 
 
-class _FlakyStreamReader(RangeStreamReader):
+if HAS_ADMISSION_CONTROL:
+    from s2_spark.spark._admission import AdmittedStreamReader as _StreamReader
+else:
+    _StreamReader = RangeStreamReader  # type: ignore[misc]
+
+
+class _FlakyStreamReader(_StreamReader):
     """Test only: fails once, mid-task, after yielding the first Arrow batch of a range."""
 
     marker = ""
@@ -445,6 +455,7 @@ class FlakyS2DataSource(S2DataSource):
         return flaky
 
 
+@needs_admission_control
 def test_replay_after_failures_gives_identical_rows(env: Env) -> None:
     from pyspark import cloudpickle
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _versions import limit, needs_admission_control
 
 from s2_spark.client import AppendRecord, S2Client, S2Config
 from s2_spark.spark import S2DataSource
@@ -263,7 +264,7 @@ def test_copy_streams_between_basins(env: Env) -> None:
     env.client.create_basin(target)
     src = (
         env.spark.readStream.format("s2")
-        .options(**env.options(streams=f"{a},{b}", maxRecordsPerTrigger="800"))
+        .options(**env.options(streams=f"{a},{b}", **limit(800)))
         .load()
     )
     q = run_stream(
@@ -378,7 +379,7 @@ def test_task_failure_then_restart_exactly_once(env: Env) -> None:
     source = env.fill(src, 2400)
     marker = str(env.tmp / f"marker-{uuid.uuid4().hex[:6]}")
     ckpt = env.checkpoint()
-    read_opts = env.options(stream=src, maxRecordsPerTrigger="1200", minPartitions="2")
+    read_opts = env.options(stream=src, minPartitions="2", **limit(1200))
 
     def query(**extra: str) -> Any:
         df = env.spark.readStream.format("s2").options(**read_opts).load()
@@ -423,6 +424,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@needs_admission_control
 def test_killed_query_restarts_exactly_once(env: Env) -> None:
     """SIGKILL the query's process (driver, JVM and workers) in the middle of micro-batch 1,
     after part of it was appended; restart from the checkpoint; every record once, in

@@ -33,6 +33,7 @@ from s2_spark.backends.s2_sink import (
     query_key,
 )
 from s2_spark.errors import NotFoundError
+from s2_spark.spark._compat import HAS_STREAM_ARROW_WRITER
 from s2_spark.spark._writer_options import (
     InputLayout,
     WriteOptions,
@@ -42,16 +43,12 @@ from s2_spark.spark._writer_options import (
 from s2_spark.spark.options import OptionError
 from s2_spark.wire.records import HEADER_TYPE
 
-try:  # Spark 4.1+
+if HAS_STREAM_ARROW_WRITER:
     from pyspark.sql.datasource import DataSourceStreamArrowWriter
-
-    HAS_STREAM_ARROW_WRITER = True
-except ImportError:  # pragma: no cover - Spark 4.0
+else:  # Spark 4.0: the row writer is used, this base only keeps the class definable
     DataSourceStreamArrowWriter = DataSourceStreamWriter  # type: ignore[misc,assignment]
-    HAS_STREAM_ARROW_WRITER = False
 
 __all__ = [
-    "HAS_STREAM_ARROW_WRITER",
     "S2CommitMessage",
     "batch_writer",
     "stream_writer",

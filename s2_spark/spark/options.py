@@ -15,6 +15,7 @@ from typing import Literal
 
 from s2_spark.backends.s2 import S2Settings
 from s2_spark.errors import S2SparkError
+from s2_spark.spark._compat import HAS_ADMISSION_CONTROL, SPARK_VERSION
 
 __all__ = [
     "BoundSpec",
@@ -245,12 +246,19 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
                     f"streamPrefix option does not select"
                 )
 
+    max_records_per_trigger = _positive_int(options, "maxRecordsPerTrigger")
+    if max_records_per_trigger is not None and not HAS_ADMISSION_CONTROL:
+        raise OptionError(
+            f"option maxRecordsPerTrigger needs PySpark 4.2 or newer (admission control for "
+            f"Python streaming sources); this is PySpark {SPARK_VERSION}: remove the option "
+            "or upgrade Spark"
+        )
     return ReadOptions(
         connection=connection,
         selection=selection,
         starting=starting,
         ending=ending,
-        max_records_per_trigger=_positive_int(options, "maxRecordsPerTrigger"),
+        max_records_per_trigger=max_records_per_trigger,
         min_partitions=_positive_int(options, "minPartitions"),
         max_records_per_partition=_positive_int(options, "maxRecordsPerPartition"),
         include_headers=_bool(options, "includeHeaders", True),

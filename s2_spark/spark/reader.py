@@ -15,19 +15,14 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 
 from s2_spark.backends.base import PositionT, ReadSettings, StreamBackend
 from s2_spark.errors import DataLossError, NotFoundError
+from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
 from s2_spark.spark.options import BoundSpec, OptionError, ReadOptions
 from s2_spark.spark.planning import RangePartition, fair_share, split_ranges
 
-__all__ = ["RangeBatchReader", "RangeStreamReader"]
+__all__ = ["RangeBatchReader", "RangeStreamReader", "stream_reader"]
 
 log = logging.getLogger("s2_spark.spark")
 
@@ -130,28 +125,36 @@ def read_range(
     )
 
 
-class RangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batches over positions; offsets are {stream: next position}."""
+class RangeStreamReader(DataSourceStreamReader):
+    """Micro-batches over positions; offsets are {stream: next position}.
+
+    This class runs on every PySpark 4.x: Spark before 4.2 calls `latestOffset()` with no
+    arguments, so each micro-batch takes everything available from the last planned end.
+    `AdmittedStreamReader` (4.2+) adds admission control and AvailableNow pacing.
+    """
 
     def __init__(self, backend: StreamBackend, options: ReadOptions) -> None:
         self._backend = backend
         self._options = options
         self._target: dict[str, PositionT] | None = None
         self._reported: dict[str, PositionT] | None = None
+        # The last end this driver process planned or was asked to read up to: the start of
+        # the next micro-batch when Spark does not pass it (PySpark < 4.2).
+        self._planned: dict[str, Any] = {}
 
     def __repr__(self) -> str:
-        return f"RangeStreamReader({self._options!r})"
+        return f"{type(self).__name__}({self._options!r})"
 
     def initialOffset(self) -> dict[str, Any]:
         planner = _Planner(self._backend, self._options)
-        return _per_stream(
+        self._planned = _per_stream(
             lambda stream: planner.resolve(self._options.starting, stream, default="earliest"),
             planner.discover(),
         )
+        return self._planned
 
-    def getDefaultReadLimit(self) -> ReadLimit:
-        n = self._options.max_records_per_trigger
-        return ReadMaxRows(n) if n else ReadAllAvailable()
+    def latestOffset(self) -> dict[str, Any]:  # type: ignore[override]
+        return self._plan(self._planned, max_records=None)
 
     def prepareForTriggerAvailableNow(self) -> None:
         planner = _Planner(self._backend, self._options)
@@ -184,7 +187,8 @@ class RangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             tails[stream] = tail
         return tails
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+    def _plan(self, start: dict[str, Any], *, max_records: int | None) -> dict[str, Any]:
+        """The next end offset from `start`: all that is available, or a fair share of it."""
         backend = self._backend
         tails = self._tails(start)
         self._reported = {**start, **tails}
@@ -193,37 +197,47 @@ class RangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for stream, tail in tails.items():
             pos = start.get(stream, backend.origin())
             if stream in start and _is_after(backend, pos, tail):
-                what = (
-                    f"{backend.describe(stream)} ends at {tail}, before the position {pos} "
-                    "already read: it was deleted and recreated, or truncated"
-                )
-                if self._options.fail_on_data_loss:
-                    raise DataLossError(
-                        f"Data loss: {what}; {_LOSS_HINT}", stream=stream, start=tail, end=pos
-                    )
-                log.warning("failOnDataLoss=false: %s; waiting for it to pass %s", what, pos)
+                self._on_truncated(stream, tail, pos)
             begin[stream] = pos
             pending[stream] = backend.distance(pos, tail)
-        grant = pending
-        if isinstance(limit, ReadMaxRows):
-            grant = fair_share(pending, limit.max_rows)
+        grant = pending if max_records is None else fair_share(pending, max_records)
         end = dict(start)
         for stream, n in grant.items():
             if n > 0:
                 end[stream] = backend.advance(begin[stream], n)
+        self._planned = end
         return end
+
+    def _on_truncated(self, stream: str, tail: PositionT, pos: PositionT) -> None:
+        """A stream now ends before what was already read: fail, or log and wait."""
+        what = (
+            f"{self._backend.describe(stream)} ends at {tail}, before the position {pos} "
+            "already read: it was deleted and recreated, or truncated"
+        )
+        if self._options.fail_on_data_loss:
+            raise DataLossError(
+                f"Data loss: {what}; {_LOSS_HINT}", stream=stream, start=tail, end=pos
+            )
+        log.warning("failOnDataLoss=false: %s; waiting for it to pass %s", what, pos)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._reported
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        origin = self._backend.origin()
-        ranges = {
-            stream: (start[stream], pos, False) if stream in start else (origin, pos, True)
-            for stream, pos in end.items()
-        }
+        self._planned = dict(end)
+        backend = self._backend
+        origin = backend.origin()
+        ranges: dict[str, tuple[PositionT, PositionT, bool]] = {}
+        for stream, pos in end.items():
+            if stream not in start:
+                ranges[stream] = (origin, pos, True)
+            elif _is_after(backend, start[stream], pos):
+                # Only when Spark < 4.2 planned without the start: nothing to read here.
+                self._on_truncated(stream, pos, start[stream])
+            else:
+                ranges[stream] = (start[stream], pos, False)
         return split_ranges(
-            self._backend,
+            backend,
             ranges,
             min_partitions=self._options.min_partitions,
             max_records_per_partition=self._options.max_records_per_partition,
@@ -235,6 +249,15 @@ class RangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: positions live in Spark's checkpoint, not in the service."""
+
+
+def stream_reader(backend: StreamBackend, options: ReadOptions) -> RangeStreamReader:
+    """The richest stream reader this PySpark can drive."""
+    if HAS_ADMISSION_CONTROL:
+        from s2_spark.spark._admission import AdmittedStreamReader
+
+        return AdmittedStreamReader(backend, options)
+    return RangeStreamReader(backend, options)
 
 
 class RangeBatchReader(DataSourceReader):

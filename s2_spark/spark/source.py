@@ -23,7 +23,7 @@ from pyspark.sql.types import (
 
 from s2_spark.backends.base import StreamBackend
 from s2_spark.spark.options import OptionError, ReadOptions, parse_read_options
-from s2_spark.spark.reader import RangeBatchReader, RangeStreamReader
+from s2_spark.spark.reader import RangeBatchReader, stream_reader
 
 __all__ = ["S2DataSource", "read_schema"]
 
@@ -131,7 +131,7 @@ class S2DataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = self._read_options(streaming=True)
         self._check_schema(schema, options)
-        return RangeStreamReader(self._backend(options), options)
+        return stream_reader(self._backend(options), options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """`df.write.format("s2")`: exactly-once appends (see s2_spark.spark._writer)."""

@@ -1,0 +1,22 @@
+"""What the PySpark under test offers, for tests of features that need a newer one.
+
+Tests of such features skip on an older Spark, where `test_spark_versions.py` checks that
+the option needing them fails cleanly instead; `limit(...)` adds a per-trigger limit only
+where it is honoured, for tests in which it merely makes micro-batches smaller.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from s2_spark.spark._compat import HAS_ADMISSION_CONTROL, SPARK_VERSION
+
+needs_admission_control = pytest.mark.skipif(
+    not HAS_ADMISSION_CONTROL,
+    reason=f"maxRecordsPerTrigger needs PySpark 4.2+; this is {SPARK_VERSION}",
+)
+
+
+def limit(records: int) -> dict[str, str]:
+    """`maxRecordsPerTrigger=records` where this Spark honours it, else no option."""
+    return {"maxRecordsPerTrigger": str(records)} if HAS_ADMISSION_CONTROL else {}
