@@ -38,7 +38,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from s2_spark.client import AppendRecord, S2Client, S2Config
-from s2_spark.spark import S2DataSource, read_schema
+from s2_spark.spark import read_schema
 from s2_spark.testing import ServerProcess
 
 RECORD = 100
@@ -176,7 +176,6 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(S2DataSource)
     spark.dataSource.register(MemoryDataSource)
 
     basin = f"bench-read-{uuid.uuid4().hex[:8]}"

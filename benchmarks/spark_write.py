@@ -33,13 +33,11 @@ def spark_write(url: str, basin: str, stream: str, rows: int, per_batch: int,
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from s2_spark.spark import S2DataSource
 
     spark = (SparkSession.builder.master("local[2]").appName("s2-spark-write-bench")
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(S2DataSource)
     df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", per_batch)
           .option("numPartitions", partitions).load()
           .selectExpr(f"CAST(lpad(CAST(value AS STRING), {RECORD}, 'x') AS BINARY) AS body"))

@@ -23,7 +23,6 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 from pyspark.sql import DataFrame, SparkSession
 
 from s2_spark.client import AppendRecord, S2Client, S2Config
-from s2_spark.spark import S2DataSource
 from s2_spark.testing import LocalS2Server
 
 
@@ -91,9 +90,7 @@ def main() -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    # Installing s2-spark registers "s2" automatically (module pyspark_s2); registering
-    # explicitly as well keeps this script working from a source checkout.
-    spark.dataSource.register(S2DataSource)
+    # Installing s2-spark registers format "s2" (module pyspark_s2): no register() call.
     basin, stream = "quickstart-basin", "events"
     with LocalS2Server() as server, S2Client(S2Config(endpoint=server.url)) as client, \
             tempfile.TemporaryDirectory() as tmp:

@@ -4,15 +4,20 @@
     python scripts/version_matrix.py 4.0 lowest      # a subset
 
 Each target gets its own virtualenv under `.matrix/` made with uv (installed into the
-running interpreter if missing), with s2-spark installed as a regular, non-editable
-package, so the tests exercise what `pip install` delivers. The CI suite runs on one
-PySpark only; this script is the rest of the compatibility proof. Prints one Markdown row
-per target (installed versions and pytest's summary) and exits non-zero if any failed.
+running interpreter if missing). A PySpark target first installs "the platform" (that
+PySpark with its Connect client, pandas and numpy), then s2-spark as a regular,
+non-editable package with its test tools, and fails if that replaced PySpark, pandas or
+numpy: this is what `pip install s2-spark` into an existing Spark does. The tests then
+import the installed package, not the checkout. The CI suite runs on one PySpark only;
+this script is the rest of the compatibility proof. Prints one Markdown row per target
+(installed versions, what the install changed, pytest's summary); exits non-zero if any
+target failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -27,10 +32,14 @@ WORK = ROOT / ".matrix"
 SHOWN = ("pyspark", "pandas", "numpy", "pyarrow", "protobuf", "httpx", "zstandard")
 
 
+KEPT = ("pyspark", "pandas", "numpy")  # a platform's own; installing s2-spark must keep them
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
     requirements: tuple[str, ...]
+    platform: tuple[str, ...] = ()
     resolution: str = "highest"
     # Test files that need the `dev` extra (s2-sdk, grpcio-tools), which the lowest run
     # leaves out: s2-sdk needs protobuf 6, above the declared floor.
@@ -39,7 +48,11 @@ class Target:
 
 
 def _spark(version: str) -> Target:
-    return Target(version.rsplit(".", 1)[0], (".[dev]", f"pyspark=={version}"))
+    return Target(
+        version.rsplit(".", 1)[0],
+        requirements=(".[test]",),
+        platform=(f"pyspark[connect]=={version}", "pandas<3"),
+    )
 
 
 TARGETS = {
@@ -51,7 +64,7 @@ TARGETS = {
         _spark("4.3.0"),
         Target(
             "lowest",
-            (".[spark,test]",),
+            requirements=(".[spark,test]",),
             resolution="lowest-direct",
             ignore=("test_sdk_conformance.py", "test_durability.py", "test_proto.py"),
             spark_only=False,
@@ -67,28 +80,48 @@ def _uv() -> list[str]:
     return [sys.executable, "-m", "uv"]
 
 
-def _install(target: Target) -> Path:
+def _install(target: Target) -> tuple[Path, str]:
+    """The target's venv; and what installing s2-spark changed of the platform."""
     venv = WORK / target.name
     shutil.rmtree(venv, ignore_errors=True)
     uv = _uv()
     subprocess.run([*uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True)
     python = venv / "bin" / "python"
-    subprocess.run(
-        [*uv, "pip", "install", "-q", "--python", str(python),
-         "--resolution", target.resolution, *target.requirements],
-        cwd=ROOT,
-        check=True,
-    )
-    return python
+
+    def install(*requirements: str) -> None:
+        subprocess.run(
+            [*uv, "pip", "install", "-q", "--python", str(python),
+             "--resolution", target.resolution, *requirements],
+            cwd=ROOT,
+            check=True,
+        )
+
+    if target.platform:
+        install(*target.platform)
+    before = _versions(python)
+    install(*target.requirements)
+    after = _versions(python)
+    changed = {n: f"{before[n]}->{after[n]}" for n in after if before.get(n) != after[n]}
+    if target.platform:
+        replaced = [n for n in KEPT if n in changed]
+        if replaced:
+            raise SystemExit(f"{target.name}: installing s2-spark replaced {replaced}: {changed}")
+    return python, ", ".join(f"{n} {v}" for n, v in changed.items()) or "nothing"
 
 
-def _versions(python: Path) -> str:
+def _versions(python: Path) -> dict[str, str]:
     code = (
-        "from importlib.metadata import version\n"
-        f"print(' '.join(f'{{n}}={{version(n)}}' for n in {SHOWN!r}))"
+        "import json\n"
+        "from importlib.metadata import PackageNotFoundError, version\n"
+        "def v(n):\n"
+        "    try:\n"
+        "        return version(n)\n"
+        "    except PackageNotFoundError:\n"
+        "        return '-'\n"
+        f"print(json.dumps({{n: v(n) for n in {SHOWN!r}}}))"
     )
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
-    return out.stdout.strip()
+    return dict(json.loads(out.stdout))
 
 
 def _test_files(target: Target) -> list[str]:
@@ -130,15 +163,19 @@ def main() -> int:
     for name in names:
         target = TARGETS[name]
         began = time.monotonic()
-        python = _install(target)
+        python, changed = _install(target)
         passed, summary = _run_tests(target, python, WORK / f"{name}.log")
         ok &= passed
         minutes = (time.monotonic() - began) / 60
-        row = (f"| {name} | {'pass' if passed else 'FAIL'} | {summary} | "
-               f"{_versions(python)} | {minutes:.1f} min |")
+        installed = " ".join(f"{n}={v}" for n, v in _versions(python).items())
+        row = (f"| {name} | {'pass' if passed else 'FAIL'} | {summary} | {installed} | "
+               f"{changed} | {minutes:.1f} min |")
         print(row, flush=True)
         rows.append(row)
-    header = "| target | result | tests | installed | time |\n|---|---|---|---|---|"
+    header = (
+        "| target | result | tests | installed | s2-spark's install changed | time |\n"
+        "|---|---|---|---|---|---|"
+    )
     (WORK / "results.md").write_text("\n".join([header, *rows]) + "\n")
     print(f"\n{header}\n" + "\n".join(rows))
     return 0 if ok else 1

@@ -27,7 +27,6 @@ import pytest
 from _versions import limit, needs_admission_control
 
 from s2_spark.client import AppendRecord, S2Client, S2Config
-from s2_spark.spark import S2DataSource
 
 pytestmark = pytest.mark.spark
 
@@ -98,7 +97,8 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(s2_server: Any, spark: Any) -> Iterator[Env]:
-    spark.dataSource.register(S2DataSource)
+    # No register(): installing s2-spark registers format s2 (and on PySpark 4.0 a
+    # second registration under the same name is an error).
     e = Env(s2_server.url, spark)
     yield e
     e.client.close()
@@ -406,12 +406,10 @@ CHILD = textwrap.dedent("""
     import os, sys
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
-    from s2_spark.spark import S2DataSource
     url, basin, src, out, ckpt, fault = sys.argv[1:7]
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(S2DataSource)
     df = (spark.readStream.format("s2").option("endpoint", url).option("basin", basin)
           .option("stream", src).option("maxRecordsPerTrigger", "1500").load())
     w = (df.writeStream.format("s2").option("endpoint", url).option("basin", basin)
