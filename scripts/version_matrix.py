@@ -129,18 +129,22 @@ def _test_files(target: Target) -> list[str]:
     files = sorted(p.name for p in (ROOT / "tests").glob(pattern))
     if target.spark_only:  # the deployment tests run real Spark too
         files += sorted(p.name for p in (ROOT / "tests").glob("test_deploy_*.py"))
-    return [f"tests/{name}" for name in files if name not in target.ignore]
+    return [str(ROOT / "tests" / name) for name in files if name not in target.ignore]
 
 
 def _run_tests(target: Target, python: Path, log: Path) -> tuple[bool, str]:
-    # The venv's pytest script, not `python -m pytest`: -m would put the checkout first on
-    # sys.path and the tests would import the source tree instead of the installed package.
+    # From a directory outside the checkout, through the venv's pytest script: Python puts
+    # the working directory first on sys.path for `python -m ...` (Spark starts its
+    # workers that way), and the tests must import the installed package, not the source.
     pytest = python.parent / "pytest"
     env = {**os.environ, "PYSPARK_PYTHON": str(python), "PYSPARK_DRIVER_PYTHON": str(python)}
+    elsewhere = WORK / f"{target.name}-cwd"
+    elsewhere.mkdir(exist_ok=True)
     with log.open("w") as out:
         done = subprocess.run(
-            [str(pytest), "-q", "-p", "no:cacheprovider", *_test_files(target)],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            [str(pytest), "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
+             "-c", str(ROOT / "pyproject.toml"), *_test_files(target)],
+            cwd=elsewhere, env=env, stdout=out, stderr=subprocess.STDOUT,
         )
     lines = log.read_text().strip().splitlines()
     summary = next(

@@ -7,6 +7,10 @@ where it is honoured, for tests in which it merely makes micro-batches smaller.
 
 from __future__ import annotations
 
+import ast
+import json
+from typing import Any
+
 import pytest
 
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL, SPARK_VERSION
@@ -20,3 +24,14 @@ needs_admission_control = pytest.mark.skipif(
 def limit(records: int) -> dict[str, str]:
     """`maxRecordsPerTrigger=records` where this Spark honours it, else no option."""
     return {"maxRecordsPerTrigger": str(records)} if HAS_ADMISSION_CONTROL else {}
+
+
+def progress_offsets(value: Any) -> Any:
+    """A source offset from a query's progress: JSON text, except on PySpark 4.0, which
+    shows a Python source's offsets as the repr of a dict (the checkpoint has JSON)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return ast.literal_eval(value)

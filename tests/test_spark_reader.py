@@ -6,7 +6,6 @@ Streams are unique per test; the server and the SparkSession are shared.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _versions import limit, needs_admission_control
+from _versions import limit, needs_admission_control, progress_offsets
 
 from s2_spark.client import AppendRecord, S2Client, S2Config
 from s2_spark.spark import S2DataSource
@@ -291,7 +290,7 @@ def test_stream_prefix_discovers_new_streams(env: Env) -> None:
         q.processAllAvailable()
         assert rows_of(env.spark.table(name)) == a + a2 + b + c
         offsets = q.lastProgress["sources"][0]["endOffset"]
-        offsets = json.loads(offsets) if isinstance(offsets, str) else offsets
+        offsets = progress_offsets(offsets)
         assert offsets == {prefix + "a": 7, prefix + "b": 3, prefix + "c": 4}
     finally:
         q.stop()
@@ -310,14 +309,14 @@ def test_max_records_per_trigger_and_available_now(env: Env) -> None:
     # Fair share: batch 0 takes 5 + 5, then limit-a alone takes 10 and 10.
     assert [p["numInputRows"] for p in batches] == [10, 10, 10]
     ends = [p["sources"][0]["endOffset"] for p in batches]
-    ends = [json.loads(e) if isinstance(e, str) else e for e in ends]
+    ends = [progress_offsets(e) for e in ends]
     assert ends == [
         {"limit-a": 5, "limit-b": 5},
         {"limit-a": 15, "limit-b": 5},
         {"limit-a": 25, "limit-b": 5},
     ]
     latest = batches[0]["sources"][0]["latestOffset"]
-    latest = json.loads(latest) if isinstance(latest, str) else latest
+    latest = progress_offsets(latest)
     assert latest == {"limit-a": 25, "limit-b": 5}  # reportLatestOffset: the tails
 
 
@@ -561,7 +560,7 @@ def test_command_records_skipped_or_included(env: Env) -> None:
     q = run_available_now(env.read_stream(stream=stream), name)
     assert rows_of(env.spark.table(name)) == data
     end = q.lastProgress["sources"][0]["endOffset"]
-    assert (json.loads(end) if isinstance(end, str) else end) == {stream: 4}
+    assert progress_offsets(end) == {stream: 4}
     name = qname()
     run_available_now(env.read_stream(stream=stream, includeCommandRecords="true"), name)
     assert rows_of(env.spark.table(name)) == full

@@ -476,7 +476,7 @@ def test_row_fallback_matches_arrow_input() -> None:
     from s2_spark.spark._writer import _rows_to_batches
     from s2_spark.spark._writer_options import InputLayout
 
-    layout = InputLayout(body=0, headers=1, headers_is_map=False, timestamp=2, stream=3,
+    layout = InputLayout(body=0, headers=1, timestamp=2, stream=3,
                          names=("body", "headers", "timestamp", "stream"))
     when = dt.datetime.fromtimestamp(T0 / 1000, UTC)
     rows = [Row(body=bytearray(b"a"), headers=[Row(name=b"k", value=b"v")], timestamp=when,

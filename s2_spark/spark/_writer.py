@@ -107,7 +107,7 @@ class _Job:
         headers = None
         if lay.headers is not None:
             headers = batch.column(lay.headers)
-            if lay.headers_is_map:
+            if pa.types.is_map(headers.type):  # Arrow input; the row path converts itself
                 headers = _map_to_headers(headers)
         timestamps = batch.column(lay.timestamp) if lay.timestamp is not None else None
         streams: pa.Array | str

@@ -61,7 +61,6 @@ class InputLayout:
 
     body: int
     headers: int | None
-    headers_is_map: bool
     timestamp: int | None
     stream: int | None
     names: tuple[str, ...]
@@ -138,14 +137,12 @@ def check_input(schema: StructType, options: WriteOptions) -> InputLayout:
     body_t = fields[found["body"]].dataType
     if not _is_text(body_t):
         raise _bad("body", body_t, "binary or string")
-    headers_is_map = False
     if "headers" in found:
         t = fields[found["headers"]].dataType
         if isinstance(t, MapType):
             if not (isinstance(t.keyType, StringType) and _is_text(t.valueType)):
                 raise _bad("headers", t, "map<string, string|binary> or "
                            "array<struct<name, value>>")
-            headers_is_map = True
         elif isinstance(t, ArrayType) and isinstance(t.elementType, StructType):
             inner = t.elementType
             names = [f.name.lower() for f in inner.fields]
@@ -171,7 +168,6 @@ def check_input(schema: StructType, options: WriteOptions) -> InputLayout:
     return InputLayout(
         body=found["body"],
         headers=found.get("headers"),
-        headers_is_map=headers_is_map,
         timestamp=found.get("timestamp"),
         stream=found.get("stream") if options.stream is None else None,
         names=tuple(schema.fieldNames()),
