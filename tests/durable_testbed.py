@@ -8,6 +8,7 @@ and start it again on the same port and data.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -82,10 +83,8 @@ class DurableServer:
         proc = self._proc
         if proc is not None and proc.poll() is None:
             proc.terminate()
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
         self.kill()
 
     def __enter__(self) -> DurableServer:

@@ -1,0 +1,130 @@
+"""Idempotent producer: batches messages and sends them with Producer-Id/Epoch/Seq.
+
+The server deduplicates by (producer id, epoch, seq), so every failed send is retried as
+is, even when its outcome is unknown: a repeat that already landed answers 204 (duplicate,
+reported as success). Answers that retrying cannot fix raise typed errors: StaleEpochError
+(403, a newer epoch owns the id), SequenceGapError (409, a batch went missing),
+StreamClosedError (409), StreamBadRequestError (400, e.g. a new epoch not starting at 0).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from s2_spark.errors import StaleEpochError
+
+from ._stream import AppendResult, DurableStream
+
+__all__ = ["IdempotentProducer"]
+
+
+class IdempotentProducer:
+    """Appends to one stream as producer `producer_id` at `epoch`, seq from 0.
+
+    `append()` buffers; a batch is sent when it reaches `max_batch_bytes` or
+    `max_batch_messages`, and on `flush()` / `close()`. For JSON streams a message is any
+    JSON-serialisable value (or pre-encoded JSON text via `append_raw`); for byte streams
+    it is bytes, and a batch is their concatenation. `auto_claim=True` answers a stale
+    epoch by taking the server's epoch + 1 (for producers that keep no epoch of their own).
+    """
+
+    def __init__(
+        self,
+        stream: DurableStream,
+        producer_id: str,
+        *,
+        epoch: int = 0,
+        max_batch_bytes: int = 1 << 20,
+        max_batch_messages: int = 10_000,
+        auto_claim: bool = False,
+    ) -> None:
+        if not isinstance(producer_id, str) or not producer_id:
+            raise ValueError(f"producer_id must be a non-empty string (got {producer_id!r})")
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be an int >= 0 (got {epoch!r})")
+        if max_batch_bytes < 1 or max_batch_messages < 1:
+            raise ValueError("max_batch_bytes and max_batch_messages must be >= 1")
+        self.stream = stream
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.seq = 0
+        self.auto_claim = auto_claim
+        self._json = stream.is_json()
+        self._max_bytes = max_batch_bytes
+        self._max_messages = max_batch_messages
+        self._parts: list[bytes] = []
+        self._size = 0
+        self.last_result: AppendResult | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"IdempotentProducer({self.stream.url!r}, id={self.producer_id!r}, "
+            f"epoch={self.epoch}, seq={self.seq})"
+        )
+
+    def append(self, message: Any) -> None:
+        """Buffer one message (a JSON value for JSON streams, bytes otherwise)."""
+        if self._json:
+            self.append_raw(json.dumps(message, separators=(",", ":"), ensure_ascii=False))
+        elif isinstance(message, bytes | bytearray | memoryview | str):
+            self.append_raw(message)
+        else:
+            raise TypeError(f"a byte stream takes bytes or str (got {type(message).__name__})")
+
+    def append_raw(self, data: bytes | bytearray | memoryview | str) -> None:
+        """Buffer one message already encoded (JSON text for JSON streams)."""
+        part = data.encode() if isinstance(data, str) else bytes(data)
+        if self._parts and (
+            self._size + len(part) > self._max_bytes or len(self._parts) >= self._max_messages
+        ):
+            self.flush()
+        self._parts.append(part)
+        self._size += len(part) + 1
+
+    def flush(self) -> AppendResult | None:
+        """Send what is buffered as one batch (one Producer-Seq)."""
+        if not self._parts:
+            return None
+        body = b"[" + b",".join(self._parts) + b"]" if self._json else b"".join(self._parts)
+        result = self.send(body)
+        self._parts, self._size = [], 0
+        return result
+
+    def send(self, body: bytes, *, close: bool = False) -> AppendResult:
+        """Send one batch with the next seq; retried until the server answers."""
+        try:
+            result = self._send(body, close)
+        except StaleEpochError as err:
+            if not self.auto_claim or err.current_epoch is None:
+                raise
+            self.epoch, self.seq = err.current_epoch + 1, 0
+            result = self._send(body, close)
+        self.seq += 1
+        self.last_result = result
+        return result
+
+    def _send(self, body: bytes, close: bool) -> AppendResult:
+        headers = {
+            "producer-id": self.producer_id,
+            "producer-epoch": str(self.epoch),
+            "producer-seq": str(self.seq),
+        }
+        return self.stream.append(body, headers=headers, close=close)
+
+    def restart(self, epoch: int | None = None) -> None:
+        """Start a new epoch (default: the next one) at seq 0, fencing older producers."""
+        self._parts, self._size = [], 0
+        self.epoch = self.epoch + 1 if epoch is None else epoch
+        self.seq = 0
+
+    def close_stream(self, final: Any = None) -> AppendResult:
+        """Flush, then close the stream (with `final` as its last message when given)."""
+        self.flush()
+        if final is None:
+            return self.send(b"", close=True)
+        if self._json:
+            body = json.dumps(final, separators=(",", ":"), ensure_ascii=False).encode()
+        else:
+            body = final.encode() if isinstance(final, str) else bytes(final)
+        return self.send(body, close=True)
