@@ -39,12 +39,7 @@ class IdempotentProducer:
         max_batch_messages: int = 10_000,
         auto_claim: bool = False,
     ) -> None:
-        if not isinstance(producer_id, str) or not producer_id:
-            raise ValueError(f"producer_id must be a non-empty string (got {producer_id!r})")
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"epoch must be an int >= 0 (got {epoch!r})")
-        if max_batch_bytes < 1 or max_batch_messages < 1:
-            raise ValueError("max_batch_bytes and max_batch_messages must be >= 1")
+        self.check_options(producer_id, epoch, max_batch_bytes, max_batch_messages)
         self.stream = stream
         self.producer_id = producer_id
         self.epoch = epoch
@@ -56,6 +51,25 @@ class IdempotentProducer:
         self._parts: list[bytes] = []
         self._size = 0
         self.last_result: AppendResult | None = None
+        self._close_seq: int | None = None
+
+    @staticmethod
+    def check_options(
+        producer_id: str,
+        epoch: int = 0,
+        max_batch_bytes: int = 1 << 20,
+        max_batch_messages: int = 10_000,
+    ) -> None:
+        """Raise ValueError naming the first invalid option (before anything is sent)."""
+        if not isinstance(producer_id, str) or not producer_id:
+            raise ValueError(f"producer_id must be a non-empty string (got {producer_id!r})")
+        for name, value, low in (
+            ("epoch", epoch, 0),
+            ("max_batch_bytes", max_batch_bytes, 1),
+            ("max_batch_messages", max_batch_messages, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an int >= {low} (got {value!r})")
 
     def __repr__(self) -> str:
         return (
@@ -92,7 +106,14 @@ class IdempotentProducer:
         return result
 
     def send(self, body: bytes, *, close: bool = False) -> AppendResult:
-        """Send one batch with the next seq; retried until the server answers."""
+        """Send one batch with the next seq; retried until the server answers.
+
+        Once this producer closed the stream, closing again re-sends the closing seq, so
+        the server answers it as a duplicate: close is idempotent, and a retried
+        close-with-body keeps the first body.
+        """
+        if close and self._close_seq is not None:
+            self.seq = self._close_seq
         try:
             result = self._send(body, close)
         except StaleEpochError as err:
@@ -100,6 +121,8 @@ class IdempotentProducer:
                 raise
             self.epoch, self.seq = err.current_epoch + 1, 0
             result = self._send(body, close)
+        if close:
+            self._close_seq = self.seq
         self.seq += 1
         self.last_result = result
         return result
@@ -117,6 +140,7 @@ class IdempotentProducer:
         self._parts, self._size = [], 0
         self.epoch = self.epoch + 1 if epoch is None else epoch
         self.seq = 0
+        self._close_seq = None
 
     def close_stream(self, final: Any = None) -> AppendResult:
         """Flush, then close the stream (with `final` as its last message when given)."""

@@ -10,7 +10,7 @@ from the last control offset instead of delivering it twice.
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
@@ -35,7 +35,7 @@ from ._transport import Transport
 
 __all__ = ["LiveMode", "ReadChunk", "StreamReader", "check_offset", "is_json", "parse_chunk"]
 
-LiveMode = Literal["long-poll", "sse"] | None
+LiveMode = Literal["long-poll", "sse", "auto"] | None
 
 
 def is_json(content_type: str | None) -> bool:
@@ -71,6 +71,7 @@ class ReadChunk:
     etag: str | None
     content_type: str | None
     not_modified: bool = False
+    status: int = 200
 
     @property
     def json_mode(self) -> bool:
@@ -124,6 +125,7 @@ def parse_chunk(resp: httpx.Response, offset: str, content_type: str | None) -> 
         etag=resp.headers.get("etag"),
         content_type=resp.headers.get("content-type") or content_type,
         not_modified=resp.status_code == 304,
+        status=resp.status_code,
     )
 
 
@@ -131,8 +133,9 @@ class StreamReader(Iterator[ReadChunk]):
     """Iterator of ReadChunk from `offset` on.
 
     `live=None` (catch-up) ends at the first chunk that is up to date; "long-poll" and
-    "sse" keep tailing. Every mode ends when the stream is closed (EOF). `offset`,
-    `cursor`, `up_to_date` and `closed` describe what was delivered so far.
+    "sse" keep tailing; "auto" catches up, then long-polls. Every mode ends when the stream
+    is closed (EOF). `offset`, `cursor`, `up_to_date` and `closed` describe what was
+    delivered so far.
     """
 
     def __init__(
@@ -143,9 +146,16 @@ class StreamReader(Iterator[ReadChunk]):
         offset: str,
         live: LiveMode,
         content_type: str | None,
+        headers: Mapping[str, str],
     ) -> None:
-        if live not in (None, "long-poll", "sse"):
-            raise ValueError(f"live must be None, 'long-poll' or 'sse' (got {live!r})")
+        if live not in (None, "long-poll", "sse", "auto"):
+            raise ValueError(
+                f"live must be None, 'long-poll', 'sse' or 'auto' (got {live!r})"
+            )
+        self._headers = {
+            **headers,
+            "accept-encoding": "gzip, deflate" if transport.config.compression else "identity",
+        }
         self._t = transport
         self._url = url
         self._target = target
@@ -204,7 +214,7 @@ class StreamReader(Iterator[ReadChunk]):
         if self._finished():
             return "done"
         params = {"offset": self.offset}
-        if self.live == "long-poll":
+        if self.live == "long-poll" or (self.live == "auto" and self.up_to_date):
             params["live"] = "long-poll"
             if self.cursor:
                 params["cursor"] = self.cursor
@@ -218,7 +228,7 @@ class StreamReader(Iterator[ReadChunk]):
                 ok=(200, 204),
                 offset=self.offset,
                 read_timeout=self._t.config.live_timeout if self.live else None,
-                headers=_read_headers(self._t),
+                headers=self._headers,
             )
         except DurableStreamsError as err:
             if err.retryable:
@@ -234,7 +244,7 @@ class StreamReader(Iterator[ReadChunk]):
         params = {"offset": self.offset, "live": "sse"}
         if self.cursor:
             params["cursor"] = self.cursor
-        headers = {**_read_headers(self._t), "accept": "text/event-stream"}
+        headers = {**self._headers, "accept": "text/event-stream"}
         try:
             with self._t.stream(
                 self._url, params=params, headers=headers, read=self._t.config.live_timeout
@@ -294,8 +304,4 @@ class StreamReader(Iterator[ReadChunk]):
             if body[1:-1].strip():
                 inner.append(body[1:-1])
         return ("[" + ",".join(inner) + "]").encode()
-
-
-def _read_headers(t: Transport) -> dict[str, str]:
-    return {"accept-encoding": "gzip, deflate" if t.config.compression else "identity"}
 

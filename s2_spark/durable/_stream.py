@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -89,23 +89,24 @@ class DurableStream:
         expires_at: datetime | str | None = None,
         body: bytes | None = None,
         closed: bool = False,
+        headers: Mapping[str, str] | None = None,
     ) -> CreateResult:
         """Create the stream (idempotent for the same configuration)."""
         if ttl is not None and expires_at is not None:
             raise ValueError("pass ttl or expires_at, not both (the protocol rejects both)")
         if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0):
             raise ValueError(f"ttl must be a whole number of seconds >= 0 (got {ttl!r})")
-        headers = {"content-type": content_type}
+        hdrs = {**(headers or {}), "content-type": content_type}
         if ttl is not None:
-            headers["stream-ttl"] = str(ttl)
+            hdrs["stream-ttl"] = str(ttl)
         if expires_at is not None:
-            headers["stream-expires-at"] = (
+            hdrs["stream-expires-at"] = (
                 expires_at.isoformat() if isinstance(expires_at, datetime) else expires_at
             )
         if closed:
-            headers["stream-closed"] = "true"
+            hdrs["stream-closed"] = "true"
         resp = self._t.request(
-            "PUT", self.url, target=self._target, headers=headers, content=body, ok=(200, 201)
+            "PUT", self.url, target=self._target, headers=hdrs, content=body, ok=(200, 201)
         )
         self.content_type = content_type
         return CreateResult(
@@ -125,12 +126,14 @@ class DurableStream:
         *,
         seq: str | None = None,
         close: bool = False,
-        headers: dict[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        retry_unknown: bool = False,
     ) -> AppendResult:
         """Append bytes (for JSON streams: one JSON value, or an array of messages).
 
-        Not retried when the outcome is unknown (that could duplicate data); use an
-        `IdempotentProducer` for appends that must survive failures.
+        Not retried when the outcome is unknown (that could duplicate data) unless
+        `retry_unknown=True` accepts at-least-once; use an `IdempotentProducer` for appends
+        that must survive failures exactly once.
         """
         content = data.encode() if isinstance(data, str) else bytes(data)
         hdrs = {"content-type": self._known_content_type(), **(headers or {})}
@@ -145,7 +148,7 @@ class DurableStream:
             target=self._target,
             headers=hdrs,
             content=content,
-            retry="always" if idempotent else "unsent",
+            retry="always" if idempotent or retry_unknown else "unsent",
         )
         return AppendResult(
             next_offset=resp.headers.get("stream-next-offset"),
@@ -159,10 +162,12 @@ class DurableStream:
         """Append each item of `messages` as one message of a JSON stream."""
         return self.append(encode_json_messages(messages), seq=seq)
 
-    def close(self, body: bytes | str | None = None) -> AppendResult:
+    def close(
+        self, body: bytes | str | None = None, *, headers: Mapping[str, str] | None = None
+    ) -> AppendResult:
         """Close the stream (EOF for readers), optionally appending a final body atomically."""
         content = b"" if body is None else body.encode() if isinstance(body, str) else body
-        hdrs = {"stream-closed": "true"}
+        hdrs = {**(headers or {}), "stream-closed": "true"}
         if content:
             hdrs["content-type"] = self._known_content_type()
         # Closing is idempotent (closing a closed stream succeeds), so retries are safe
@@ -177,8 +182,8 @@ class DurableStream:
         )
         return AppendResult(next_offset=resp.headers.get("stream-next-offset"), closed=True)
 
-    def head(self) -> StreamInfo:
-        resp = self._t.request("HEAD", self.url, target=self._target, ok=(200,))
+    def head(self, *, headers: Mapping[str, str] | None = None) -> StreamInfo:
+        resp = self._t.request("HEAD", self.url, target=self._target, ok=(200,), headers=headers)
         next_offset = resp.headers.get("stream-next-offset")
         if not next_offset:
             raise MalformedResponseError(
@@ -196,8 +201,10 @@ class DurableStream:
             etag=resp.headers.get("etag"),
         )
 
-    def delete(self) -> None:
-        self._t.request("DELETE", self.url, target=self._target, ok=(200, 202, 204))
+    def delete(self, *, headers: Mapping[str, str] | None = None) -> None:
+        self._t.request(
+            "DELETE", self.url, target=self._target, ok=(200, 202, 204), headers=headers
+        )
 
     def get(
         self,
@@ -206,6 +213,7 @@ class DurableStream:
         live: LiveMode = None,
         cursor: str | None = None,
         if_none_match: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> ReadChunk:
         """One catch-up or long-poll read (retried on transient failures)."""
         if live not in (None, "long-poll"):
@@ -215,27 +223,38 @@ class DurableStream:
             params["live"] = live
         if cursor:
             params["cursor"] = cursor
-        headers = {"accept-encoding": "gzip" if self._t.config.compression else "identity"}
+        hdrs = {
+            **(headers or {}),
+            "accept-encoding": "gzip" if self._t.config.compression else "identity",
+        }
         if if_none_match:
-            headers["if-none-match"] = if_none_match
+            hdrs["if-none-match"] = if_none_match
         resp = self._t.request(
             "GET",
             self.url,
             target=self._target,
             params=params,
-            headers=headers,
+            headers=hdrs,
             ok=(200, 204, 304),
             offset=offset,
             read_timeout=self._t.config.live_timeout if live else None,
         )
         return parse_chunk(resp, offset, self.content_type)
 
-    def read(self, offset: str = "-1", *, live: LiveMode = None) -> StreamReader:
+    def read(
+        self,
+        offset: str = "-1",
+        *,
+        live: LiveMode = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> StreamReader:
         """Chunks from `offset` ("-1": start, "now": tail); see StreamReader for `live`."""
         content_type = self.content_type
         if live == "sse" and content_type is None:
             content_type = self._known_content_type()
-        return StreamReader(self._t, self.url, self._target, offset, live, content_type)
+        return StreamReader(
+            self._t, self.url, self._target, offset, live, content_type, headers or {}
+        )
 
     def is_json(self) -> bool:
         return is_json(self._known_content_type())
