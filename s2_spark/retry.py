@@ -31,23 +31,26 @@ AttemptOutcome = Literal["done", "reconnect"] | ServiceError
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """Exponential backoff with jitter: attempt n waits min(initial * 2**n, max) plus up to 50%.
+    """Exponential backoff with jitter: retry n waits min(initial * multiplier**n, max) plus
+    up to 50%.
 
     `max_attempts` counts every attempt including the first, so 1 disables retries.
+    `initial_backoff` must be > 0 (a zero backoff would hammer a struggling server).
     """
 
     max_attempts: int = 5
     initial_backoff: float = 0.1
     max_backoff: float = 5.0
+    multiplier: float = 2.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
             raise ValueError(
                 f"RetryPolicy.max_attempts must be an int >= 1 (got {self.max_attempts!r})"
             )
-        if not self.initial_backoff >= 0 or not math.isfinite(self.initial_backoff):
+        if not self.initial_backoff > 0 or not math.isfinite(self.initial_backoff):
             raise ValueError(
-                f"RetryPolicy.initial_backoff must be a finite number >= 0 "
+                f"RetryPolicy.initial_backoff must be a finite number of seconds > 0 "
                 f"(got {self.initial_backoff!r})"
             )
         if not self.max_backoff >= self.initial_backoff or not math.isfinite(self.max_backoff):
@@ -55,10 +58,18 @@ class RetryPolicy:
                 f"RetryPolicy.max_backoff must be finite and >= initial_backoff "
                 f"(got {self.max_backoff!r})"
             )
+        if not self.multiplier >= 1 or not math.isfinite(self.multiplier):
+            raise ValueError(
+                f"RetryPolicy.multiplier must be a finite number >= 1 (got {self.multiplier!r})"
+            )
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait before retry number `attempt` (0 = first retry)."""
-        base = min(self.initial_backoff * (2.0 ** min(attempt, 60)), self.max_backoff)
+        try:
+            growth = self.multiplier ** min(attempt, 60)
+        except OverflowError:
+            growth = math.inf
+        base = min(self.initial_backoff * growth, self.max_backoff)
         return base * (1.0 + random.random() * 0.5)
 
 

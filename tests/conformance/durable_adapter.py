@@ -49,15 +49,25 @@ FEATURES = {
     "longPoll": True,
     "auto": True,
     "streaming": True,
+    "retryOptions": True,
     "batchItems": True,
     "strictZeroValidation": True,
 }
+# The suite wants the offending option named as its own (camelCase) option.
 CAMEL = {
     "max_batch_messages": "maxBatchItems",
     "max_batch_bytes": "maxBatchBytes",
-    "epoch": "epoch",
     "producer_id": "producerId",
+    "max_attempts": "maxRetries (+1)",
+    "initial_backoff": "initialDelayMs (/1000)",
+    "max_backoff": "maxDelayMs (/1000)",
 }
+
+
+def camel(message: str) -> str:
+    for snake, name in CAMEL.items():
+        message = message.replace(snake, name)
+    return message
 
 
 class Adapter:
@@ -213,6 +223,8 @@ class Adapter:
 
     def do_validate(self, cmd: dict[str, Any]) -> dict[str, Any]:
         target = cmd["target"]
+        if target.get("target") == "retry-options":
+            return self.validate_retry(target)
         if target.get("target") != "idempotent-producer":
             raise NotSupported(f"validation of {target.get('target')!r} is not supported")
         kwargs: dict[str, Any] = {}
@@ -225,10 +237,23 @@ class Adapter:
         try:
             IdempotentProducer.check_options(target.get("producerId", "p"), **kwargs)
         except ValueError as exc:
-            message = str(exc)
-            for snake, camel in CAMEL.items():
-                message = message.replace(snake, camel)
-            raise ValueError(message) from None
+            raise ValueError(camel(str(exc))) from None
+        return {}
+
+    def validate_retry(self, target: dict[str, Any]) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {}
+        if "maxRetries" in target:
+            kwargs["max_attempts"] = target["maxRetries"] + 1
+        if "initialDelayMs" in target:
+            kwargs["initial_backoff"] = target["initialDelayMs"] / 1000
+        if "maxDelayMs" in target:
+            kwargs["max_backoff"] = target["maxDelayMs"] / 1000
+        if "multiplier" in target:
+            kwargs["multiplier"] = target["multiplier"]
+        try:
+            RetryPolicy(**kwargs)
+        except ValueError as exc:
+            raise ValueError(camel(str(exc))) from None
         return {}
 
     def do_shutdown(self, cmd: dict[str, Any]) -> dict[str, Any]:
