@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from types import TracebackType
 
+import httpx
+
 from s2_spark.retry import RetryPolicy
 
 from ._config import DurableConfig
@@ -44,13 +46,20 @@ __all__ = [
 class DurableStreamsClient:
     """Entry point: one connection pool shared by every stream handle it makes."""
 
-    def __init__(self, config: DurableConfig | None = None, *, base_url: str | None = None):
+    def __init__(
+        self,
+        config: DurableConfig | None = None,
+        *,
+        base_url: str | None = None,
+        http_transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        """`http_transport` replaces httpx's network transport (tests, proxies)."""
         if config is None:
             config = DurableConfig(base_url=base_url)
         elif base_url is not None:
             raise ValueError("pass base_url or a config, not both")
         self.config = config
-        self._t = Transport(config)
+        self._t = Transport(config, http_transport)
 
     def __repr__(self) -> str:
         return f"DurableStreamsClient(base_url={self.config.base_url!r})"

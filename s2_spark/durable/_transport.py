@@ -29,9 +29,12 @@ def _unsent(exc: BaseException) -> bool:
 class Transport:
     """Sends requests to stream URLs with the config's headers, timeouts and retries."""
 
-    def __init__(self, config: DurableConfig) -> None:
+    def __init__(
+        self, config: DurableConfig, http_transport: httpx.BaseTransport | None = None
+    ) -> None:
         self.config = config
         self.http = httpx.Client(
+            transport=http_transport,
             timeout=self.timeout(config.request_timeout),
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
             headers={"user-agent": _USER_AGENT, **config.headers},
