@@ -17,7 +17,15 @@ from hypothesis import strategies as st
 
 from s2_spark.durable import DurableConfig, DurableStreamsClient, RetryPolicy
 from s2_spark.errors import MalformedResponseError, StreamUnavailableError
-from s2_spark.wire.durable import SSEEvent, SSEParser, json_batch, parse_control
+from s2_spark.wire.durable import (
+    IMPLEMENTATION,
+    SSEEvent,
+    SSEParser,
+    json_batch,
+    parse_control,
+    split_json_array,
+    split_json_array_numpy,
+)
 
 json_values = st.recursive(
     st.none()
@@ -43,6 +51,9 @@ def test_json_splitter_returns_each_message_text(items: list[Any], pad: str) -> 
     column = json_batch(body.encode()).column(0).to_pylist()
     assert column == texts
     assert [json.loads(t) for t in column] == [v for v, *_ in items]
+    offsets, values = split_json_array_numpy(body.encode())
+    c_offsets, c_values = split_json_array(body.encode())
+    assert offsets.tolist() == c_offsets.tolist() and values.tobytes() == c_values.tobytes()
 
 
 @settings(max_examples=150, deadline=None)
@@ -51,12 +62,9 @@ def test_json_splitter_rejects_truncated_bodies(values: list[Any], data: Any) ->
     body = json.dumps(values).encode()
     cut = data.draw(st.integers(1, len(body) - 1))
     truncated = body[:cut]
-    try:
-        column = json_batch(truncated).column(0).to_pylist()
-    except MalformedResponseError:
-        return
-    # A cut that still splits cleanly must at least not invent messages.
-    pytest.fail(f"truncated body {truncated!r} was accepted as {column!r}")
+    for split in (split_json_array, split_json_array_numpy):
+        with pytest.raises(MalformedResponseError):
+            split(truncated)
 
 
 @pytest.mark.parametrize(
@@ -66,6 +74,13 @@ def test_json_splitter_rejects_truncated_bodies(values: list[Any], data: Any) ->
 def test_json_splitter_rejects_invalid_bodies(body: bytes) -> None:
     with pytest.raises(MalformedResponseError):
         json_batch(body)
+    with pytest.raises(MalformedResponseError):
+        split_json_array_numpy(body)
+
+
+def test_c_splitter_is_in_use_where_built() -> None:
+    # The wheel build compiles it; only a machine without a C compiler uses numpy.
+    assert IMPLEMENTATION == "c"
 
 
 sse_text = st.text(

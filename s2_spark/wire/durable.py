@@ -1,9 +1,10 @@
 """Durable Streams response parsing, no I/O: JSON-mode bodies, SSE events, Arrow batches.
 
 A JSON-mode body is a JSON array whose elements are the stream's messages. `split_json_array`
-finds the top-level elements with numpy over the body's structural bytes only (quotes,
-backslashes, brackets, commas, whitespace), so no Python object is made per message: the
-Arrow string column is built from one offsets buffer and the body minus separators. Each
+finds the top-level elements in one C pass (`_fastjson`, optional) or with numpy over the
+body's structural bytes only (quotes, backslashes, brackets, commas, whitespace); either
+way no Python object is made per message: the Arrow string column is built from one
+offsets buffer and the body minus separators. Each
 row is the message's JSON text as the server sent it (surrounding whitespace trimmed).
 
 The structure is checked (one top-level array, balanced brackets, terminated strings, no
@@ -24,8 +25,17 @@ import pyarrow as pa
 
 from s2_spark.errors import MalformedResponseError
 
+try:  # the optional C accelerator (built with the package when a compiler is present)
+    from s2_spark.wire import _fastjson  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover
+    _fastjson = None
+
+IMPLEMENTATION = "c" if _fastjson is not None else "numpy"
+"""Which splitter `split_json_array` uses: "c" (the `_fastjson` extension) or "numpy"."""
+
 __all__ = [
     "BYTES_SCHEMA",
+    "IMPLEMENTATION",
     "JSON_SCHEMA",
     "ControlEvent",
     "SSEEvent",
@@ -35,6 +45,7 @@ __all__ = [
     "json_batch",
     "parse_control",
     "split_json_array",
+    "split_json_array_numpy",
 ]
 
 # One row per message: its JSON text.
@@ -66,6 +77,17 @@ def _bad(what: str) -> MalformedResponseError:
 
 def split_json_array(body: bytes) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """Split a JSON array into its elements: (int32 offsets, element bytes concatenated)."""
+    if _fastjson is None:
+        return split_json_array_numpy(body)
+    try:
+        offsets, values = _fastjson.split_json_array(body)
+    except ValueError as exc:
+        raise _bad(str(exc)) from None
+    return np.frombuffer(offsets, dtype=np.int32), np.frombuffer(values, dtype=np.uint8)
+
+
+def split_json_array_numpy(body: bytes) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The numpy path of `split_json_array` (used without the C accelerator)."""
     data = np.frombuffer(body, dtype=np.uint8)
     cls = _CLASSES[data]
     pos = np.flatnonzero(cls)
