@@ -226,3 +226,18 @@ def test_producer_close_stream_with_final_message(new_stream: Any) -> None:
     assert s.head().closed
     assert read_all(s)[0] == [1, 2]
     assert json.loads(s.get("-1").data) == [1, 2]
+
+
+def test_pipelined_producer_delivers_every_batch_once_in_order(new_stream: Any) -> None:
+    s = new_stream()
+    with IdempotentProducer(s, "pipe", max_batch_messages=7, max_in_flight=4) as p:
+        for i in range(500):
+            p.append(i)
+    assert p.seq == 72  # ceil(500 / 7) batches, one seq each
+    assert read_all(s)[0] == list(range(500))
+    # The same batches again from a fresh producer at the same epoch: all duplicates.
+    with IdempotentProducer(s, "pipe", max_batch_messages=7, max_in_flight=4) as again:
+        for i in range(500):
+            again.append(i)
+    assert again.last_result is not None and again.last_result.duplicate
+    assert read_all(s)[0] == list(range(500))

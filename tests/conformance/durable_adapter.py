@@ -172,9 +172,9 @@ class Adapter:
     def do_read(self, cmd: dict[str, Any]) -> dict[str, Any]:
         return ReadCommand(self, cmd).run()
 
-    def producer(self, cmd: dict[str, Any], *, fresh: bool = False) -> IdempotentProducer:
+    def producer(self, cmd: dict[str, Any]) -> IdempotentProducer:
         key = (cmd["path"], cmd["producerId"], int(cmd.get("epoch", 0)))
-        p = None if fresh else self.producers.get(key)
+        p = self.producers.get(key)
         if p is None:
             p = IdempotentProducer(
                 self.stream(cmd["path"]),
@@ -200,10 +200,19 @@ class Adapter:
     def do_idempotent_append_batch(self, cmd: dict[str, Any]) -> dict[str, Any]:
         # A batch command is one producer session from seq 0: sending the same batch again
         # with the same id and epoch is a retry, deduplicated by the server.
-        p = self.producer(cmd, fresh=True)
-        for item in cmd["items"]:
-            p.append_raw(item)
-        p.flush()
+        # With maxInFlight > 1 each item is its own batch, so the batches are pipelined.
+        in_flight = int(cmd.get("maxInFlight") or 1)
+        p = IdempotentProducer(
+            self.stream(cmd["path"]),
+            cmd["producerId"],
+            epoch=int(cmd.get("epoch", 0)),
+            auto_claim=bool(cmd.get("autoClaim")),
+            max_in_flight=in_flight,
+            max_batch_messages=1 if in_flight > 1 else 10_000,
+        )
+        with p:
+            for item in cmd["items"]:
+                p.append_raw(item)
         return {"status": 200}
 
     def do_idempotent_close(self, cmd: dict[str, Any]) -> dict[str, Any]:
