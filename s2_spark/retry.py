@@ -12,13 +12,14 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from types import TracebackType
+from typing import Literal, Self, TypeVar
 
 from s2_spark.errors import ServiceError
 
-__all__ = ["AttemptOutcome", "RetryLoop", "RetryPolicy", "run_attempts"]
+__all__ = ["AttemptOutcome", "ResumableRead", "RetryLoop", "RetryPolicy", "run_attempts"]
 
 log = logging.getLogger("s2_spark.retry")
 
@@ -120,3 +121,38 @@ def run_attempts(
             continue
         assert isinstance(outcome, ServiceError)
         loop.failed(outcome)
+
+
+class ResumableRead(Iterator[T]):
+    """Base of read iterators driven by `run_attempts`: subclasses set `self._gen`.
+
+    Use one as a context manager, or call `close()`, to end its HTTP response early.
+    """
+
+    _gen: Generator[T, None, None]
+
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> T:
+        return next(self._gen)
+
+    def close(self) -> None:
+        """End the read and close its HTTP response."""
+        self._gen.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        gen = getattr(self, "_gen", None)
+        if gen is not None:
+            gen.close()

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Generator, Iterator
-from types import TracebackType
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
@@ -28,7 +27,7 @@ from s2_spark.errors import (
     SessionTimeoutError,
     UnavailableError,
 )
-from s2_spark.retry import AttemptOutcome, RetryLoop, run_attempts
+from s2_spark.retry import AttemptOutcome, ResumableRead, RetryLoop, run_attempts
 from s2_spark.wire.frames import FrameDecoder, Message
 
 from ._errors import error_from_body, error_from_status, error_from_transport
@@ -45,7 +44,7 @@ log = logging.getLogger("s2_spark.client")
 _ADVISED_RECONNECT_EVERY = 60.0
 
 
-class ReadSession(Iterator["DecodedBatch"]):
+class ReadSession(ResumableRead["DecodedBatch"]):
     """Iterator of DecodedBatch from one logical read session (possibly several HTTP ones).
 
     Use it as a context manager or call `close()` to end the HTTP response early.
@@ -87,32 +86,6 @@ class ReadSession(Iterator["DecodedBatch"]):
             f"ReadSession({self._target}, next_seq_num={self.next_seq_num}, "
             f"reconnects={self.reconnects})"
         )
-
-    def __iter__(self) -> ReadSession:
-        return self
-
-    def __next__(self) -> DecodedBatch:
-        return next(self._gen)
-
-    def close(self) -> None:
-        """End the session and close its HTTP response."""
-        self._gen.close()
-
-    def __enter__(self) -> ReadSession:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        gen = getattr(self, "_gen", None)
-        if gen is not None:
-            gen.close()
 
     # -- internals --------------------------------------------------------------------------
 

@@ -10,16 +10,15 @@ from the last control offset instead of delivering it twice.
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Literal
 
 import httpx
 import pyarrow as pa
 
 from s2_spark.errors import DurableStreamsError, MalformedResponseError
-from s2_spark.retry import AttemptOutcome, RetryLoop, run_attempts
+from s2_spark.retry import AttemptOutcome, ResumableRead, RetryLoop, run_attempts
 from s2_spark.wire.durable import (
     BYTES_SCHEMA,
     JSON_SCHEMA,
@@ -129,7 +128,7 @@ def parse_chunk(resp: httpx.Response, offset: str, content_type: str | None) -> 
     )
 
 
-class StreamReader(Iterator[ReadChunk]):
+class StreamReader(ResumableRead[ReadChunk]):
     """Iterator of ReadChunk from `offset` on.
 
     `live=None` (catch-up) ends at the first chunk that is up to date; "long-poll" and
@@ -172,26 +171,6 @@ class StreamReader(Iterator[ReadChunk]):
 
     def __repr__(self) -> str:
         return f"StreamReader({self._target}, offset={self.offset!r}, live={self.live!r})"
-
-    def __iter__(self) -> StreamReader:
-        return self
-
-    def __next__(self) -> ReadChunk:
-        return next(self._gen)
-
-    def close(self) -> None:
-        self._gen.close()
-
-    def __enter__(self) -> StreamReader:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _on_retry(self, err: Exception, delay: float) -> None:
         self.reconnects += 1

@@ -24,6 +24,21 @@ static int allowed_outside(unsigned char c) {
            c == 'l' || c == 's' || c == 'n' || c == ':';
 }
 
+/* Append the end offset of one element, growing the offsets array as needed. */
+static int push_offset(int32_t **offs, Py_ssize_t *count, Py_ssize_t *cap, Py_ssize_t end) {
+    if (*count + 2 > *cap) {
+        int32_t *grown = PyMem_Realloc(*offs, sizeof(int32_t) * (size_t)(*cap * 2));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        *offs = grown;
+        *cap *= 2;
+    }
+    (*offs)[++*count] = (int32_t)end;
+    return 0;
+}
+
 static PyObject *fail(const char *what) {
     PyErr_SetString(PyExc_ValueError, what);
     return NULL;
@@ -87,23 +102,11 @@ static PyObject *fj_split_json_array(PyObject *self, PyObject *arg) {
                 out[w++] = (char)c;
             } else if (element_open || saw_comma) {
                 if (!element_open) { err = "an empty element"; goto done; }
-                if (count + 2 > cap) {
-                    cap *= 2;
-                    int32_t *grown = PyMem_Realloc(offs, sizeof(int32_t) * cap);
-                    if (grown == NULL) { PyErr_NoMemory(); goto done; }
-                    offs = grown;
-                }
-                offs[++count] = (int32_t)w;
+                if (push_offset(&offs, &count, &cap, w) < 0) goto done;
             }
         } else if (c == ',' && depth == 1) {
             if (!element_open) { err = "an empty element"; goto done; }
-            if (count + 2 > cap) {
-                cap *= 2;
-                int32_t *grown = PyMem_Realloc(offs, sizeof(int32_t) * cap);
-                if (grown == NULL) { PyErr_NoMemory(); goto done; }
-                offs = grown;
-            }
-            offs[++count] = (int32_t)w;
+            if (push_offset(&offs, &count, &cap, w) < 0) goto done;
             element_open = 0;
             saw_comma = 1;
         } else if (is_space(c)) {
