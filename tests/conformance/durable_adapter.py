@@ -38,9 +38,10 @@ try:
         StreamNotFoundError,
     )
 except ImportError:  # pragma: no cover - started by a Python without s2-spark
-    venv = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "python"
-    if venv.exists() and Path(sys.executable).resolve() != venv.resolve():
-        os.execv(str(venv), [str(venv), __file__, *sys.argv[1:]])
+    venv = Path(__file__).resolve().parents[2] / ".venv"
+    if (venv / "bin" / "python").exists() and Path(sys.prefix).resolve() != venv.resolve():
+        python = str(venv / "bin" / "python")
+        os.execv(python, [python, __file__, *sys.argv[1:]])
     raise
 
 FEATURES = {
