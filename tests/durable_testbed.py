@@ -1,6 +1,6 @@
 """The Durable Streams reference server (npm `@durable-streams/server`) as a test resource.
 
-`tests/durable_server/` pins the package (package.json + lock file; `npm ci --prefix
+`tests/durable_server/` pins the package (package.json + lock file; `npm install --prefix
 tests/durable_server` installs it) and `start.mjs` starts it. `DurableServer` runs that
 script as a child process: in memory, or file-backed with `data_dir` so a test can kill it
 and start it again on the same port and data.
@@ -44,7 +44,7 @@ class DurableServer:
         if not (SERVER_DIR / "node_modules" / "@durable-streams" / "server").is_dir():
             raise RuntimeError(
                 "the Durable Streams reference server is not installed: run "
-                "`npm ci --prefix tests/durable_server` (the README's test command does)"
+                "`npm install --prefix tests/durable_server` (the README's test command does)"
             )
         cmd = ["node", str(SERVER_DIR / "start.mjs"), "--port", str(self.port)]
         cmd += ["--long-poll-timeout", str(int(self.long_poll_timeout * 1000))]
