@@ -1,6 +1,7 @@
 """One exception hierarchy for every layer of s2-spark.
 
-Codecs raise `FrameError`; protocol clients raise the `S2Error` family, each carrying the
+Codecs raise `FrameError`; protocol clients raise `ServiceError` subclasses (the `S2Error`
+family for S2, the `DurableStreamsError` family for Durable Streams), each carrying the
 HTTP status and the service's error code when there was one. Messages say what happened
 and what to do. No message, repr or attribute ever holds an access token.
 """
@@ -26,8 +27,12 @@ class Position:
     timestamp: int
 
 
-class S2Error(S2SparkError):
-    """An S2 operation failed. `status` is the HTTP status (0 when none was received)."""
+class ServiceError(S2SparkError):
+    """A call to a service (S2 or Durable Streams) failed.
+
+    `status` is the HTTP status (0 when none was received), `code` the service's error code
+    when it sent one; `retryable` says whether repeating the call may succeed.
+    """
 
     retryable: bool = False
 
@@ -36,6 +41,10 @@ class S2Error(S2SparkError):
         self.message = message
         self.status = status
         self.code = code
+
+
+class S2Error(ServiceError):
+    """An S2 operation failed. `status` is the HTTP status (0 when none was received)."""
 
 
 class BadRequestError(S2Error):
@@ -126,3 +135,72 @@ class WriterFencedError(S2SparkError):
     def __init__(self, message: str, *, stream: str) -> None:
         super().__init__(message)
         self.stream = stream
+
+
+class DurableStreamsError(ServiceError):
+    """A Durable Streams operation failed. `status` is the HTTP status (0: none received)."""
+
+
+class StreamBadRequestError(DurableStreamsError):
+    """The server rejected the request as invalid (HTTP 400, or checked before sending)."""
+
+
+class StreamNotFoundError(DurableStreamsError):
+    """The stream does not exist (HTTP 404)."""
+
+
+class StreamConflictError(DurableStreamsError):
+    """The request conflicts with the stream (HTTP 409): another configuration on create,
+    another content type, or a `Stream-Seq` regression on append."""
+
+
+class StreamClosedError(StreamConflictError):
+    """The stream is closed: nothing more can be appended. `final_offset` is its tail."""
+
+    def __init__(self, message: str, *, final_offset: str | None, status: int = 409) -> None:
+        super().__init__(message, status=status, code="stream_closed")
+        self.final_offset = final_offset
+
+
+class StaleEpochError(DurableStreamsError):
+    """A newer producer epoch owns the stream (HTTP 403); this producer is fenced out."""
+
+    def __init__(self, message: str, *, current_epoch: int | None, status: int = 403) -> None:
+        super().__init__(message, status=status, code="stale_epoch")
+        self.current_epoch = current_epoch
+
+
+class SequenceGapError(DurableStreamsError):
+    """A producer sequence number skipped ahead (HTTP 409): earlier batches are missing."""
+
+    def __init__(
+        self, message: str, *, expected_seq: int | None, received_seq: int | None
+    ) -> None:
+        super().__init__(message, status=409, code="sequence_gap")
+        self.expected_seq = expected_seq
+        self.received_seq = received_seq
+
+
+class OffsetGoneError(DurableStreamsError):
+    """Data at `offset` is gone (HTTP 410: retention or soft delete): data loss, not retried."""
+
+    def __init__(self, message: str, *, offset: str | None, status: int = 410) -> None:
+        super().__init__(message, status=status, code="gone")
+        self.offset = offset
+
+
+class StreamRateLimitedError(DurableStreamsError):
+    """The server is throttling requests (HTTP 429); retried with backoff."""
+
+    retryable = True
+
+
+class StreamUnavailableError(DurableStreamsError):
+    """The server or network failed transiently (5xx, timeouts, resets); retried."""
+
+    retryable = True
+
+
+class MalformedResponseError(DurableStreamsError):
+    """The server's answer broke the protocol (missing or bad header, invalid JSON, SSE or
+    base64); not retried, since asking again would most likely get the same answer."""

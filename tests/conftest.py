@@ -1,4 +1,5 @@
-"""Shared fixtures: one local S2 server and one SparkSession per test session.
+"""Shared fixtures: one local S2 server, one Durable Streams reference server and one
+SparkSession per test session.
 
 Spark workers run `sys.executable`, the interpreter that has s2_spark installed.
 """
@@ -23,6 +24,15 @@ def s2_server() -> Iterator[Any]:
     from s2_spark.testing import LocalS2Server
 
     with LocalS2Server(heartbeat_interval=0.5) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def ds_server() -> Iterator[Any]:
+    """The Durable Streams reference server, in memory, long-poll timeout 1 s, shared."""
+    from durable_testbed import DurableServer
+
+    with DurableServer(long_poll_timeout=1.0) as server:
         yield server
 
 

@@ -6,51 +6,18 @@ dataclass repr hides it so that logging a config (or an object holding one) is s
 
 from __future__ import annotations
 
-import math
 import os
-import random
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
+
+from s2_spark.retry import RetryPolicy
 
 __all__ = ["DEFAULT_ACCOUNT_ENDPOINT", "DEFAULT_BASIN_ENDPOINT", "RetryPolicy", "S2Config"]
 
 _ACCEPT_ENCODING = {"zstd": "zstd, gzip", "gzip": "gzip", "none": "identity"}
 DEFAULT_ACCOUNT_ENDPOINT = "https://a.s2.dev"
 DEFAULT_BASIN_ENDPOINT = "https://{basin}.b.s2.dev"
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Exponential backoff with jitter: attempt n waits min(initial * 2**n, max) plus up to 50%.
-
-    `max_attempts` counts every attempt including the first, so 1 disables retries.
-    """
-
-    max_attempts: int = 5
-    initial_backoff: float = 0.1
-    max_backoff: float = 5.0
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
-            raise ValueError(
-                f"RetryPolicy.max_attempts must be an int >= 1 (got {self.max_attempts!r})"
-            )
-        if not self.initial_backoff >= 0 or not math.isfinite(self.initial_backoff):
-            raise ValueError(
-                f"RetryPolicy.initial_backoff must be a finite number >= 0 "
-                f"(got {self.initial_backoff!r})"
-            )
-        if not self.max_backoff >= self.initial_backoff or not math.isfinite(self.max_backoff):
-            raise ValueError(
-                f"RetryPolicy.max_backoff must be finite and >= initial_backoff "
-                f"(got {self.max_backoff!r})"
-            )
-
-    def backoff(self, attempt: int) -> float:
-        """Seconds to wait before retry number `attempt` (0 = first retry)."""
-        base = min(self.initial_backoff * (2.0 ** min(attempt, 60)), self.max_backoff)
-        return base * (1.0 + random.random() * 0.5)
 
 
 def _check_timeout(name: str, value: float) -> None:

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Generator, Iterator
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 import httpx
@@ -24,9 +23,11 @@ from s2_spark.errors import (
     Position,
     ReadPastTailError,
     S2Error,
+    ServiceError,
     SessionTimeoutError,
     UnavailableError,
 )
+from s2_spark.retry import AttemptOutcome, ResumableRead, RetryLoop, run_attempts
 from s2_spark.wire.frames import FrameDecoder, Message
 
 from ._errors import error_from_body, error_from_status, error_from_transport
@@ -43,7 +44,7 @@ log = logging.getLogger("s2_spark.client")
 _ADVISED_RECONNECT_EVERY = 60.0
 
 
-class ReadSession(Iterator["DecodedBatch"]):
+class ReadSession(ResumableRead["DecodedBatch"]):
     """Iterator of DecodedBatch from one logical read session (possibly several HTTP ones).
 
     Use it as a context manager or call `close()` to end the HTTP response early.
@@ -86,32 +87,6 @@ class ReadSession(Iterator["DecodedBatch"]):
             f"reconnects={self.reconnects})"
         )
 
-    def __iter__(self) -> ReadSession:
-        return self
-
-    def __next__(self) -> DecodedBatch:
-        return next(self._gen)
-
-    def close(self) -> None:
-        """End the session and close its HTTP response."""
-        self._gen.close()
-
-    def __enter__(self) -> ReadSession:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        gen = getattr(self, "_gen", None)
-        if gen is not None:
-            gen.close()
-
     # -- internals --------------------------------------------------------------------------
 
     def _done(self) -> bool:
@@ -137,13 +112,9 @@ class ReadSession(Iterator["DecodedBatch"]):
         return params
 
     def _run(self) -> Generator[DecodedBatch, None, None]:
-        from s2_spark.wire.records import decode_read_batch
-
-        t = self._t
-        cfg = t.config
-        policy = cfg.retry
-        url = t.url(self.basin, f"/streams/{quote(self.stream, safe='')}/records")
-        headers = t.headers(
+        cfg = self._t.config
+        self._url = self._t.url(self.basin, f"/streams/{quote(self.stream, safe='')}/records")
+        self._headers = self._t.headers(
             self.basin,
             {
                 "content-type": "s2s/proto",
@@ -151,126 +122,117 @@ class ReadSession(Iterator["DecodedBatch"]):
                 "accept-encoding": cfg.session_accept_encoding(self.basin),
             },
         )
-        timeout = httpx.Timeout(
+        self._timeout = httpx.Timeout(
             connect=cfg.connect_timeout,
             read=cfg.session_idle_timeout,
             write=cfg.request_timeout,
             pool=cfg.request_timeout,
         )
-        failures = 0
-        last_advised: float | None = None
-        last_progress = time.monotonic()
-        first_connect = True
-        while True:
-            if self._done():
-                return
-            params = self._attempt_params(last_progress, first_connect)
-            if params is None:
-                return
-            err: S2Error | None = None
-            advised = False
-            ended = False
-            try:
-                with t.http.stream(
-                    "GET", url, params=params, headers=headers, timeout=timeout
-                ) as resp:
-                    if resp.status_code != 200:
-                        body = resp.read()
-                        err = error_from_body(resp.status_code, body, self._target)
-                    else:
-                        decoder = FrameDecoder()
-                        for chunk in resp.iter_raw():
-                            for frame in decoder.feed(chunk):
-                                if not isinstance(frame, Message):
-                                    err = error_from_status(
-                                        frame.status, frame.error(), self._target
-                                    )
-                                    break
-                                failures = 0
-                                decoded = decode_read_batch(
-                                    frame.body,
-                                    self.stream,
-                                    include_command_records=self._include_command_records,
-                                    include_headers=self._include_headers,
-                                )
-                                heartbeat = self._account(decoded)
-                                if not heartbeat:
-                                    last_progress = time.monotonic()
-                                if frame.reconnect_advised and (
-                                    last_advised is None
-                                    or time.monotonic() - last_advised > _ADVISED_RECONNECT_EVERY
-                                ):
-                                    # At most one advised reconnect a minute, as S2's SDKs
-                                    # do, so a server flagging every frame cannot churn us.
-                                    advised = True
-                                    last_advised = time.monotonic()
-                                if not heartbeat or self._heartbeats:
-                                    yield decoded
-                                if self._done():
-                                    return
-                                if advised:
-                                    break
-                            if err is not None or advised:
-                                break
-                        else:
-                            decoder.finish()
-                            ended = True
-            except httpx.ReadTimeout as exc:
-                err = SessionTimeoutError(
-                    f"read session of {self._target} received nothing (no data, no "
-                    f"heartbeat) for {cfg.session_idle_timeout:g}s; the server or network "
-                    "is stuck: reconnecting, or retry later if this persists",
-                    status=0,
-                    code="session_timeout",
-                )
-                err.__cause__ = exc
-            except httpx.TransportError as exc:
-                err = error_from_transport(exc, self._target, "read session")
-                err.__cause__ = exc
-            except FrameError as exc:
-                err = S2Error(
-                    f"read session of {self._target} received malformed S2S data: {exc}",
-                    code="bad_frame",
-                )
-                raise err from exc
+        self._first_connect = True
+        self._last_advised: float | None = None
+        self._last_progress = time.monotonic()
+        loop = RetryLoop(cfg.retry, f"read session of {self._target}", self._on_retry)
+        yield from run_attempts(self._attempt, loop)
 
-            was_first, first_connect = first_connect, False
-            if ended:
-                if not self._unbounded:
-                    return
-                # S2 never ends an unbounded session on its own: this is a restart or an
-                # intermediary closing the stream, so resume like after any failure.
-                err = UnavailableError(
-                    f"read session of {self._target} was closed by the server before any "
-                    "bound was reached; resuming",
-                    code="session_closed",
-                )
-            if advised and err is None:
-                self.reconnects += 1
-                log.debug("read session of %s reconnecting on server advice", self._target)
-                continue
-            assert err is not None
-            if (
-                isinstance(err, ReadPastTailError)
-                and not was_first
-                and self.next_seq_num is not None
-                and err.tail.seq_num == self.next_seq_num
-            ):
-                # Resumed exactly at the tail of a bounded session without wait: the
-                # original session would have ended here, so this one ends too.
-                return
-            failures += 1
-            if not err.retryable or failures >= policy.max_attempts:
-                raise err
-            delay = policy.backoff(failures - 1)
-            log.debug(
-                "read session of %s retrying after %s in %.3fs",
-                self._target,
-                type(err).__name__,
-                delay,
+    def _on_retry(self, err: ServiceError, delay: float) -> None:
+        self.reconnects += 1
+
+    def _attempt(self, loop: RetryLoop) -> Generator[DecodedBatch, None, AttemptOutcome]:
+        """One HTTP session from where the last one stopped, to its end or first failure."""
+        if self._done():
+            return "done"
+        params = self._attempt_params(self._last_progress, self._first_connect)
+        if params is None:
+            return "done"
+        was_first, self._first_connect = self._first_connect, False
+        outcome: AttemptOutcome | Literal["ended"]
+        try:
+            with self._t.http.stream(
+                "GET", self._url, params=params, headers=self._headers, timeout=self._timeout
+            ) as resp:
+                if resp.status_code != 200:
+                    outcome = error_from_body(resp.status_code, resp.read(), self._target)
+                else:
+                    outcome = yield from self._frames(resp, loop)
+        except httpx.ReadTimeout as exc:
+            outcome = SessionTimeoutError(
+                f"read session of {self._target} received nothing (no data, no "
+                f"heartbeat) for {self._t.config.session_idle_timeout:g}s; the server or "
+                "network is stuck: reconnecting, or retry later if this persists",
+                status=0,
+                code="session_timeout",
             )
-            self.reconnects += 1
-            time.sleep(delay)
+            outcome.__cause__ = exc
+        except httpx.TransportError as exc:
+            outcome = error_from_transport(exc, self._target, "read session")
+            outcome.__cause__ = exc
+        except FrameError as exc:
+            raise S2Error(
+                f"read session of {self._target} received malformed S2S data: {exc}",
+                code="bad_frame",
+            ) from exc
+        if outcome == "ended":
+            if not self._unbounded:
+                return "done"
+            # S2 never ends an unbounded session on its own: this is a restart or an
+            # intermediary closing the stream, so resume like after any failure.
+            return UnavailableError(
+                f"read session of {self._target} was closed by the server before any "
+                "bound was reached; resuming",
+                code="session_closed",
+            )
+        if (
+            isinstance(outcome, ReadPastTailError)
+            and not was_first
+            and self.next_seq_num is not None
+            and outcome.tail.seq_num == self.next_seq_num
+        ):
+            # Resumed exactly at the tail of a bounded session without wait: the
+            # original session would have ended here, so this one ends too.
+            return "done"
+        return outcome
+
+    def _frames(
+        self, resp: httpx.Response, loop: RetryLoop
+    ) -> Generator[DecodedBatch, None, AttemptOutcome | Literal["ended"]]:
+        """Deliver one response's data frames; "ended" when the server ended the body."""
+        from s2_spark.wire.records import decode_read_batch
+
+        decoder = FrameDecoder()
+        for chunk in resp.iter_raw():
+            for frame in decoder.feed(chunk):
+                if not isinstance(frame, Message):
+                    return error_from_status(frame.status, frame.error(), self._target)
+                loop.progressed()
+                decoded = decode_read_batch(
+                    frame.body,
+                    self.stream,
+                    include_command_records=self._include_command_records,
+                    include_headers=self._include_headers,
+                )
+                heartbeat = self._account(decoded)
+                if not heartbeat:
+                    self._last_progress = time.monotonic()
+                advised = frame.reconnect_advised and self._advice_taken()
+                if not heartbeat or self._heartbeats:
+                    yield decoded
+                if self._done():
+                    return "done"
+                if advised:
+                    self.reconnects += 1
+                    log.debug("read session of %s reconnecting on server advice", self._target)
+                    return "reconnect"
+        decoder.finish()
+        return "ended"
+
+    def _advice_taken(self) -> bool:
+        """At most one advised reconnect a minute, as S2's SDKs do, so a server flagging
+        every frame cannot churn us."""
+        now = time.monotonic()
+        if self._last_advised is not None and now - self._last_advised <= _ADVISED_RECONNECT_EVERY:
+            return False
+        self._last_advised = now
+        return True
 
     def _account(self, decoded: DecodedBatch) -> bool:
         """Record a frame's progress; return whether it was a heartbeat (no records)."""

@@ -1,0 +1,77 @@
+"""Where a Durable Streams server is and how to talk to it.
+
+Extra request headers (typically `authorization`) are kept out of the repr, so logging a
+config or an object holding one cannot leak a token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from s2_spark.retry import RetryPolicy
+
+__all__ = ["DurableConfig"]
+
+
+def _positive(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"DurableConfig.{name} must be a number of seconds > 0 (got {value!r})")
+
+
+@dataclass(frozen=True, slots=True)
+class DurableConfig:
+    """Settings of a `DurableStreamsClient`.
+
+    * `base_url`: prefix for relative stream paths (absolute stream URLs need none).
+    * `headers`: sent with every request (e.g. {"authorization": "Bearer ..."}); hidden
+      from repr and never quoted in errors.
+    * `live_timeout`: read timeout of long-poll and SSE requests; must exceed the server's
+      long-poll wait (30 s for the reference server) and its SSE keep-alive interval.
+    * `compression`: ask for gzip-compressed reads. Off by default: on loopback and fast
+      networks it only costs CPU on both ends.
+    """
+
+    base_url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    connect_timeout: float = 5.0
+    request_timeout: float = 30.0
+    live_timeout: float = 75.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    compression: bool = False
+
+    def __post_init__(self) -> None:
+        if self.base_url is not None and (
+            not isinstance(self.base_url, str)
+            or not self.base_url.startswith(("http://", "https://"))
+        ):
+            raise ValueError(
+                f"DurableConfig.base_url must be an http:// or https:// URL (got "
+                f"{self.base_url!r})"
+            )
+        if not isinstance(self.headers, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) and "\n" not in v and "\r" not in v
+            for k, v in self.headers.items()
+        ):
+            raise ValueError(
+                "DurableConfig.headers must map header names to strings without line breaks"
+            )
+        object.__setattr__(self, "headers", MappingProxyType(dict(self.headers)))
+        for name in ("connect_timeout", "request_timeout", "live_timeout"):
+            _positive(name, getattr(self, name))
+        if not isinstance(self.retry, RetryPolicy):
+            raise ValueError(f"DurableConfig.retry must be a RetryPolicy (got {self.retry!r})")
+
+    def stream_url(self, stream: str) -> str:
+        """The absolute URL of a stream given as a URL or as a path under `base_url`."""
+        if not isinstance(stream, str) or not stream:
+            raise ValueError(f"a stream must be a non-empty URL or path (got {stream!r})")
+        if stream.startswith(("http://", "https://")):
+            return stream
+        if self.base_url is None:
+            raise ValueError(
+                f"stream {stream!r} is a path but DurableConfig.base_url is not set; pass an "
+                "absolute http(s) URL or set base_url"
+            )
+        return self.base_url.rstrip("/") + "/" + stream.lstrip("/")

@@ -1,0 +1,286 @@
+"""Reading a stream: catch-up, long-poll and SSE, resuming from the last delivered offset.
+
+Every chunk a reader yields carries the offset to resume from (`next_offset`), so a retry
+after a failure (429, 5xx, connection loss, a server restart) re-reads from exactly where
+delivery stopped: nothing is lost or repeated. SSE data is delivered only together with
+the control event that follows it, so a connection cut between the two re-reads that data
+from the last control offset instead of delivering it twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+import pyarrow as pa
+
+from s2_spark.errors import DurableStreamsError, MalformedResponseError
+from s2_spark.retry import AttemptOutcome, ResumableRead, RetryLoop, run_attempts
+from s2_spark.wire.durable import (
+    BYTES_SCHEMA,
+    JSON_SCHEMA,
+    SSEParser,
+    bytes_batch,
+    decode_base64_data,
+    json_batch,
+    parse_control,
+)
+
+from ._errors import error_from_response, error_from_transport
+from ._transport import Transport
+
+__all__ = ["LiveMode", "ReadChunk", "StreamReader", "check_offset", "is_json", "parse_chunk"]
+
+LiveMode = Literal["long-poll", "sse", "auto"] | None
+
+
+def is_json(content_type: str | None) -> bool:
+    return (content_type or "").split(";")[0].strip().lower() == "application/json"
+
+
+def check_offset(offset: str) -> str:
+    """Offsets are opaque strings from the server, or "-1" / "now"; never parsed."""
+    if not isinstance(offset, str) or not offset or any(ord(c) < 0x21 for c in offset):
+        raise ValueError(
+            f"offset must be a non-empty string from Stream-Next-Offset, '-1' or 'now' "
+            f"(got {offset!r})"
+        )
+    return offset
+
+
+@dataclass(frozen=True, slots=True)
+class ReadChunk:
+    """What one read answer delivered.
+
+    `data` is the answer's body: for JSON streams a JSON array of messages (or empty),
+    otherwise the stream's bytes. `next_offset` is where the next read starts.
+    `up_to_date`: the chunk reached the tail as it was then. `closed`: the stream is closed
+    and this chunk reached its end (EOF). `not_modified`: a 304 to If-None-Match.
+    """
+
+    data: bytes
+    offset: str
+    next_offset: str
+    up_to_date: bool
+    closed: bool
+    cursor: str | None
+    etag: str | None
+    content_type: str | None
+    not_modified: bool = False
+    status: int = 200
+
+    @property
+    def json_mode(self) -> bool:
+        return is_json(self.content_type)
+
+    def batch(self) -> pa.RecordBatch:
+        """Arrow rows: one per message (`value` string) for JSON streams, else one row with
+        the chunk's bytes (`value` binary); no rows when the chunk is empty."""
+        if self.json_mode:
+            return json_batch(self.data) if self.data.strip() else JSON_SCHEMA.empty_table()
+        return bytes_batch([self.data]) if self.data else BYTES_SCHEMA.empty_table()
+
+    def messages(self) -> list[Any]:
+        """The JSON messages as Python values (JSON streams only)."""
+        if not self.json_mode:
+            raise ValueError("messages() needs a JSON stream; use .data for bytes")
+        if not self.data.strip():
+            return []
+        try:
+            values = json.loads(self.data)
+        except ValueError as exc:
+            raise MalformedResponseError(
+                "the server sent an invalid JSON-mode body", code="bad_json"
+            ) from exc
+        if not isinstance(values, list):
+            raise MalformedResponseError(
+                "the server sent a JSON-mode body that is not an array", code="bad_json"
+            )
+        return values
+
+
+def parse_chunk(resp: httpx.Response, offset: str, content_type: str | None) -> ReadChunk:
+    """Build a chunk from a catch-up or long-poll answer (200, 204 or 304)."""
+    next_offset = resp.headers.get("stream-next-offset")
+    if resp.status_code == 304:
+        next_offset = next_offset or offset
+    if not next_offset:
+        raise MalformedResponseError(
+            f"the server answered a read at offset {offset!r} without Stream-Next-Offset",
+            status=resp.status_code,
+            code="bad_header",
+        )
+    return ReadChunk(
+        data=resp.content if resp.status_code == 200 else b"",
+        offset=offset,
+        next_offset=next_offset,
+        up_to_date=resp.headers.get("stream-up-to-date", "").lower() == "true"
+        or resp.status_code == 204,
+        closed=resp.headers.get("stream-closed", "").lower() == "true",
+        cursor=resp.headers.get("stream-cursor"),
+        etag=resp.headers.get("etag"),
+        content_type=resp.headers.get("content-type") or content_type,
+        not_modified=resp.status_code == 304,
+        status=resp.status_code,
+    )
+
+
+class StreamReader(ResumableRead[ReadChunk]):
+    """Iterator of ReadChunk from `offset` on.
+
+    `live=None` (catch-up) ends at the first chunk that is up to date; "long-poll" and
+    "sse" keep tailing; "auto" catches up, then long-polls. Every mode ends when the stream
+    is closed (EOF). `offset`, `cursor`, `up_to_date` and `closed` describe what was
+    delivered so far.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        url: str,
+        target: str,
+        offset: str,
+        live: LiveMode,
+        content_type: str | None,
+        headers: Mapping[str, str],
+    ) -> None:
+        if live not in (None, "long-poll", "sse", "auto"):
+            raise ValueError(
+                f"live must be None, 'long-poll', 'sse' or 'auto' (got {live!r})"
+            )
+        self._headers = {
+            **headers,
+            "accept-encoding": "gzip, deflate" if transport.config.compression else "identity",
+        }
+        self._t = transport
+        self._url = url
+        self._target = target
+        self.offset = check_offset(offset)
+        self.live = live
+        self.content_type = content_type
+        self.cursor: str | None = None
+        self.up_to_date = False
+        self.closed = False
+        self.reconnects = 0
+        loop = RetryLoop(transport.config.retry, f"read of {target}", self._on_retry)
+        attempt = self._sse_attempt if live == "sse" else self._poll_attempt
+        self._gen = run_attempts(attempt, loop)
+
+    def __repr__(self) -> str:
+        return f"StreamReader({self._target}, offset={self.offset!r}, live={self.live!r})"
+
+    def _on_retry(self, err: Exception, delay: float) -> None:
+        self.reconnects += 1
+
+    def _finished(self) -> bool:
+        return self.closed or (self.live is None and self.up_to_date)
+
+    def _deliver(self, chunk: ReadChunk, loop: RetryLoop) -> ReadChunk:
+        loop.progressed()
+        self.offset = chunk.next_offset
+        self.cursor = chunk.cursor or self.cursor
+        self.up_to_date = chunk.up_to_date
+        self.closed = chunk.closed
+        if chunk.content_type:
+            self.content_type = chunk.content_type
+        return chunk
+
+    def _poll_attempt(self, loop: RetryLoop) -> Generator[ReadChunk, None, AttemptOutcome]:
+        """One catch-up or long-poll request."""
+        if self._finished():
+            return "done"
+        params = {"offset": self.offset}
+        if self.live == "long-poll" or (self.live == "auto" and self.up_to_date):
+            params["live"] = "long-poll"
+            if self.cursor:
+                params["cursor"] = self.cursor
+        try:
+            resp = self._t.request(
+                "GET",
+                self._url,
+                target=self._target,
+                params=params,
+                retry="never",
+                ok=(200, 204),
+                offset=self.offset,
+                read_timeout=self._t.config.live_timeout if self.live else None,
+                headers=self._headers,
+            )
+        except DurableStreamsError as err:
+            if err.retryable:
+                return err
+            raise
+        yield self._deliver(parse_chunk(resp, self.offset, self.content_type), loop)
+        return "reconnect"
+
+    def _sse_attempt(self, loop: RetryLoop) -> Generator[ReadChunk, None, AttemptOutcome]:
+        """One SSE connection, from the last control event's offset."""
+        if self.closed:
+            return "done"
+        params = {"offset": self.offset, "live": "sse"}
+        if self.cursor:
+            params["cursor"] = self.cursor
+        headers = {**self._headers, "accept": "text/event-stream"}
+        try:
+            with self._t.stream(
+                self._url, params=params, headers=headers, read=self._t.config.live_timeout
+            ) as resp:
+                if resp.status_code != 200:
+                    resp.read()
+                    err = error_from_response(resp, self._target, self.offset)
+                    if err.retryable:
+                        return err
+                    raise err
+                base64 = resp.headers.get("stream-sse-data-encoding", "").lower() == "base64"
+                yield from self._sse_events(resp, base64, loop)
+        except httpx.TransportError as exc:
+            return error_from_transport(exc, self._target, "SSE read")
+        return "done" if self.closed else "reconnect"
+
+    def _sse_events(
+        self, resp: httpx.Response, base64: bool, loop: RetryLoop
+    ) -> Generator[ReadChunk, None, None]:
+        parser = SSEParser()
+        pending: list[str] = []
+        for raw in resp.iter_bytes():
+            for event in parser.feed(raw):
+                if event.event == "data":
+                    pending.append(event.data)
+                elif event.event == "control":
+                    control = parse_control(event.data)
+                    chunk = ReadChunk(
+                        data=self._sse_data(pending, base64),
+                        offset=self.offset,
+                        next_offset=control.next_offset,
+                        up_to_date=control.up_to_date,
+                        closed=control.closed,
+                        cursor=control.cursor,
+                        etag=None,
+                        content_type=self.content_type,
+                    )
+                    pending = []
+                    yield self._deliver(chunk, loop)
+                    if control.closed:
+                        return
+
+    def _sse_data(self, events: list[str], base64: bool) -> bytes:
+        if base64:
+            return b"".join(decode_base64_data(e) for e in events)
+        if not is_json(self.content_type) or len(events) < 2:
+            return "".join(events).encode()
+        inner = []
+        for text in events:
+            body = text.strip()
+            if not (body.startswith("[") and body.endswith("]")):
+                raise MalformedResponseError(
+                    "the server sent an SSE data event of a JSON stream that is not a JSON "
+                    f"array: {body[:100]!r}",
+                    code="bad_json",
+                )
+            if body[1:-1].strip():
+                inner.append(body[1:-1])
+        return ("[" + ",".join(inner) + "]").encode()
+

@@ -1,0 +1,286 @@
+"""Durable Streams response parsing, no I/O: JSON-mode bodies, SSE events, Arrow batches.
+
+A JSON-mode body is a JSON array whose elements are the stream's messages. `split_json_array`
+finds the top-level elements in one C pass (`_fastjson`, optional) or with numpy over the
+body's structural bytes only (quotes, backslashes, brackets, commas, whitespace); either
+way no Python object is made per message: the Arrow string column is built from one
+offsets buffer and the body minus separators. Each
+row is the message's JSON text as the server sent it (surrounding whitespace trimmed).
+
+The structure is checked (one top-level array, balanced brackets, terminated strings, no
+empty elements, only JSON characters outside strings, valid UTF-8); a full grammar check
+of every value is left to whoever parses the messages.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from s2_spark.errors import MalformedResponseError
+
+try:  # the optional C accelerator (built with the package when a compiler is present)
+    from s2_spark.wire import _fastjson  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover
+    _fastjson = None
+
+IMPLEMENTATION = "c" if _fastjson is not None else "numpy"
+"""Which splitter `split_json_array` uses: "c" (the `_fastjson` extension) or "numpy"."""
+
+__all__ = [
+    "BYTES_SCHEMA",
+    "IMPLEMENTATION",
+    "JSON_SCHEMA",
+    "ControlEvent",
+    "SSEEvent",
+    "SSEParser",
+    "bytes_batch",
+    "decode_base64_data",
+    "json_batch",
+    "parse_control",
+    "split_json_array",
+    "split_json_array_numpy",
+]
+
+# One row per message: its JSON text.
+JSON_SCHEMA = pa.schema([pa.field("value", pa.string(), nullable=False)])
+# One row per response chunk of a byte stream: the bytes exactly as stored (a byte stream
+# has no message boundaries, so a chunk is the unit the server delivered).
+BYTES_SCHEMA = pa.schema([pa.field("value", pa.binary(), nullable=False)])
+
+_OTHER, _QUOTE, _BACKSLASH, _OPEN, _CLOSE, _COMMA, _SPACE, _BAD = range(8)
+_CLASSES = np.zeros(256, dtype=np.uint8)
+_CLASSES[ord('"')] = _QUOTE
+_CLASSES[ord("\\")] = _BACKSLASH
+_CLASSES[[ord("["), ord("{")]] = _OPEN
+_CLASSES[[ord("]"), ord("}")]] = _CLOSE
+_CLASSES[ord(",")] = _COMMA
+_CLASSES[[ord(" "), ord("\t"), ord("\n"), ord("\r")]] = _SPACE
+# Bytes that may appear outside strings besides the structural ones: numbers, literals, ':'.
+_ALLOWED_OUTSIDE = set(b"0123456789+-.eEtrufalsn:")
+_CLASSES[[b for b in range(256) if _CLASSES[b] == 0 and b not in _ALLOWED_OUTSIDE]] = _BAD
+
+
+def _bad(what: str) -> MalformedResponseError:
+    return MalformedResponseError(
+        f"the server sent an invalid JSON-mode body ({what}); a JSON stream's read answer "
+        "must be one JSON array of messages",
+        code="bad_json",
+    )
+
+
+def split_json_array(body: bytes) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Split a JSON array into its elements: (int32 offsets, element bytes concatenated)."""
+    if _fastjson is None:
+        return split_json_array_numpy(body)
+    try:
+        offsets, values = _fastjson.split_json_array(body)
+    except ValueError as exc:
+        raise _bad(str(exc)) from None
+    return np.frombuffer(offsets, dtype=np.int32), np.frombuffer(values, dtype=np.uint8)
+
+
+def split_json_array_numpy(body: bytes) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The numpy path of `split_json_array` (used without the C accelerator)."""
+    data = np.frombuffer(body, dtype=np.uint8)
+    cls = _CLASSES[data]
+    pos = np.flatnonzero(cls)
+    c = cls[pos]
+    real_quote = (c == _QUOTE) & ~_escaped(pos, c)
+    quotes_before = np.cumsum(real_quote, dtype=np.int64) - real_quote
+    outside = (quotes_before & 1) == 0
+    if real_quote.sum() % 2:
+        raise _bad("unterminated string")
+    if np.any(outside & (c == _BAD)) or np.any(outside & (c == _BACKSLASH)):
+        raise _bad("a character outside strings that JSON does not allow")
+    delta = np.where(outside & (c == _OPEN), 1, 0) - np.where(outside & (c == _CLOSE), 1, 0)
+    depth_after = np.cumsum(delta, dtype=np.int64)
+    depth_at = depth_after - delta
+    structural = outside & ~real_quote
+    top = structural & (depth_at <= 1)
+    boundary = (top & (c == _COMMA)) | (outside & (c == _OPEN) & (depth_at == 0))
+    boundary |= outside & (c == _CLOSE) & (depth_after == 0)
+    _check_shape(body, pos, c, outside, depth_after)
+    removed = boundary | (top & (c == _SPACE))
+    removed_before = np.cumsum(removed, dtype=np.int64) - removed
+    j = np.flatnonzero(boundary)
+    lengths = (pos[j[1:]] - pos[j[:-1]] - 1) - (removed_before[j[1:]] - removed_before[j[:-1]] - 1)
+    if len(lengths) == 1 and lengths[0] == 0:
+        lengths = lengths[:0]  # "[]": no messages
+    elif np.any(lengths == 0):
+        raise _bad("an empty element")
+    keep = np.ones(len(data), dtype=bool)
+    keep[pos[removed]] = False
+    keep[: pos[j[0]]] = False
+    keep[pos[j[-1]] + 1 :] = False
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets, data[keep]
+
+
+def _escaped(pos: np.ndarray[Any, Any], c: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Which special bytes follow an odd run of backslashes (so are escaped)."""
+    bs = c == _BACKSLASH
+    adjacent = np.zeros(len(pos), dtype=bool)
+    adjacent[1:] = bs[:-1] & (pos[:-1] == pos[1:] - 1)
+    run_start = bs & ~adjacent
+    start = np.maximum.accumulate(np.where(run_start, pos, -1)) if len(pos) else pos
+    out = np.zeros(len(pos), dtype=bool)
+    prev_start = start[:-1]
+    out[1:] = adjacent[1:] & ((pos[1:] - prev_start) % 2 == 1)
+    return out
+
+
+def _check_shape(
+    body: bytes,
+    pos: np.ndarray[Any, Any],
+    c: np.ndarray[Any, Any],
+    outside: np.ndarray[Any, Any],
+    depth_after: np.ndarray[Any, Any],
+) -> None:
+    stripped = body.strip(b" \t\r\n")
+    if not stripped.startswith(b"[") or not stripped.endswith(b"]"):
+        raise _bad("not a JSON array")
+    if np.any(depth_after < 0):
+        raise _bad("unbalanced brackets")
+    closes = np.flatnonzero(outside & (depth_after == 0) & (c == _CLOSE))
+    if len(closes) != 1 or depth_after[-1] != 0 or pos[closes[0]] != len(body.rstrip()) - 1:
+        raise _bad("unbalanced brackets or data after the array")
+
+
+def json_batch(body: bytes) -> pa.RecordBatch:
+    """One row per message of a JSON-mode body: `value` = the message's JSON text."""
+    offsets, values = split_json_array(body)
+    array = pa.StringArray.from_buffers(
+        len(offsets) - 1, pa.py_buffer(offsets), pa.py_buffer(values)
+    )
+    try:
+        array.validate(full=True)
+    except pa.ArrowInvalid as exc:
+        raise _bad("not valid UTF-8") from exc
+    return pa.RecordBatch.from_arrays([array], schema=JSON_SCHEMA)
+
+
+def bytes_batch(chunks: list[bytes]) -> pa.RecordBatch:
+    """One row per delivered chunk of a byte stream: `value` = the chunk's bytes."""
+    return pa.RecordBatch.from_arrays([pa.array(chunks, type=pa.binary())], schema=BYTES_SCHEMA)
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    """One dispatched SSE event: its type ("message" when unnamed) and its data text."""
+
+    event: str
+    data: str
+
+
+class SSEParser:
+    """Incremental Server-Sent Events parser (the WHATWG event-stream rules).
+
+    Lines end in LF, CRLF or CR; `data:` lines join with LF; one leading space after the
+    colon is dropped; comments and unknown fields are ignored; a blank line dispatches.
+    """
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._event = ""
+        self._data: list[str] = []
+        self._pending_cr = False
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Parse more bytes; return the events completed by them."""
+        if self._pending_cr and chunk.startswith(b"\n"):
+            chunk = chunk[1:]
+        self._pending_cr = False
+        buf = self._buf + chunk
+        lines = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+        self._buf = lines.pop()
+        if buf.endswith(b"\r"):
+            self._pending_cr = True
+        events: list[SSEEvent] = []
+        for raw in lines:
+            event = self._line(raw)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def _line(self, raw: bytes) -> SSEEvent | None:
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MalformedResponseError(
+                "the server sent an SSE line that is not UTF-8", code="bad_sse"
+            ) from exc
+        if not line:
+            if not self._data and not self._event:
+                return None
+            event = SSEEvent(self._event or "message", "\n".join(self._data))
+            self._event, self._data = "", []
+            return event
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+        return None
+
+    def finish(self) -> bool:
+        """Whether the stream ended cleanly (no half line or undispatched event left)."""
+        return not self._buf and not self._data and not self._event
+
+
+@dataclass(frozen=True, slots=True)
+class ControlEvent:
+    """An SSE `control` event: where to resume, and whether the stream is caught up/closed."""
+
+    next_offset: str
+    cursor: str | None
+    up_to_date: bool
+    closed: bool
+
+
+def parse_control(data: str) -> ControlEvent:
+    """Parse a control event's JSON; a missing or non-string `streamNextOffset` is malformed."""
+    try:
+        info = json.loads(data)
+    except ValueError as exc:
+        raise MalformedResponseError(
+            f"the server sent an SSE control event that is not JSON: {data[:200]!r}",
+            code="bad_control",
+        ) from exc
+    offset = info.get("streamNextOffset") if isinstance(info, dict) else None
+    if not isinstance(offset, str) or not offset:
+        raise MalformedResponseError(
+            f"the server sent an SSE control event without streamNextOffset: {data[:200]!r}",
+            code="bad_control",
+        )
+    cursor = info.get("streamCursor")
+    closed = info.get("streamClosed") is True
+    return ControlEvent(
+        next_offset=offset,
+        cursor=cursor if isinstance(cursor, str) else None,
+        up_to_date=info.get("upToDate") is True or closed,
+        closed=closed,
+    )
+
+
+def decode_base64_data(data: str) -> bytes:
+    """Decode a base64 SSE data event (line breaks between `data:` lines removed)."""
+    text = data.replace("\n", "").replace("\r", "")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise MalformedResponseError(
+            f"the server sent invalid base64 in an SSE data event: {text[:100]!r}",
+            code="bad_base64",
+        ) from exc

@@ -1,0 +1,243 @@
+"""The Durable Streams client against the real reference server (npm @durable-streams/server)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from s2_spark.durable import DurableStream, DurableStreamsClient, IdempotentProducer
+from s2_spark.errors import (
+    SequenceGapError,
+    StaleEpochError,
+    StreamBadRequestError,
+    StreamClosedError,
+    StreamConflictError,
+    StreamNotFoundError,
+)
+
+
+@pytest.fixture
+def client(ds_server: Any) -> Iterator[DurableStreamsClient]:
+    with DurableStreamsClient(base_url=ds_server.url) as c:
+        yield c
+
+
+@pytest.fixture
+def new_stream(
+    client: DurableStreamsClient, unique: Callable[[str], str]
+) -> Callable[..., DurableStream]:
+    def make(content_type: str = "application/json", **kw: Any) -> DurableStream:
+        s = client.stream("/" + unique("ds"))
+        assert s.create(content_type, **kw).created
+        return s
+
+    return make
+
+
+def read_all(s: DurableStream, offset: str = "-1") -> tuple[list[Any], str]:
+    messages: list[Any] = []
+    last = offset
+    for chunk in s.read(offset):
+        messages += chunk.messages()
+        last = chunk.next_offset
+    return messages, last
+
+
+def test_json_append_flattens_one_level_and_reads_back(new_stream: Any) -> None:
+    s = new_stream()
+    first = s.append_json([{"a": 1}, [1, 2]])
+    s.append('{"b":"x"}')
+    assert read_all(s)[0] == [{"a": 1}, [1, 2], {"b": "x"}]
+    chunks = list(s.read("-1"))
+    assert len(chunks) == 1 and chunks[0].up_to_date and not chunks[0].closed
+    batch = chunks[0].batch()
+    assert batch.schema.names == ["value"]
+    assert batch.column(0).to_pylist() == ['{"a":1}', "[1,2]", '{"b":"x"}']
+    # Reading from the first append's offset gives exactly what followed it.
+    assert read_all(s, first.next_offset)[0] == [{"b": "x"}]
+
+
+def test_create_is_idempotent_and_conflicts_on_other_config(
+    client: DurableStreamsClient, unique: Callable[[str], str]
+) -> None:
+    s = client.stream("/" + unique("ds"))
+    assert s.create("application/json").created
+    assert not s.create("application/json").created
+    with pytest.raises(StreamConflictError):
+        s.create("text/plain")
+
+
+def test_byte_stream_reads_exact_bytes_and_arrow_shape(new_stream: Any) -> None:
+    s = new_stream("application/octet-stream")
+    s.append(b"\x00\x01")
+    s.append(b"\xff")
+    chunk = s.get("-1")
+    assert chunk.data == b"\x00\x01\xff"
+    assert chunk.batch().column(0).to_pylist() == [b"\x00\x01\xff"]
+
+
+def test_initial_body_ttl_and_head(new_stream: Any) -> None:
+    s = new_stream("text/plain", ttl=3600, body=b"hello")
+    info = s.head()
+    assert info.content_type is not None and info.content_type.startswith("text/plain")
+    assert info.ttl == 3600 and not info.closed
+    assert s.get("-1").data == b"hello"
+    with pytest.raises(ValueError, match="ttl or expires_at"):
+        s.create("text/plain", ttl=1, expires_at="2030-01-01T00:00:00Z")
+
+
+def test_close_with_final_body_then_append_is_typed_error(new_stream: Any) -> None:
+    s = new_stream()
+    s.append_json([1])
+    s.close(b"[2]")
+    assert s.head().closed
+    with pytest.raises(StreamClosedError) as info:
+        s.append_json([3])
+    assert info.value.final_offset == s.head().next_offset
+    messages, _ = read_all(s)
+    assert messages == [1, 2]
+    assert list(s.read("-1"))[-1].closed
+
+
+def test_close_without_body_is_eof_for_long_poll(new_stream: Any) -> None:
+    s = new_stream()
+    s.append_json(["x"])
+    s.close()
+    chunks = list(s.read("-1", live="long-poll"))
+    assert chunks[-1].closed
+    assert [m for c in chunks for m in c.messages()] == ["x"]
+
+
+def test_delete_then_not_found(new_stream: Any) -> None:
+    s = new_stream()
+    s.delete()
+    with pytest.raises(StreamNotFoundError):
+        s.head()
+    with pytest.raises(StreamNotFoundError):
+        s.get("-1")
+
+
+def test_offset_now_and_etag_304(new_stream: Any) -> None:
+    s = new_stream()
+    s.append_json([1, 2])
+    now = s.get("now")
+    assert now.data in (b"", b"[]") and now.up_to_date
+    assert now.next_offset == s.head().next_offset
+    full = s.get("-1")
+    assert full.etag
+    again = s.get("-1", if_none_match=full.etag)
+    assert again.not_modified and again.data == b""
+
+
+def test_long_poll_tail_receives_later_appends_with_cursor(new_stream: Any) -> None:
+    s = new_stream()
+    s.append_json(["before"])
+    received: list[Any] = []
+    reader = s.read("-1", live="long-poll")
+    for chunk in reader:
+        received += chunk.messages()
+        if received == ["before"] and chunk.up_to_date:
+            threading.Thread(target=lambda: s.append_json(["after"])).start()
+        if len(received) == 2:
+            break
+    reader.close()
+    assert received == ["before", "after"]
+    assert reader.cursor is not None
+
+
+def test_sse_json_and_text(new_stream: Any) -> None:
+    s = new_stream()
+    s.append_json([{"k": "v"}, {"k": "w"}])
+    s.close()
+    chunks = list(s.read("-1", live="sse"))
+    assert [m for c in chunks for m in c.messages()] == [{"k": "v"}, {"k": "w"}]
+    assert chunks[-1].closed and chunks[-1].next_offset == s.head().next_offset
+    t = new_stream("text/plain")
+    t.append("line one\nline two")
+    t.close()
+    assert b"".join(c.data for c in t.read("-1", live="sse")) == b"line one\nline two"
+
+
+def test_sse_binary_arrives_base64_and_decodes(new_stream: Any) -> None:
+    s = new_stream("application/octet-stream")
+    payload = bytes(range(256)) * 3
+    s.append(payload)
+    s.close()
+    assert b"".join(c.data for c in s.read("-1", live="sse")) == payload
+
+
+def test_stream_seq_regression_conflicts(new_stream: Any) -> None:
+    s = new_stream()
+    s.append_json([1], seq="002")
+    with pytest.raises(StreamConflictError):
+        s.append_json([2], seq="001")
+
+
+def test_empty_json_append_rejected_before_sending(new_stream: Any) -> None:
+    s = new_stream()
+    with pytest.raises(StreamBadRequestError, match="at least one message"):
+        s.append_json([])
+
+
+def test_producer_batches_duplicates_and_fencing(new_stream: Any) -> None:
+    s = new_stream()
+    p = IdempotentProducer(s, "writer-1", max_batch_messages=2)
+    for i in range(5):
+        p.append({"i": i})
+    p.flush()
+    assert p.seq == 3
+    # Re-sending seq 2 (an unknown outcome retried) is a duplicate: success, not data.
+    p.seq = 2
+    assert p.send(b'[{"i":4}]').duplicate
+    assert [m["i"] for m in read_all(s)[0]] == [0, 1, 2, 3, 4]
+    # A gap names expected and received seqs.
+    p.seq = 7
+    with pytest.raises(SequenceGapError) as gap:
+        p.send(b"[9]")
+    assert (gap.value.expected_seq, gap.value.received_seq) == (3, 7)
+    # A new epoch must start at seq 0.
+    p.epoch, p.seq = 1, 5
+    with pytest.raises(StreamBadRequestError):
+        p.send(b"[9]")
+    newer = IdempotentProducer(s, "writer-1", epoch=1)
+    newer.append("fresh")
+    newer.flush()
+    zombie = IdempotentProducer(s, "writer-1", epoch=0)
+    zombie.append("stale")
+    with pytest.raises(StaleEpochError) as stale:
+        zombie.flush()
+    assert stale.value.current_epoch == 1
+    claimer = IdempotentProducer(s, "writer-1", auto_claim=True)
+    claimer.append("claimed")
+    claimer.flush()
+    assert claimer.epoch == 2
+    assert read_all(s)[0][-2:] == ["fresh", "claimed"]
+
+
+def test_producer_close_stream_with_final_message(new_stream: Any) -> None:
+    s = new_stream()
+    p = IdempotentProducer(s, "closer")
+    p.append(1)
+    p.close_stream(final=2)
+    assert s.head().closed
+    assert read_all(s)[0] == [1, 2]
+    assert json.loads(s.get("-1").data) == [1, 2]
+
+
+def test_pipelined_producer_delivers_every_batch_once_in_order(new_stream: Any) -> None:
+    s = new_stream()
+    with IdempotentProducer(s, "pipe", max_batch_messages=7, max_in_flight=4) as p:
+        for i in range(500):
+            p.append(i)
+    assert p.seq == 72  # ceil(500 / 7) batches, one seq each
+    assert read_all(s)[0] == list(range(500))
+    # The same batches again from a fresh producer at the same epoch: all duplicates.
+    with IdempotentProducer(s, "pipe", max_batch_messages=7, max_in_flight=4) as again:
+        for i in range(500):
+            again.append(i)
+    assert again.last_result is not None and again.last_result.duplicate
+    assert read_all(s)[0] == list(range(500))

@@ -1,0 +1,219 @@
+"""Durable Streams wire parsing (no I/O) and malformed server answers.
+
+Malformed answers come from httpx.MockTransport: the reference server cannot produce them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from s2_spark.durable import DurableConfig, DurableStreamsClient, RetryPolicy
+from s2_spark.errors import MalformedResponseError, StreamUnavailableError
+from s2_spark.wire.durable import (
+    IMPLEMENTATION,
+    SSEEvent,
+    SSEParser,
+    json_batch,
+    parse_control,
+    split_json_array,
+    split_json_array_numpy,
+)
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+spaces = st.sampled_from(["", " ", "\n", "\t ", "\r\n"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(json_values, spaces, spaces, st.booleans()), max_size=8), spaces)
+def test_json_splitter_returns_each_message_text(items: list[Any], pad: str) -> None:
+    texts = [
+        json.dumps(v, ensure_ascii=ascii_only, separators=(",", ":"))
+        for v, _, _, ascii_only in items
+    ]
+    body = pad + "[" + ",".join(a + t + b for t, (_, a, b, _) in zip(texts, items, strict=True))
+    body += pad + "]" + pad
+    column = json_batch(body.encode()).column(0).to_pylist()
+    assert column == texts
+    assert [json.loads(t) for t in column] == [v for v, *_ in items]
+    offsets, values = split_json_array_numpy(body.encode())
+    c_offsets, c_values = split_json_array(body.encode())
+    assert offsets.tolist() == c_offsets.tolist() and values.tobytes() == c_values.tobytes()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(json_values, min_size=1, max_size=5), st.data())
+def test_json_splitter_rejects_truncated_bodies(values: list[Any], data: Any) -> None:
+    body = json.dumps(values).encode()
+    cut = data.draw(st.integers(1, len(body) - 1))
+    truncated = body[:cut]
+    for split in (split_json_array, split_json_array_numpy):
+        with pytest.raises(MalformedResponseError):
+            split(truncated)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"", b"{}", b"[1,,2]", b"[,]", b'["a]', b"[1]]", b"[[1]", b"[x]", b"[1] [2]", b"[\xff]"],
+)
+def test_json_splitter_rejects_invalid_bodies(body: bytes) -> None:
+    with pytest.raises(MalformedResponseError):
+        json_batch(body)
+    with pytest.raises(MalformedResponseError):
+        split_json_array_numpy(body)
+
+
+def test_c_splitter_is_in_use_where_built() -> None:
+    # The wheel build compiles it; only a machine without a C compiler uses numpy.
+    assert IMPLEMENTATION == "c"
+
+
+sse_text = st.text(
+    alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=20
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["data", "control", "x"]), st.lists(sse_text, min_size=1, max_size=3)
+        ),
+        max_size=6,
+    ),
+    st.sampled_from(["\n", "\r\n", "\r"]),
+    st.lists(st.integers(1, 7), min_size=1, max_size=20),
+)
+def test_sse_parser_any_line_ending_any_split(
+    events: list[tuple[str, list[str]]], eol: str, cuts: list[int]
+) -> None:
+    wire = ""
+    for name, lines in events:
+        wire += f"event: {name}{eol}" + "".join(f"data: {line}{eol}" for line in lines) + eol
+    raw = wire.encode()
+    parser = SSEParser()
+    got: list[SSEEvent] = []
+    i = 0
+    for cut in cuts * (len(raw) // max(sum(cuts), 1) + 1):
+        got += parser.feed(raw[i : i + cut])
+        i += cut
+        if i >= len(raw):
+            break
+    got += parser.feed(raw[i:])
+    assert got == [SSEEvent(name, "\n".join(lines)) for name, lines in events]
+    assert parser.finish()
+
+
+def test_sse_parser_keeps_unicode_separators_and_strips_one_space() -> None:
+    events = SSEParser().feed("data:  two\ndata:a\u2028b\u0085c\n\n".encode())
+    assert events == [SSEEvent("message", " two\na\u2028b\u0085c")]
+
+
+def test_control_event_requires_next_offset() -> None:
+    assert parse_control('{"streamNextOffset":"a_1","streamClosed":true}').closed
+    for bad in ["", "{", "[]", '{"streamCursor":"x"}', '{"streamNextOffset":7}']:
+        with pytest.raises(MalformedResponseError):
+            parse_control(bad)
+
+
+# -- malformed answers through the client ----------------------------------------------------
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def client_for(handler: Handler) -> DurableStreamsClient:
+    config = DurableConfig(
+        base_url="http://ds.test", retry=RetryPolicy(max_attempts=2, initial_backoff=0.01)
+    )
+    return DurableStreamsClient(config, http_transport=httpx.MockTransport(handler))
+
+
+JSON_HEADERS = {"content-type": "application/json", "stream-up-to-date": "true"}
+
+
+def test_read_without_next_offset_is_malformed() -> None:
+    c = client_for(lambda r: httpx.Response(200, headers=JSON_HEADERS, content=b"[1]"))
+    with pytest.raises(MalformedResponseError, match="Stream-Next-Offset"):
+        list(c.stream("/s").read("-1"))
+
+
+def test_invalid_json_body_is_malformed() -> None:
+    headers = {**JSON_HEADERS, "stream-next-offset": "a_1"}
+    c = client_for(lambda r: httpx.Response(200, headers=headers, content=b'[{"a":1}'))
+    chunk = next(iter(c.stream("/s").read("-1")))
+    with pytest.raises(MalformedResponseError):
+        chunk.batch()
+    with pytest.raises(MalformedResponseError):
+        chunk.messages()
+
+
+def test_non_integer_producer_header_is_malformed() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(403, headers={"producer-epoch": "soon"})
+
+    c = client_for(handler)
+    with pytest.raises(MalformedResponseError, match="producer-epoch"):
+        c.stream("/s", content_type="application/json").append(
+            b"[1]", headers={"producer-id": "p", "producer-epoch": "0", "producer-seq": "0"}
+        )
+
+
+def test_truncated_body_retries_then_raises_typed_error() -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        raise httpx.RemoteProtocolError("peer closed connection without sending complete body")
+
+    with pytest.raises(StreamUnavailableError, match="in transit"):
+        list(client_for(handler).stream("/s").read("-1"))
+    assert len(calls) == 2
+
+
+def sse_client(body: bytes, encoding: str | None = None) -> DurableStreamsClient:
+    headers = {"content-type": "text/event-stream"}
+    if encoding:
+        headers["stream-sse-data-encoding"] = encoding
+    return client_for(lambda r: httpx.Response(200, headers=headers, content=body))
+
+
+def test_invalid_base64_sse_data_is_malformed() -> None:
+    body = b'event: data\ndata: !!!!\n\nevent: control\ndata: {"streamNextOffset":"a_1"}\n\n'
+    c = sse_client(body, "base64")
+    with pytest.raises(MalformedResponseError, match="base64"):
+        list(c.stream("/s", content_type="application/octet-stream").read("-1", live="sse"))
+
+
+def test_base64_sse_data_split_over_lines_decodes() -> None:
+    payload = bytes(range(256))
+    text = base64.b64encode(payload).decode()
+    lines = "".join(f"data: {text[i : i + 50]}\n" for i in range(0, len(text), 50))
+    body = (
+        "event: data\n" + lines + "\nevent: control\n"
+        'data: {"streamNextOffset":"a_9","streamClosed":true}\n\n'
+    ).encode()
+    c = sse_client(body, "base64")
+    chunks = list(c.stream("/s", content_type="application/octet-stream").read("-1", live="sse"))
+    assert chunks[-1].data == payload and chunks[-1].closed
+
+
+def test_sse_control_without_offset_is_malformed() -> None:
+    body = b'event: data\ndata: [1]\n\nevent: control\ndata: {"upToDate":true}\n\n'
+    c = sse_client(body)
+    with pytest.raises(MalformedResponseError, match="streamNextOffset"):
+        list(c.stream("/s", content_type="application/json").read("-1", live="sse"))
