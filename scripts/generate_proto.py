@@ -16,7 +16,7 @@ PROTO_ROOT = ROOT / "proto"
 PROTO_FILE = PROTO_ROOT / "s2" / "v1" / "s2.proto"
 OUT_DIR = ROOT / "s2_spark" / "_proto"
 GENERATED = ("s2_pb2.py", "s2_pb2.pyi")
-RUNTIME_FLOOR = (5, 26, 1)  # keep in step with protobuf's lower bound in pyproject.toml
+RUNTIME_FLOOR = (5, 27, 0)  # keep in step with protobuf's lower bound in pyproject.toml
 
 
 def generate(out_dir: Path) -> None:
@@ -60,8 +60,9 @@ def _runtime_floor(text: str) -> str:
 
     protoc writes its own version into the code, and protobuf refuses to load code stamped
     newer than the runtime. What it generates for these messages (a serialized descriptor
-    built through `builder`) loads on every runtime since 5.26.1, the floor declared in
-    pyproject.toml; the lowest-versions run of scripts/version_matrix.py proves it.
+    built through `builder`) loads on every runtime since 5.27.0, the first with the
+    `runtime_version` module and the floor declared in pyproject.toml; the lowest-versions
+    run of scripts/version_matrix.py proves it.
     """
     stamp = re.compile(r"(_runtime_version\.Domain\.PUBLIC,\s*)(\d+),\s*(\d+),\s*(\d+),")
     if len(stamp.findall(text)) != 1:

@@ -12,8 +12,8 @@ from google.protobuf.internal import builder as _builder
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC,
     5,
-    26,
-    1,
+    27,
+    0,
     '',
     's2/v1/s2.proto'
 )
