@@ -228,16 +228,17 @@ def _combine(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     return arr
 
 
+# Arrow types a body or header may have; the view types exist from pyarrow 16 on.
+_BINARY_LIKE = tuple(
+    getattr(pa.types, f"is_{name}")
+    for name in ("binary", "string", "large_binary", "large_string", "binary_view", "string_view")
+    if hasattr(pa.types, f"is_{name}")
+)
+
+
 def _as_large_binary(arr: pa.Array, what: str) -> pa.Array:
     t = arr.type
-    if not (
-        pa.types.is_binary(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_binary_view(t)
-        or pa.types.is_string_view(t)
-    ):
+    if not any(is_type(t) for is_type in _BINARY_LIKE):
         raise TypeError(f"{what} must be a binary or string array, got {t}")
     out = arr.cast(pa.large_binary())
     if out.null_count:
