@@ -42,9 +42,9 @@ def submit(cluster: StandaloneCluster, cwd: Path, *args: str) -> subprocess.Pope
         "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
         "--driver-memory", "512m", str(JOB), *args,
     ]
-    log = open(cwd / "driver.log", "w")  # noqa: SIM115 - closed by finish()
-    return subprocess.Popen(argv, cwd=cwd, env=cluster.env, stdout=log,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    with open(cwd / "driver.log", "w") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(argv, cwd=cwd, env=cluster.env, stdout=log,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
 def finish(driver: subprocess.Popen[str], cwd: Path, timeout: float = 180) -> str:
