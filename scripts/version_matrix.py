@@ -51,7 +51,8 @@ def _spark(version: str) -> Target:
     return Target(
         version.rsplit(".", 1)[0],
         requirements=(".[test]",),
-        platform=(f"pyspark[connect]=={version}", "pandas<3"),
+        # pyyaml: spark-pipelines' (4.1+) own dependency, for the pipelines example.
+        platform=(f"pyspark[connect]=={version}", "pandas<3", "pyyaml"),
     )
 
 

@@ -9,12 +9,17 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-import yaml
 from _deploy import SPARK_HOME, spark_env
 
 from s2_spark.client import AppendRecord, S2Client, S2Config
 
-pytestmark = pytest.mark.connect  # spark-pipelines runs its own Spark Connect server
+pytestmark = [
+    pytest.mark.connect,  # spark-pipelines runs its own Spark Connect server
+    pytest.mark.skipif(
+        not (SPARK_HOME / "bin" / "spark-pipelines").exists(),
+        reason="Spark Declarative Pipelines (spark-pipelines) arrived in PySpark 4.1",
+    ),
+]
 
 PROJECT = Path(__file__).resolve().parent.parent / "examples" / "pipeline"
 
@@ -26,6 +31,8 @@ def test_pipeline_streaming_table_over_s2(s2_server: Any, unique: Any, tmp_path:
         client.basin(basin).create_stream("events")
         client.basin(basin).stream("events").append(
             [AppendRecord(b) for b in (b"one", b"two", b"three")])
+
+    import yaml  # spark-pipelines' own dependency: installed where PySpark 4.1+ is
 
     project = tmp_path / "pipeline"
     shutil.copytree(PROJECT, project)
