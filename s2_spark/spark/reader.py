@@ -197,7 +197,7 @@ class RangeStreamReader(DataSourceStreamReader):
         for stream, tail in tails.items():
             pos = start.get(stream, backend.origin())
             if stream in start and _is_after(backend, pos, tail):
-                self._on_truncated(stream, tail, pos)
+                self._on_truncated(stream, tail, pos, going_on=f"waiting for it to pass {pos}")
             begin[stream] = pos
             pending[stream] = backend.distance(pos, tail)
         grant = pending if max_records is None else fair_share(pending, max_records)
@@ -208,8 +208,10 @@ class RangeStreamReader(DataSourceStreamReader):
         self._planned = end
         return end
 
-    def _on_truncated(self, stream: str, tail: PositionT, pos: PositionT) -> None:
-        """A stream now ends before what was already read: fail, or log and wait."""
+    def _on_truncated(
+        self, stream: str, tail: PositionT, pos: PositionT, *, going_on: str
+    ) -> None:
+        """A stream now ends before what was already read: fail, or log and go on."""
         what = (
             f"{self._backend.describe(stream)} ends at {tail}, before the position {pos} "
             "already read: it was deleted and recreated, or truncated"
@@ -218,7 +220,7 @@ class RangeStreamReader(DataSourceStreamReader):
             raise DataLossError(
                 f"Data loss: {what}; {_LOSS_HINT}", stream=stream, start=tail, end=pos
             )
-        log.warning("failOnDataLoss=false: %s; waiting for it to pass %s", what, pos)
+        log.warning("failOnDataLoss=false: %s; %s", what, going_on)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._reported
@@ -233,7 +235,7 @@ class RangeStreamReader(DataSourceStreamReader):
                 ranges[stream] = (origin, pos, True)
             elif _is_after(backend, start[stream], pos):
                 # Only when Spark < 4.2 planned without the start: nothing to read here.
-                self._on_truncated(stream, pos, start[stream])
+                self._on_truncated(stream, pos, start[stream], going_on=f"reading on from {pos}")
             else:
                 ranges[stream] = (start[stream], pos, False)
         return split_ranges(
