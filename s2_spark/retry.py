@@ -14,9 +14,9 @@ import random
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Literal, Self, TypeVar
 
+from s2_spark._closeable import Closeable
 from s2_spark.errors import ServiceError
 
 __all__ = ["AttemptOutcome", "ResumableRead", "RetryLoop", "RetryPolicy", "run_attempts"]
@@ -123,7 +123,7 @@ def run_attempts(
         loop.failed(outcome)
 
 
-class ResumableRead(Iterator[T]):
+class ResumableRead(Closeable, Iterator[T]):
     """Base of read iterators driven by `run_attempts`: subclasses set `self._gen`.
 
     Use one as a context manager, or call `close()`, to end its HTTP response early.
@@ -140,17 +140,6 @@ class ResumableRead(Iterator[T]):
     def close(self) -> None:
         """End the read and close its HTTP response."""
         self._gen.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __del__(self) -> None:
         gen = getattr(self, "_gen", None)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
+from s2_spark._closeable import Closeable
 from s2_spark.errors import BadRequestError, NotFoundError
 
 from ._config import S2Config
@@ -59,7 +59,7 @@ def _stream_info(d: dict[str, Any]) -> StreamInfo:
     )
 
 
-class S2Client:
+class S2Client(Closeable):
     """Synchronous S2 client. Thread-safe; close it (or use `with`) to free connections."""
 
     def __init__(self, config: S2Config | None = None) -> None:
@@ -68,17 +68,6 @@ class S2Client:
 
     def __repr__(self) -> str:
         return f"S2Client({self.config!r})"
-
-    def __enter__(self) -> S2Client:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         self._transport.close()

@@ -16,10 +16,9 @@ offset; a plain append is retried only when it provably never reached the server
 
 from __future__ import annotations
 
-from types import TracebackType
-
 import httpx
 
+from s2_spark._closeable import Closeable
 from s2_spark.retry import RetryPolicy
 
 from ._config import DurableConfig
@@ -43,7 +42,7 @@ __all__ = [
 ]
 
 
-class DurableStreamsClient:
+class DurableStreamsClient(Closeable):
     """Entry point: one connection pool shared by every stream handle it makes."""
 
     def __init__(
@@ -71,13 +70,3 @@ class DurableStreamsClient:
     def close(self) -> None:
         self._t.close()
 
-    def __enter__(self) -> DurableStreamsClient:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
