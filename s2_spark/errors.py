@@ -15,6 +15,10 @@ class S2SparkError(Exception):
     """Root of every error raised by s2-spark."""
 
 
+class OptionError(S2SparkError, ValueError):
+    """A data source option is missing, conflicting or has a value that is not accepted."""
+
+
 class FrameError(S2SparkError):
     """Malformed S2S session data: bad length, flags, compression or terminal body."""
 
@@ -119,7 +123,7 @@ class SessionTimeoutError(UnavailableError):
 class DataLossError(S2SparkError):
     """Records in a planned range are gone (trimmed by retention or stream deleted)."""
 
-    def __init__(self, message: str, *, stream: str, start: int, end: int) -> None:
+    def __init__(self, message: str, *, stream: str, start: object, end: object) -> None:
         super().__init__(message)
         self.stream = stream
         self.start = start

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from itertools import pairwise
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from s2_spark.backends.s2 import S2Backend, S2Settings
-from s2_spark.spark.options import parse_read_options
+from s2_spark.spark.options import parse_read_options as _parse_read_options
 from s2_spark.spark.planning import RangePartition, fair_share, split_ranges
+from s2_spark.spark.source import S2_READ_FORMAT
 
 BACKEND = S2Backend(S2Settings(basin="unused-basin"))
 pending_maps = st.dictionaries(st.text("abcdef", min_size=1, max_size=3),
@@ -64,6 +66,10 @@ def test_split_ranges_cover_exactly(
     total = sum(n for _, n in spans.values())
     if min_parts and total >= min_parts:
         assert len(parts) >= min_parts
+
+
+def parse_read_options(options: dict[str, str], *, streaming: bool) -> Any:
+    return _parse_read_options(options, streaming=streaming, fmt=S2_READ_FORMAT)
 
 
 def test_partition_repr_and_options_repr_hide_nothing_secret() -> None:

@@ -14,17 +14,19 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 
 __all__ = ["DataLossHandler", "PositionT", "ReadSettings", "StreamBackend"]
 
-#: A position in one stream, as stored in offsets: any JSON value the backend chooses.
-PositionT = int
+#: A position in one stream, as stored in offsets: any non-null JSON value the backend
+#: chooses (S2: the next seq_num; Durable Streams: an object, see backends.durable).
+PositionT = TypeVar("PositionT")
 
 #: Called by `StreamBackend.read` for records of a planned range that are gone:
 #: (stream, first missing position, end of the missing run, exclusive).
-DataLossHandler = Callable[[str, PositionT, PositionT], None]
+DataLossHandler = Callable[[str, Any, Any], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +37,7 @@ class ReadSettings:
     include_command_records: bool = False
 
 
-class StreamBackend(ABC):
+class StreamBackend(ABC, Generic[PositionT]):
     """One service's streams, as positions and ranges.
 
     Instances are pickled into Spark tasks: keep connections out of the pickled state and
@@ -75,6 +77,18 @@ class StreamBackend(ABC):
 
         Raises `s2_spark.errors.NotFoundError` when the stream does not exist.
         """
+
+    def tail_after(self, stream: str, start: PositionT) -> PositionT:
+        """The tail, as a position that `distance` can compare with `start`.
+
+        Called by the planner once per stream and trigger. A service whose positions need
+        counting from a known one (Durable Streams) overrides it; by default, `latest`.
+        """
+        return self.latest(stream)
+
+    def locate(self, stream: str, value: object, start: PositionT) -> PositionT:
+        """The position a user wrote (JSON) as an end bound of a range from `start`."""
+        return self.parse_position(value)
 
     @abstractmethod
     def at_timestamp(self, stream: str, timestamp_ms: int) -> PositionT:

@@ -9,6 +9,7 @@ between the asked and the first returned seq_num is data loss; a read session bo
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from s2_spark.backends.base import DataLossHandler, PositionT, ReadSettings, StreamBackend
+from s2_spark.backends.base import DataLossHandler, ReadSettings, StreamBackend
 from s2_spark.errors import NotFoundError, ReadPastTailError
 
 if TYPE_CHECKING:
     from s2_spark.client import S2Client, S2Config
 
-__all__ = ["S2Backend", "S2Settings"]
+__all__ = ["S2Backend", "S2Settings", "seq_num_position"]
 
 # One client (connection pool) per process and settings: Spark reuses Python workers, and
 # every task unpickles its own backend, so this spares a new connection per task.
@@ -60,7 +61,14 @@ class S2Settings:
         )
 
 
-class S2Backend(StreamBackend):
+def seq_num_position(value: object) -> int:
+    """A position a user wrote: a seq_num."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+        raise ValueError(f"a seq_num must be an integer >= 0 (got {json.dumps(value)})")
+    return value
+
+
+class S2Backend(StreamBackend[int]):
     """Streams of one S2 basin. The HTTP client is built lazily in each process."""
 
     service = "S2"
@@ -98,15 +106,13 @@ class S2Backend(StreamBackend):
 
     # -- positions -------------------------------------------------------------------
 
-    def parse_position(self, value: object) -> PositionT:
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
-            raise ValueError(f"a seq_num must be an integer >= 0 (got {value!r})")
-        return value
+    def parse_position(self, value: object) -> int:
+        return seq_num_position(value)
 
-    def origin(self) -> PositionT:
+    def origin(self) -> int:
         return 0
 
-    def _first_at(self, stream: str, **start: int) -> PositionT:
+    def _first_at(self, stream: str, **start: int) -> int:
         try:
             decoded = self._stream(stream).read(
                 count=1, include_command_records=True, include_headers=False, **start
@@ -119,19 +125,19 @@ class S2Backend(StreamBackend):
             return int(decoded.tail.seq_num)
         return self.latest(stream)
 
-    def earliest(self, stream: str) -> PositionT:
+    def earliest(self, stream: str) -> int:
         return self._first_at(stream, seq_num=0)
 
-    def latest(self, stream: str) -> PositionT:
+    def latest(self, stream: str) -> int:
         return int(self._stream(stream).check_tail().seq_num)
 
-    def at_timestamp(self, stream: str, timestamp_ms: int) -> PositionT:
+    def at_timestamp(self, stream: str, timestamp_ms: int) -> int:
         return self._first_at(stream, timestamp=timestamp_ms)
 
-    def distance(self, start: PositionT, end: PositionT) -> int:
+    def distance(self, start: int, end: int) -> int:
         return max(0, end - start)
 
-    def advance(self, start: PositionT, count: int) -> PositionT:
+    def advance(self, start: int, count: int) -> int:
         return start + count
 
     # -- reading ---------------------------------------------------------------------
@@ -139,8 +145,8 @@ class S2Backend(StreamBackend):
     def read(
         self,
         stream: str,
-        start: PositionT,
-        end: PositionT,
+        start: int,
+        end: int,
         settings: ReadSettings,
         on_data_loss: DataLossHandler,
         *,

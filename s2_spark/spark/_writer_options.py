@@ -24,9 +24,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from s2_spark._option_values import get, get_bool, get_positive_int
 from s2_spark.backends.s2 import S2Settings
+from s2_spark.backends.s2_options import parse_s2_connection
 from s2_spark.backends.s2_sink import DATA_MAX_RECORDS, SinkSettings
-from s2_spark.spark.options import OptionError, _bool, _get, _positive_int, parse_connection
+from s2_spark.errors import OptionError
 
 __all__ = ["ACCEPTED_COLUMNS", "InputLayout", "WriteOptions", "check_input", "parse_write_options"]
 
@@ -68,13 +70,13 @@ class InputLayout:
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     """Check every writer option; raise `OptionError` for the first bad one."""
-    settings = parse_connection(options, purpose="write to")
-    if _get(options, "streams") is not None or _get(options, "streamPrefix") is not None:
+    settings = parse_s2_connection(options, purpose="write to")
+    if get(options, "streams") is not None or get(options, "streamPrefix") is not None:
         raise OptionError(
             "options streams/streamPrefix select streams to read; to write, set option "
             "stream (one target stream) or give the rows a `stream` column"
         )
-    stream_raw = _get(options, "stream")
+    stream_raw = get(options, "stream")
     stream = None
     if stream_raw is not None:
         stream = stream_raw.strip()
@@ -83,19 +85,19 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
                 f"option stream={stream_raw!r} is not accepted: use a stream name of 1-512 "
                 "bytes"
             )
-    lease_ms = _positive_int(options, "leaseTimeoutMs")
-    per_append = _positive_int(options, "maxRecordsPerAppend")
+    lease_ms = get_positive_int(options, "leaseTimeoutMs")
+    per_append = get_positive_int(options, "maxRecordsPerAppend")
     if per_append is not None and per_append > DATA_MAX_RECORDS:
         raise OptionError(
             f"option maxRecordsPerAppend={per_append} is not accepted: use 1..{DATA_MAX_RECORDS}"
             " (S2 takes 1000 records per append; one is the exactly-once fence record)"
         )
     sink = SinkSettings(
-        create_streams=_bool(options, "createStreams", False),
+        create_streams=get_bool(options, "createStreams", False),
         lease_timeout=(lease_ms / 1000.0) if lease_ms is not None else 120.0,
         max_records=per_append or DATA_MAX_RECORDS,
     )
-    fault = _get(options, TEST_FAULT_OPTION)
+    fault = get(options, TEST_FAULT_OPTION)
     return WriteOptions(
         settings=settings,
         stream=stream,

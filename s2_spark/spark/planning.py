@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
-from s2_spark.backends.base import PositionT, StreamBackend
+from s2_spark.backends.base import StreamBackend
 
 __all__ = ["RangePartition", "fair_share", "split_ranges"]
 
@@ -28,8 +29,8 @@ class RangePartition(InputPartition):
     """
 
     stream: str
-    start: PositionT
-    end: PositionT
+    start: Any
+    end: Any
     from_origin: bool = False
 
     def __repr__(self) -> str:
@@ -64,8 +65,8 @@ def fair_share(pending: Mapping[str, int], budget: int) -> dict[str, int]:
 
 
 def split_ranges(
-    backend: StreamBackend,
-    ranges: Mapping[str, tuple[PositionT, PositionT, bool]],
+    backend: StreamBackend[Any],
+    ranges: Mapping[str, tuple[Any, Any, bool]],
     *,
     min_partitions: int | None,
     max_records_per_partition: int | None,

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from s2_spark.backends.base import PositionT, ReadSettings, StreamBackend
+from s2_spark.backends.base import ReadSettings, StreamBackend
 from s2_spark.errors import DataLossError, NotFoundError
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
 from s2_spark.spark.options import BoundSpec, OptionError, ReadOptions
@@ -31,6 +31,10 @@ _LOSS_HINT = "set the option failOnDataLoss=false to skip missing records and go
 
 _T = TypeVar("_T")
 
+#: A position of the backend in use; the reader never looks inside one.
+Position = Any
+Backend = StreamBackend[Any]
+
 
 def _per_stream(fn: Callable[[str], _T], streams: Iterable[str]) -> dict[str, _T]:
     """`fn` for every stream, a few at a time: one lookup per stream per trigger adds up."""
@@ -41,7 +45,7 @@ def _per_stream(fn: Callable[[str], _T], streams: Iterable[str]) -> dict[str, _T
         return dict(zip(names, pool.map(fn, names), strict=True))
 
 
-def _is_after(backend: StreamBackend, a: PositionT, b: PositionT) -> bool:
+def _is_after(backend: Backend, a: Position, b: Position) -> bool:
     """Whether position `a` lies after position `b`."""
     return backend.distance(b, a) > 0
 
@@ -49,7 +53,7 @@ def _is_after(backend: StreamBackend, a: PositionT, b: PositionT) -> bool:
 class _Planner:
     """Driver-side lookups shared by the batch and streaming readers."""
 
-    def __init__(self, backend: StreamBackend, options: ReadOptions) -> None:
+    def __init__(self, backend: Backend, options: ReadOptions) -> None:
         self.backend = backend
         self.options = options
 
@@ -66,24 +70,36 @@ class _Planner:
             "stream/streams option"
         )
 
-    def tail(self, stream: str) -> PositionT:
+    def tail(self, stream: str, start: Position) -> Position:
         try:
-            return self.backend.latest(stream)
+            return self.backend.tail_after(stream, start)
         except NotFoundError:
             raise self._missing(stream) from None
 
     def resolve(
-        self, spec: BoundSpec, stream: str, *, default: str, tail: PositionT | None = None
-    ) -> PositionT:
+        self,
+        spec: BoundSpec,
+        stream: str,
+        *,
+        default: str,
+        tail: Position | None = None,
+        start: Position | None = None,
+    ) -> Position:
         """Where `spec` puts `stream`; streams a JSON spec leaves out take `default`.
 
-        `latest` is `tail` when the caller already looked it up, so one plan sees one tail.
+        `latest` is `tail` when the caller already looked it up, so one plan sees one tail;
+        an end bound is located relative to its range's `start`.
         """
         kind: str = spec.kind
         if kind == "positions":
             given = dict(spec.positions)
             if stream in given:
-                return self.backend.parse_position(given[stream])
+                if start is None:
+                    return self.backend.parse_position(given[stream])
+                try:
+                    return self.backend.locate(stream, given[stream], start)
+                except NotFoundError:
+                    raise self._missing(stream) from None
             kind = default
         try:
             if kind == "earliest":
@@ -96,11 +112,11 @@ class _Planner:
 
 
 def read_range(
-    backend: StreamBackend, options: ReadOptions, partition: RangePartition
+    backend: Backend, options: ReadOptions, partition: RangePartition
 ) -> Iterator[pa.RecordBatch]:
     """Read one planned range on an executor; data loss fails or is logged per option."""
 
-    def on_data_loss(stream: str, start: PositionT, end: PositionT) -> None:
+    def on_data_loss(stream: str, start: Position, end: Position) -> None:
         what = (
             f"records [{start}, {end}) of {backend.describe(stream)} were planned to be read "
             "but are gone (trimmed by retention or a trim command, or the stream was deleted)"
@@ -133,11 +149,14 @@ class RangeStreamReader(DataSourceStreamReader):
     `AdmittedStreamReader` (4.2+) adds admission control and AvailableNow pacing.
     """
 
-    def __init__(self, backend: StreamBackend, options: ReadOptions) -> None:
+    def __init__(self, backend: Backend, options: ReadOptions) -> None:
         self._backend = backend
         self._options = options
-        self._target: dict[str, PositionT] | None = None
-        self._reported: dict[str, PositionT] | None = None
+        # trigger(availableNow=True): the tails to stop at, taken at the first plan after
+        # prepareForTriggerAvailableNow (the first plan knows the start to count from).
+        self._available_now = False
+        self._target: dict[str, Position] | None = None
+        self._reported: dict[str, Position] | None = None
         # The last end this driver process planned or was asked to read up to: the start of
         # the next micro-batch when Spark does not pass it (PySpark < 4.2).
         self._planned: dict[str, Any] = {}
@@ -157,17 +176,16 @@ class RangeStreamReader(DataSourceStreamReader):
         return self._plan(self._planned, max_records=None)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        planner = _Planner(self._backend, self._options)
-        tails = _per_stream(self._tail_or_none, planner.discover())
-        self._target = {stream: tail for stream, tail in tails.items() if tail is not None}
+        self._available_now = True
+        self._target = None
 
-    def _tail_or_none(self, stream: str) -> PositionT | None:
+    def _tail_or_none(self, stream: str, start: dict[str, Any]) -> Position | None:
         try:
-            return self._backend.latest(stream)
+            return self._backend.tail_after(stream, start.get(stream, self._backend.origin()))
         except NotFoundError:
             return None
 
-    def _tails(self, start: dict[str, Any]) -> dict[str, PositionT]:
+    def _tails(self, start: dict[str, Any]) -> dict[str, Position]:
         """Current tails of every stream being read, capped at the AvailableNow target."""
         planner = _Planner(self._backend, self._options)
         selection = self._options.selection
@@ -175,8 +193,11 @@ class RangeStreamReader(DataSourceStreamReader):
         streams = {s for s in start if selection.matches(s)} | set(planner.discover())
         if self._target is not None:
             streams &= set(self._target)
-        tails: dict[str, PositionT] = {}
-        for stream, found in _per_stream(self._tail_or_none, sorted(streams)).items():
+        found_tails = _per_stream(lambda s: self._tail_or_none(s, start), sorted(streams))
+        if self._available_now and self._target is None:
+            self._target = {s: tail for s, tail in found_tails.items() if tail is not None}
+        tails: dict[str, Position] = {}
+        for stream, found in found_tails.items():
             if found is None:
                 if stream in start or self._options.selection.prefix is not None:
                     continue  # deleted: nothing more to plan; a planned range reports loss
@@ -193,7 +214,7 @@ class RangeStreamReader(DataSourceStreamReader):
         tails = self._tails(start)
         self._reported = {**start, **tails}
         pending: dict[str, int] = {}
-        begin: dict[str, PositionT] = {}
+        begin: dict[str, Position] = {}
         for stream, tail in tails.items():
             pos = start.get(stream, backend.origin())
             if stream in start and _is_after(backend, pos, tail):
@@ -209,7 +230,7 @@ class RangeStreamReader(DataSourceStreamReader):
         return end
 
     def _on_truncated(
-        self, stream: str, tail: PositionT, pos: PositionT, *, going_on: str
+        self, stream: str, tail: Position, pos: Position, *, going_on: str
     ) -> None:
         """A stream now ends before what was already read: fail, or log and go on."""
         what = (
@@ -229,7 +250,7 @@ class RangeStreamReader(DataSourceStreamReader):
         self._planned = dict(end)
         backend = self._backend
         origin = backend.origin()
-        ranges: dict[str, tuple[PositionT, PositionT, bool]] = {}
+        ranges: dict[str, tuple[Position, Position, bool]] = {}
         for stream, pos in end.items():
             if stream not in start:
                 ranges[stream] = (origin, pos, True)
@@ -253,7 +274,7 @@ class RangeStreamReader(DataSourceStreamReader):
         """Nothing to do: positions live in Spark's checkpoint, not in the service."""
 
 
-def stream_reader(backend: StreamBackend, options: ReadOptions) -> RangeStreamReader:
+def stream_reader(backend: Backend, options: ReadOptions) -> RangeStreamReader:
     """The richest stream reader this PySpark can drive."""
     if HAS_ADMISSION_CONTROL:
         from s2_spark.spark._admission import AdmittedStreamReader
@@ -265,7 +286,7 @@ def stream_reader(backend: StreamBackend, options: ReadOptions) -> RangeStreamRe
 class RangeBatchReader(DataSourceReader):
     """One range per stream, [startingPosition, endingPosition), cut into partitions."""
 
-    def __init__(self, backend: StreamBackend, options: ReadOptions) -> None:
+    def __init__(self, backend: Backend, options: ReadOptions) -> None:
         self._backend = backend
         self._options = options
 
@@ -276,15 +297,13 @@ class RangeBatchReader(DataSourceReader):
         backend, options = self._backend, self._options
         planner = _Planner(backend, options)
         ending = options.ending or BoundSpec("latest")
-        def bounds(stream: str) -> tuple[PositionT, PositionT, PositionT]:
-            tail = planner.tail(stream)
-            return (
-                tail,
-                planner.resolve(options.starting, stream, default="earliest", tail=tail),
-                planner.resolve(ending, stream, default="latest", tail=tail),
-            )
+        def bounds(stream: str) -> tuple[Position, Position, Position]:
+            start = planner.resolve(options.starting, stream, default="earliest")
+            tail = planner.tail(stream, start)
+            end = planner.resolve(ending, stream, default="latest", tail=tail, start=start)
+            return tail, start, end
 
-        ranges: dict[str, tuple[PositionT, PositionT, bool]] = {}
+        ranges: dict[str, tuple[Position, Position, bool]] = {}
         for stream, (tail, start, end) in _per_stream(bounds, planner.discover()).items():
             if _is_after(backend, end, tail):
                 raise OptionError(

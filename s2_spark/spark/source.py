@@ -1,8 +1,8 @@
-"""The `s2` data source: `spark.readStream.format("s2")` and `spark.read.format("s2")`."""
+"""The `s2` data source, and the reading half every format shares (`RangeDataSource`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -22,10 +22,12 @@ from pyspark.sql.types import (
 )
 
 from s2_spark.backends.base import StreamBackend
-from s2_spark.spark.options import OptionError, ReadOptions, parse_read_options
+from s2_spark.backends.s2 import seq_num_position
+from s2_spark.backends.s2_options import parse_s2_connection, parse_s2_selection
+from s2_spark.spark.options import OptionError, ReadFormat, ReadOptions, parse_read_options
 from s2_spark.spark.reader import RangeBatchReader, stream_reader
 
-__all__ = ["S2DataSource", "read_schema"]
+__all__ = ["RangeDataSource", "S2DataSource", "read_schema"]
 
 
 def read_schema(include_headers: bool = True) -> StructType:
@@ -42,7 +44,56 @@ def read_schema(include_headers: bool = True) -> StructType:
     return StructType(fields)
 
 
-class S2DataSource(DataSource):
+class RangeDataSource(DataSource):
+    """The reading half every format shares: options, schema check, batch and stream
+    readers over the format's `StreamBackend`. Subclasses name the format, its option
+    parsing (`read_format`), its backend and its rows."""
+
+    read_format: ClassVar[ReadFormat]
+
+    def _read_options(self, *, streaming: bool) -> ReadOptions:
+        return parse_read_options(self.options, streaming=streaming, fmt=self.read_format)
+
+    def _backend(self, options: ReadOptions) -> StreamBackend[Any]:
+        raise NotImplementedError
+
+    def _read_schema(self, options: ReadOptions) -> StructType:
+        raise NotImplementedError
+
+    def schema(self) -> StructType:
+        return self._read_schema(self._read_options(streaming=False))
+
+    def _check_schema(self, schema: Any, options: ReadOptions) -> StructType:
+        expected = self._read_schema(options)
+        if schema is not None and schema != expected:
+            raise OptionError(
+                f"format {self.name()} has a fixed schema and does not accept a "
+                f"user-specified one: expected {expected.simpleString()}, got "
+                f"{schema.simpleString()}"
+            )
+        return expected
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = self._read_options(streaming=False)
+        self._check_schema(schema, options)
+        return RangeBatchReader(self._backend(options), options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        options = self._read_options(streaming=True)
+        self._check_schema(schema, options)
+        return stream_reader(self._backend(options), options)
+
+
+S2_READ_FORMAT = ReadFormat(
+    name="s2",
+    connection=lambda options: parse_s2_connection(options, purpose="read from"),
+    selection=lambda options, _connection: parse_s2_selection(options),
+    check_position=seq_num_position,
+    position_example='{"events": 42} (the next seq_num to read)',
+)
+
+
+class S2DataSource(RangeDataSource):
     """Read and write S2 streams with Spark, exactly-once (format name ``s2``).
 
     Rows: ``stream string, seq_num bigint, timestamp timestamp,
@@ -99,39 +150,19 @@ class S2DataSource(DataSource):
     stale attempt is fenced out.
     """
 
+    read_format = S2_READ_FORMAT
+
     @classmethod
     def name(cls) -> str:
         return "s2"
 
-    def _read_options(self, *, streaming: bool) -> ReadOptions:
-        return parse_read_options(self.options, streaming=streaming)
-
-    def _backend(self, options: ReadOptions) -> StreamBackend:
-        """The service behind this format; other formats plug in another backend."""
+    def _backend(self, options: ReadOptions) -> StreamBackend[Any]:
         from s2_spark.backends.s2 import S2Backend
 
         return S2Backend(options.connection)
 
-    def schema(self) -> StructType:
-        return read_schema(self._read_options(streaming=False).include_headers)
-
-    def _check_schema(self, schema: Any, options: ReadOptions) -> None:
-        expected = read_schema(options.include_headers)
-        if schema is not None and schema != expected:
-            raise OptionError(
-                "format s2 has a fixed schema and does not accept a user-specified one: "
-                f"expected {expected.simpleString()}, got {schema.simpleString()}"
-            )
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        options = self._read_options(streaming=False)
-        self._check_schema(schema, options)
-        return RangeBatchReader(self._backend(options), options)
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        options = self._read_options(streaming=True)
-        self._check_schema(schema, options)
-        return stream_reader(self._backend(options), options)
+    def _read_schema(self, options: ReadOptions) -> StructType:
+        return read_schema(options.include_headers)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """`df.write.format("s2")`: exactly-once appends (see s2_spark.spark._writer)."""

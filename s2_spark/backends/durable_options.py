@@ -1,0 +1,131 @@
+"""The `durable-streams` format's connection and stream-selection options (no pyspark).
+
+Streams are named by URL: `url` (one), `urls` (comma-separated), or `baseUrl` with
+`stream` / `streams` (paths under it). The protocol has no way to list streams, so a read
+names its streams. Credentials are request headers, taken from options whose names Spark
+redacts in plans and the UI (`bearerToken`, `secretHeaders`); they are kept out of every
+repr, offset and error message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from s2_spark._option_values import get, get_url, split_streams
+from s2_spark.backends.selection import StreamSelection
+from s2_spark.errors import OptionError
+
+if TYPE_CHECKING:
+    from s2_spark.durable import DurableConfig
+
+__all__ = ["DurableSettings", "parse_durable_connection", "parse_durable_selection"]
+
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
+_SELECTION_KEYS = ("url", "urls", "stream", "streams")
+
+
+@dataclass(frozen=True, slots=True)
+class DurableSettings:
+    """Where the streams are and which headers authenticate; header values never shown."""
+
+    base_url: str | None = None
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    def __repr__(self) -> str:
+        names = [name for name, _ in self.headers]
+        return f"DurableSettings(base_url={self.base_url!r}, headers={names} (values hidden))"
+
+    def config(self) -> DurableConfig:
+        from s2_spark.durable import DurableConfig
+
+        return DurableConfig(base_url=self.base_url, headers=dict(self.headers))
+
+    def stream_url(self, stream: str) -> str:
+        """The absolute URL of a stream named by URL, or by a path under `base_url`."""
+        if stream.startswith(("http://", "https://")):
+            return stream
+        assert self.base_url is not None, "paths are accepted only with baseUrl"
+        return self.base_url.rstrip("/") + "/" + stream.lstrip("/")
+
+
+def _secret_headers(raw: str) -> list[tuple[str, str]]:
+    accepted = 'use a JSON object of header name to string value, e.g. {"x-api-key": "..."}'
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError:
+        # The value may be a secret: never quote it.
+        raise OptionError(f"option secretHeaders is not valid JSON; {accepted}") from None
+    if not isinstance(parsed, dict):
+        raise OptionError(f"option secretHeaders is not a JSON object; {accepted}")
+    out = []
+    for name, value in parsed.items():
+        if not _TOKEN.match(name):
+            raise OptionError(
+                f"option secretHeaders: {name!r} is not a valid HTTP header name; {accepted}"
+            )
+        if not isinstance(value, str) or any(c in value for c in "\r\n"):
+            raise OptionError(
+                f"option secretHeaders: the value of header {name!r} must be a string without "
+                f"line breaks; {accepted}"
+            )
+        out.append((name.lower(), value))
+    return out
+
+
+def parse_durable_connection(options: Mapping[str, str]) -> DurableSettings:
+    """`baseUrl` and the credential options, checked."""
+    headers = dict(_secret_headers(get(options, "secretHeaders") or "{}"))
+    token = get(options, "bearerToken")
+    if token is not None:
+        if not token.strip() or any(c in token for c in "\r\n"):
+            raise OptionError(
+                "option bearerToken is not accepted: use a non-empty token without line breaks"
+            )
+        if "authorization" in headers:
+            raise OptionError(
+                "set the authorization header either with option bearerToken or in option "
+                "secretHeaders, not both"
+            )
+        headers["authorization"] = f"Bearer {token.strip()}"
+    return DurableSettings(
+        base_url=get_url(options, "baseUrl"), headers=tuple(sorted(headers.items()))
+    )
+
+
+def check_stream_urls(names: tuple[str, ...], key: str) -> None:
+    for name in names:
+        if not name.startswith(("http://", "https://")) or len(name) <= len("https://"):
+            raise OptionError(
+                f"option {key}: {name!r} is not accepted: use absolute http:// or https:// "
+                "stream URLs (or option baseUrl with stream/streams paths)"
+            )
+
+
+def parse_durable_selection(
+    options: Mapping[str, str], settings: DurableSettings
+) -> StreamSelection:
+    """Exactly one of url, urls, or (with baseUrl) stream / streams."""
+    given = [key for key in _SELECTION_KEYS if get(options, key) is not None]
+    if len(given) != 1:
+        which = f"got {', '.join(given)}" if given else "got none"
+        raise OptionError(
+            "set exactly one of the options url (one stream URL), urls (comma-separated "
+            "stream URLs), or stream / streams (paths under option baseUrl); " + which
+        )
+    key = given[0]
+    raw = get(options, key) or ""
+    names = split_streams(raw, key) if key in ("urls", "streams") else (raw.strip(),)
+    if not names[0]:
+        raise OptionError(f"option {key}={raw!r} is not accepted: it must not be empty")
+    if key in ("url", "urls"):
+        check_stream_urls(names, key)
+    elif settings.base_url is None:
+        raise OptionError(
+            f"option {key} names stream paths, which need option baseUrl (the server's URL); "
+            "or name streams by URL with option url / urls"
+        )
+    return StreamSelection(streams=names)
