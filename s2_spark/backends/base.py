@@ -78,11 +78,14 @@ class StreamBackend(ABC, Generic[PositionT]):
         Raises `s2_spark.errors.NotFoundError` when the stream does not exist.
         """
 
-    def tail_after(self, stream: str, start: PositionT) -> PositionT:
+    def tail_after(
+        self, stream: str, start: PositionT, on_data_loss: DataLossHandler
+    ) -> PositionT:
         """The tail, as a position that `distance` can compare with `start`.
 
         Called by the planner once per stream and trigger. A service whose positions need
-        counting from a known one (Durable Streams) overrides it; by default, `latest`.
+        counting from a known one (Durable Streams) overrides it, reporting a `start` that
+        is gone to `on_data_loss`; by default, `latest`.
         """
         return self.latest(stream)
 

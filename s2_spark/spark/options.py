@@ -27,6 +27,7 @@ __all__ = [
     "ReadOptions",
     "StreamSelection",
     "parse_read_options",
+    "require_admission_control",
 ]
 
 BoundKind = Literal["earliest", "latest", "timestamp", "positions"]
@@ -151,6 +152,16 @@ def _bounds(
     return starting, ending
 
 
+def require_admission_control(name: str) -> None:
+    """Fail option `name`, a per-trigger limit, where Spark cannot honour it."""
+    if not HAS_ADMISSION_CONTROL:
+        raise OptionError(
+            f"option {name} needs PySpark 4.2 or newer (admission control for Python "
+            f"streaming sources); this is PySpark {SPARK_VERSION}: remove the option or "
+            "upgrade Spark"
+        )
+
+
 def parse_read_options(
     options: Mapping[str, str], *, streaming: bool, fmt: ReadFormat
 ) -> ReadOptions:
@@ -162,12 +173,8 @@ def parse_read_options(
     selection = fmt.selection(options, connection)
     starting, ending = _bounds(options, fmt, selection, streaming)
     max_records_per_trigger = get_positive_int(options, "maxRecordsPerTrigger")
-    if max_records_per_trigger is not None and not HAS_ADMISSION_CONTROL:
-        raise OptionError(
-            f"option maxRecordsPerTrigger needs PySpark 4.2 or newer (admission control for "
-            f"Python streaming sources); this is PySpark {SPARK_VERSION}: remove the option "
-            "or upgrade Spark"
-        )
+    if max_records_per_trigger is not None:
+        require_admission_control("maxRecordsPerTrigger")
     return ReadOptions(
         connection=connection,
         selection=selection,

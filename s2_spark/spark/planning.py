@@ -82,7 +82,7 @@ def split_ranges(
     total = sum(sizes.values())
     out: list[RangePartition] = []
     for stream in sorted(sizes):
-        start, _end, from_origin = ranges[stream]
+        start, end, from_origin = ranges[stream]
         size = sizes[stream]
         parts = 1
         if max_records_per_partition:
@@ -94,7 +94,7 @@ def split_ranges(
         for i in range(parts):
             # Spread the remainder over the first partitions: sizes differ by at most one.
             n = size // parts + (1 if i < size % parts else 0)
-            nxt = backend.advance(pos, n)
+            nxt = end if i == parts - 1 else backend.advance(pos, n)
             out.append(RangePartition(stream, pos, nxt, from_origin))
             pos = nxt
     return out

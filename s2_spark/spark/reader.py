@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from s2_spark.backends.base import ReadSettings, StreamBackend
+from s2_spark.backends.base import DataLossHandler, ReadSettings, StreamBackend
 from s2_spark.errors import DataLossError, NotFoundError
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
 from s2_spark.spark.options import BoundSpec, OptionError, ReadOptions
@@ -72,7 +72,9 @@ class _Planner:
 
     def tail(self, stream: str, start: Position) -> Position:
         try:
-            return self.backend.tail_after(stream, start)
+            return self.backend.tail_after(
+                stream, start, loss_handler(self.backend, self.options)
+            )
         except NotFoundError:
             raise self._missing(stream) from None
 
@@ -111,15 +113,14 @@ class _Planner:
             raise self._missing(stream) from None
 
 
-def read_range(
-    backend: Backend, options: ReadOptions, partition: RangePartition
-) -> Iterator[pa.RecordBatch]:
-    """Read one planned range on an executor; data loss fails or is logged per option."""
+def loss_handler(backend: Backend, options: ReadOptions) -> DataLossHandler:
+    """Fail, or log and go on, per failOnDataLoss, when planned records are gone."""
 
     def on_data_loss(stream: str, start: Position, end: Position) -> None:
+        span = f"records [{start}, {end})" if start != end else f"records from {start}"
         what = (
-            f"records [{start}, {end}) of {backend.describe(stream)} were planned to be read "
-            "but are gone (trimmed by retention or a trim command, or the stream was deleted)"
+            f"{span} of {backend.describe(stream)} were planned to be read but are gone "
+            "(trimmed by retention or a trim command, or the stream was deleted)"
         )
         if options.fail_on_data_loss:
             raise DataLossError(
@@ -127,6 +128,14 @@ def read_range(
             )
         log.warning("Skipping lost records (failOnDataLoss=false): %s", what)
 
+    return on_data_loss
+
+
+def read_range(
+    backend: Backend, options: ReadOptions, partition: RangePartition
+) -> Iterator[pa.RecordBatch]:
+    """Read one planned range on an executor; data loss fails or is logged per option."""
+    on_data_loss = loss_handler(backend, options)
     settings = ReadSettings(
         include_headers=options.include_headers,
         include_command_records=options.include_command_records,
@@ -180,8 +189,11 @@ class RangeStreamReader(DataSourceStreamReader):
         self._target = None
 
     def _tail_or_none(self, stream: str, start: dict[str, Any]) -> Position | None:
+        backend = self._backend
         try:
-            return self._backend.tail_after(stream, start.get(stream, self._backend.origin()))
+            return backend.tail_after(
+                stream, start.get(stream, backend.origin()), loss_handler(backend, self._options)
+            )
         except NotFoundError:
             return None
 
@@ -219,12 +231,17 @@ class RangeStreamReader(DataSourceStreamReader):
             pos = start.get(stream, backend.origin())
             if stream in start and _is_after(backend, pos, tail):
                 self._on_truncated(stream, tail, pos, going_on=f"waiting for it to pass {pos}")
+                continue
             begin[stream] = pos
             pending[stream] = backend.distance(pos, tail)
         grant = pending if max_records is None else fair_share(pending, max_records)
         end = dict(start)
         for stream, n in grant.items():
-            if n > 0:
+            if n == pending[stream] and (n > 0 or stream in start):
+                # All the way: the tail itself (for some services a better position than
+                # the start advanced, e.g. one that records the stream closed).
+                end[stream] = tails[stream]
+            elif n > 0:
                 end[stream] = backend.advance(begin[stream], n)
         self._planned = end
         return end
