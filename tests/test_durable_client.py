@@ -241,3 +241,31 @@ def test_pipelined_producer_delivers_every_batch_once_in_order(new_stream: Any) 
             again.append(i)
     assert again.last_result is not None and again.last_result.duplicate
     assert read_all(s)[0] == list(range(500))
+
+
+def test_pipelined_producer_opens_a_new_epoch_with_seq_0_alone(new_stream: Any) -> None:
+    """The server rejects seq > 0 of an epoch it has not seen (400), so seq 0 of a new epoch
+    is acknowledged before later batches are pipelined behind it."""
+    s = new_stream()
+    with IdempotentProducer(s, "epochs", max_batch_messages=1, max_in_flight=4) as first:
+        for i in range(20):
+            first.append(i)
+    p = IdempotentProducer(s, "epochs", epoch=1, max_batch_messages=1, max_in_flight=4)
+    p.append(100)
+    p.append(101)  # sends [100] as seq 0 of epoch 1, and waits for its answer
+    assert p.acknowledged == 1 and p.last_result is not None and not p.last_result.duplicate
+    p.append_encoded(b"[102,103]")  # a caller-encoded batch: the next seq, pipelined
+    for i in range(104, 160):
+        p.append(i)
+    p.close()
+    assert (p.seq, p.acknowledged, p.duplicates) == (59, 59, 0)
+    assert read_all(s)[0] == list(range(20)) + list(range(100, 160))
+    # The same epoch again (a retried writer): every batch is a duplicate, nothing is added.
+    with IdempotentProducer(s, "epochs", epoch=1, max_batch_messages=1, max_in_flight=4) as again:
+        again.append(100)
+        again.append(101)
+        again.append_encoded(b"[102,103]")
+        for i in range(104, 160):
+            again.append(i)
+    assert (again.acknowledged, again.duplicates) == (59, 59)
+    assert read_all(s)[0] == list(range(20)) + list(range(100, 160))

@@ -9,7 +9,9 @@ StreamClosedError (409), StreamBadRequestError (400, e.g. a new epoch not starti
 Pipelining: up to `max_in_flight` batches are on the wire at once (each on its own pooled
 connection, from a small thread pool). Batches can reach the server out of order; the
 server then answers the later one with a sequence gap, and that batch is sent again once
-its predecessor is acknowledged, so order and exactly-once hold.
+its predecessor is acknowledged, so order and exactly-once hold. The first batch of an
+epoch (seq 0) goes alone: until the server has seen seq 0 of a new epoch it rejects any
+later seq of that epoch with 400, not with a gap.
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ class IdempotentProducer:
         self._max_in_flight = max_in_flight
         self._pool: ThreadPoolExecutor | None = None
         self._in_flight: deque[Future[AppendResult]] = deque()
+        #: Batches acknowledged, and how many of them the server had already (204).
+        self.acknowledged = 0
+        self.duplicates = 0
 
     @staticmethod
     def check_options(
@@ -115,6 +120,13 @@ class IdempotentProducer:
         self._parts.append(part)
         self._size += len(part) + 1
 
+    def append_encoded(self, body: bytes) -> None:
+        """Send one batch encoded by the caller (for JSON streams a JSON array of messages,
+        otherwise the bytes) as the next seq, pipelined like the batches `append` makes;
+        what `append` buffered is sent first."""
+        self._submit()
+        self._submit_body(body)
+
     def flush(self) -> AppendResult | None:
         """Send what is buffered and wait until every batch is acknowledged."""
         self._submit()
@@ -127,8 +139,11 @@ class IdempotentProducer:
             return
         body = b"[" + b",".join(self._parts) + b"]" if self._json else b"".join(self._parts)
         self._parts, self._size = [], 0
-        if self._max_in_flight == 1 or (self.auto_claim and self.last_result is None):
-            # Claiming an epoch changes it for later batches: settle that first.
+        self._submit_body(body)
+
+    def _submit_body(self, body: bytes) -> None:
+        if self._max_in_flight == 1 or self.seq == 0:
+            # Seq 0 opens the epoch (or claims one): later seqs of it wait for its answer.
             self.send(body)
             return
         if self._pool is None:
@@ -139,7 +154,12 @@ class IdempotentProducer:
         )
         self.seq += 1
         while len(self._in_flight) > self._max_in_flight:
-            self.last_result = self._in_flight.popleft().result()
+            self._settled(self._in_flight.popleft().result())
+
+    def _settled(self, result: AppendResult) -> None:
+        self.last_result = result
+        self.acknowledged += 1
+        self.duplicates += result.duplicate
 
     def _send_after(
         self, body: bytes, epoch: int, seq: int, prev: Future[AppendResult] | None
@@ -160,7 +180,7 @@ class IdempotentProducer:
         while self._in_flight:
             fut = self._in_flight.popleft()
             try:
-                self.last_result = fut.result()
+                self._settled(fut.result())
             except BaseException as exc:  # keep waiting: none may be left running
                 first = first or exc
         if first is not None:
@@ -186,7 +206,7 @@ class IdempotentProducer:
         if close:
             self._close_seq = self.seq
         self.seq += 1
-        self.last_result = result
+        self._settled(result)
         return result
 
     def _send_seq(self, body: bytes, epoch: int, seq: int, close: bool) -> AppendResult:
