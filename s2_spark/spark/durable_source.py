@@ -23,6 +23,7 @@ _ONE_TASK = (
     "read by one task per micro-batch (splitting would re-read the stream once per task)"
 )
 _S2_ONLY = "it applies to S2 records (format s2) only"
+_VALUE_TYPES: dict[str, StreamKind] = {"string": "json", "binary": "bytes"}
 
 DURABLE_READ_FORMAT = ReadFormat(
     name="durable-streams",
@@ -75,6 +76,9 @@ class DurableStreamsDataSource(RangeDataSource):
     * exactly one of ``url`` (one stream URL), ``urls`` (comma-separated URLs), or
       ``stream`` / ``streams`` (paths under ``baseUrl``). Every stream must exist and all
       must be JSON streams, or all byte streams.
+    * ``valueType``: ``string`` (JSON streams) or ``binary`` (other content types) fixes the
+      ``value`` column without looking the streams up (default: from their content type);
+      a stream of the other kind then fails the read.
     * ``baseUrl``: the server's URL, for paths.
     * ``bearerToken``: sent as ``Authorization: Bearer ...``; ``secretHeaders``: a JSON
       object of extra request headers. Spark redacts both; they never appear in offsets,
@@ -124,6 +128,15 @@ class DurableStreamsDataSource(RangeDataSource):
         cached: StreamKind | None = getattr(self, "_cached_kind", None)
         if cached is not None:
             return cached
+        declared = (get(self.options, "valueType") or "").strip().lower()
+        if declared:
+            if declared not in _VALUE_TYPES:
+                raise OptionError(
+                    f"option valueType={declared!r} is not accepted: use 'string' (JSON "
+                    "streams) or 'binary' (every other content type)"
+                )
+            self._cached_kind = _VALUE_TYPES[declared]
+            return self._cached_kind
         probe = DurableBackend(options.connection, "json")
         kinds: dict[str, StreamKind] = {}
         for stream in options.selection.streams:
@@ -132,7 +145,8 @@ class DurableStreamsDataSource(RangeDataSource):
             except NotFoundError:
                 raise OptionError(
                     f"{probe.describe(stream)} does not exist: create it first, or fix the "
-                    "url/urls/stream/streams option"
+                    "url/urls/stream/streams option (a query restarted after its stream was "
+                    "deleted: set option valueType so that failOnDataLoss decides)"
                 ) from None
         if len(set(kinds.values())) > 1:
             raise OptionError(

@@ -1,0 +1,453 @@
+"""`format("durable-streams")` reads end to end: real queries on local[2] against the real
+reference server (npm), with real checkpoints.
+
+Messages of the JSON streams here are `{"n": i}` with i counting from 0 in append order, so
+the rows a micro-batch must hold follow from its offsets: a position's `seen` counts
+messages from where the query began.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _versions import needs_admission_control, progress_offsets
+from durable_testbed import DurableServer
+
+from s2_spark.durable import DurableStreamsClient
+
+pytestmark = pytest.mark.spark
+
+SECRET = "tok-DS-SECRET-91c2"
+HEADER_SECRET = "hdr-DS-SECRET-55aa"
+
+
+def msg(i: int) -> str:
+    return json.dumps({"n": i}, separators=(",", ":"))
+
+
+class Env:
+    """A base URL on a reference server, helpers to fill streams and read them."""
+
+    def __init__(self, url: str, spark: Any) -> None:
+        self.url = url
+        self.spark = spark
+        self.client = DurableStreamsClient(base_url=url)
+        self.tmp = Path(tempfile.mkdtemp(prefix="ds-spark-reader-"))
+
+    def new_stream(self, content_type: str = "application/json") -> str:
+        path = f"/reader/{uuid.uuid4().hex[:12]}"
+        self.client.stream(path).create(content_type)
+        return path
+
+    def append(self, path: str, first: int, count: int) -> None:
+        self.client.stream(path).append_json([{"n": i} for i in range(first, first + count)])
+
+    def options(self, **extra: str) -> dict[str, str]:
+        return {
+            "baseUrl": self.url,
+            "bearerToken": SECRET,
+            "secretHeaders": json.dumps({"x-api-key": HEADER_SECRET}),
+            **extra,
+        }
+
+    def read(self, **opts: str) -> Any:
+        return self.spark.read.format("durable-streams").options(**self.options(**opts)).load()
+
+    def read_stream(self, **opts: str) -> Any:
+        return (
+            self.spark.readStream.format("durable-streams").options(**self.options(**opts)).load()
+        )
+
+    def checkpoint(self) -> str:
+        return str(self.tmp / f"ckpt-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture(scope="module")
+def env(ds_server: Any, spark: Any) -> Iterator[Env]:
+    e = Env(ds_server.url, spark)
+    yield e
+    e.client.close()
+    shutil.rmtree(e.tmp, ignore_errors=True)
+
+
+def rows(df: Any) -> list[tuple[str, str, int, Any]]:
+    return [(r["stream"], r["offset"], r["index"], r["value"]) for r in df.collect()]
+
+
+def values(df: Any) -> list[str]:
+    return [r["value"] for r in df.orderBy("offset", "index").collect()]
+
+
+class BatchLog:
+    """foreachBatch sink keeping each micro-batch's (offset, index, value) rows in order;
+    optionally failing once, after recording, in micro-batch `fail_at`."""
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.batches: dict[int, list[tuple[str, int, str]]] = {}
+        self.fail_at = fail_at
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        self.batches[batch_id] = [(r["offset"], r["index"], r["value"]) for r in df.collect()]
+        if batch_id == self.fail_at:
+            self.fail_at = None
+            raise RuntimeError(f"injected failure in micro-batch {batch_id} (test)")
+
+
+def offsets_log(checkpoint: str) -> dict[int, dict[str, Any]]:
+    """The source offsets of every planned micro-batch, from the checkpoint's offset log."""
+    out = {}
+    for f in (Path(checkpoint) / "offsets").iterdir():
+        if f.name.isdigit():
+            out[int(f.name)] = json.loads(f.read_text().strip().splitlines()[-1])
+    return out
+
+
+def expected_batches(log: dict[int, dict[str, Any]], stream: str) -> dict[int, list[str]]:
+    """What each planned micro-batch must hold: messages n in [start.seen, end.seen)."""
+    out = {}
+    for b in sorted(log):
+        start = log[b - 1][stream]["seen"] if b > 0 else 0
+        out[b] = [msg(n) for n in range(start, log[b][stream]["seen"])]
+    return out
+
+
+def wait_for(cond: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class Appender:
+    """Appends {"n": i} messages in small batches from a thread until stopped."""
+
+    def __init__(self, url: str, path: str, first: int) -> None:
+        self.client = DurableStreamsClient(base_url=url)
+        self.path = path
+        self.next = first
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                s = self.client.stream(self.path, content_type="application/json")
+                s.append_json([{"n": i} for i in range(self.next, self.next + 3)])
+                self.next += 3
+                self._stop.wait(0.02)
+        except BaseException as exc:  # surfaced by stop()
+            self.error = exc
+
+    def __enter__(self) -> Appender:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.client.close()
+        assert self.error is None, self.error
+
+
+def run_batches(df: Any, sink: BatchLog, checkpoint: str, *, available_now: bool = True) -> Any:
+    writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    return writer.start()
+
+
+def await_failure(q: Any) -> str:
+    with pytest.raises(Exception) as info:
+        q.awaitTermination(180)
+    return str(info.value)
+
+
+# -- exact rows --------------------------------------------------------------------------
+
+
+def test_batch_read_json_exact_rows_and_bounds(env: Env) -> None:
+    path = env.new_stream()
+    special = [{"s": "ünï \"q\" ,]"}, [1, [2, {"x": None}]], "text", 3.5, True]
+    env.client.stream(path).append_json(special)
+    mid = env.client.stream(path).head().next_offset
+    env.append(path, 0, 3)
+    texts = [json.dumps(v, separators=(",", ":"), ensure_ascii=False) for v in special]
+    texts += [msg(i) for i in range(3)]
+
+    df = env.read(stream=path)
+    assert df.schema.simpleString() == (
+        "struct<stream:string,offset:string,index:bigint,value:string>"
+    )
+    assert rows(df) == [(path, "-1", i, t) for i, t in enumerate(texts)]
+    # From a server offset; to a server offset (located by counting, exclusive).
+    assert rows(env.read(stream=path, startingPosition=json.dumps({path: mid}))) == [
+        (path, mid, i, msg(i)) for i in range(3)
+    ]
+    assert [r[3] for r in rows(env.read(stream=path, endingPosition=json.dumps({path: mid})))] \
+        == texts[:5]
+    assert rows(env.read(stream=path, startingPosition="latest")) == []
+
+
+def test_batch_read_byte_stream_rows_are_pieces_of_its_bytes(env: Env) -> None:
+    path = env.new_stream("application/octet-stream")
+    s = env.client.stream(path)
+    s.append(b"head:")
+    big = bytes(range(256)) * 6000  # 1.5 MB: two rows, cut at 1 MiB from the range start
+    s.append(big)
+    df = env.read(url=env.url + path)
+    assert df.schema.simpleString() == (
+        "struct<stream:string,offset:string,index:bigint,value:binary>"
+    )
+    got = [(r["stream"], r["offset"], r["index"], bytes(r["value"])) for r in df.collect()]
+    data = b"head:" + big
+    assert got == [
+        (env.url + path, "-1", 0, data[: 1 << 20]),
+        (env.url + path, "-1", 1 << 20, data[1 << 20 :]),
+    ]
+
+
+def test_stream_reads_several_streams_micro_batch_by_micro_batch(env: Env) -> None:
+    a, b = env.new_stream(), env.new_stream()
+    env.append(a, 0, 3)
+    env.append(b, 0, 2)
+    ckpt = env.checkpoint()
+    sink = BatchLog()
+    run_batches(env.read_stream(streams=f"{a},{b}"), sink, ckpt).awaitTermination(180)
+    env.append(a, 3, 2)
+    q = run_batches(env.read_stream(streams=f"{a},{b}"), sink, ckpt)
+    q.awaitTermination(180)
+    log = offsets_log(ckpt)
+    assert sorted(sink.batches) == [0, 1] == sorted(log)
+    assert sorted(v for _, _, v in sink.batches[0]) == sorted(
+        [msg(0), msg(1), msg(2), msg(0), msg(1)]
+    )
+    tail_a = log[0][a]["offset"]
+    assert sink.batches[1] == [(tail_a, 0, msg(3)), (tail_a, 1, msg(4))]
+    assert log[1][a]["seen"] == 5 and log[1][b] == log[0][b]
+    assert progress_offsets(q.lastProgress["sources"][0]["endOffset"]) == log[1]
+
+
+@needs_admission_control
+def test_max_records_per_trigger_paces_exactly(env: Env) -> None:
+    path = env.new_stream()
+    env.append(path, 0, 7)
+    ckpt = env.checkpoint()
+    sink = BatchLog()
+    df = env.read_stream(stream=path, maxRecordsPerTrigger="3")
+    run_batches(df, sink, ckpt).awaitTermination(180)
+    assert [[v for _, _, v in sink.batches[b]] for b in sorted(sink.batches)] == [
+        [msg(i) for i in range(0, 3)],
+        [msg(i) for i in range(3, 6)],
+        [msg(6)],
+    ]
+    log = offsets_log(ckpt)
+    assert [log[b][path]["seen"] for b in sorted(log)] == [3, 6, 7]
+    assert log[2][path]["skip"] == 0  # the last micro-batch ends at the tail's offset
+
+
+# -- exact replay ------------------------------------------------------------------------
+
+
+def test_replayed_micro_batch_is_identical_while_appends_continue(env: Env) -> None:
+    """The query fails after a micro-batch was planned and run, before it committed; more
+    messages arrive all the while; the restarted query replays the micro-batch from the
+    offset log with exactly the same rows, and every micro-batch matches its offsets."""
+    path = env.new_stream()
+    env.append(path, 0, 5)
+    ckpt = env.checkpoint()
+    first = BatchLog(fail_at=2)
+    with Appender(env.url, path, 5):
+        q = run_batches(env.read_stream(stream=path), first, ckpt, available_now=False)
+        assert "injected failure in micro-batch 2" in await_failure(q)
+        assert 2 in offsets_log(ckpt) and not (Path(ckpt) / "commits" / "2").exists()
+        second = BatchLog()
+        q = run_batches(env.read_stream(stream=path), second, ckpt, available_now=False)
+        try:
+            wait_for(lambda: len(second.batches) >= 3, "three micro-batches after restart")
+        finally:
+            q.stop()
+    assert second.batches[2] == first.batches[2]
+    assert len(first.batches[2]) > 0
+    expected = expected_batches(offsets_log(ckpt), path)
+    for sink in (first, second):
+        for b, got in sink.batches.items():
+            assert [v for _, _, v in got] == expected[b], f"micro-batch {b}"
+
+
+def test_replay_after_task_failure_and_server_restart_from_its_data(
+    env: Env, spark: Any, tmp_path: Path
+) -> None:
+    """A task fails mid-batch (a UDF after the scan), the file-backed server is killed and
+    started again from its data directory with more appends, and the replay still holds
+    exactly the planned rows."""
+    from pyspark.sql.functions import udf
+
+    marker = str(tmp_path / "failed-once")
+    poison = msg(6)  # closed over by value: workers cannot import this test module
+
+    @udf("string")
+    def fail_once(value: str) -> str:
+        import os
+
+        if value == poison and not os.path.exists(marker):
+            open(marker, "w").close()
+            raise RuntimeError("injected task failure (test)")
+        return value
+
+    server = DurableServer(data_dir=tmp_path / "data").start()
+    try:
+        client = DurableStreamsClient(base_url=server.url)
+        path = "/restart/s"
+        client.stream(path).create("application/json")
+        client.stream(path).append_json([{"n": i} for i in range(4)])
+        ckpt = env.checkpoint()
+        sink = BatchLog()
+
+        def query() -> Any:
+            df = (
+                spark.readStream.format("durable-streams")
+                .options(baseUrl=server.url, stream=path)
+                .load()
+                .withColumn("value", fail_once("value"))
+            )
+            return run_batches(df, sink, ckpt)
+
+        query().awaitTermination(180)
+        client.stream(path).append_json([{"n": i} for i in range(4, 8)])
+        assert "injected task failure" in await_failure(query())
+        planned = offsets_log(ckpt)[1][path]
+        server.kill()
+        server.start()
+        client.stream(path).append_json([{"n": i} for i in range(8, 10)])
+        query().awaitTermination(180)
+        client.close()
+    finally:
+        server.stop()
+    log = offsets_log(ckpt)
+    assert log[1][path] == planned
+    assert sorted(log) == sorted(sink.batches) == [0, 1, 2]
+    assert [v for _, _, v in sink.batches[1]] == [msg(i) for i in range(4, 8)]
+    assert [v for _, _, v in sink.batches[2]] == [msg(8), msg(9)]
+
+
+# -- data loss, closed streams -----------------------------------------------------------
+
+
+def _gone(env: Env, path: str, how: str) -> None:
+    """Make `path` unreadable: 410 Gone (deleted while a fork keeps it) or 404 (deleted)."""
+    if how == "gone":
+        env.client.stream(path + "-fork").create(
+            "application/json", headers={"stream-forked-from": path}
+        )
+    env.client.stream(path).delete()
+
+
+@pytest.mark.parametrize("how", ["gone", "deleted"])
+def test_planned_range_that_is_gone_follows_fail_on_data_loss(env: Env, how: str) -> None:
+    path = env.new_stream()
+    env.append(path, 0, 3)
+    ckpt = env.checkpoint()
+    sink = BatchLog(fail_at=1)
+    run_batches(env.read_stream(stream=path), sink, ckpt).awaitTermination(180)
+    env.append(path, 3, 2)
+    failed = run_batches(env.read_stream(stream=path), sink, ckpt)
+    assert "injected failure" in await_failure(failed)
+    _gone(env, path, how)
+    spare = env.checkpoint()
+    shutil.copytree(ckpt, spare)
+
+    with pytest.raises(Exception, match="set option valueType so that failOnDataLoss"):
+        env.read_stream(stream=path)
+    strict = env.read_stream(stream=path, valueType="string")
+    message = await_failure(run_batches(strict, BatchLog(), ckpt))
+    assert "Data loss" in message and repr(path) in message and "failOnDataLoss" in message
+
+    lenient = BatchLog()
+    df = env.read_stream(stream=path, valueType="string", failOnDataLoss="false")
+    run_batches(df, lenient, spare).awaitTermination(180)
+    assert lenient.batches == {1: []}
+    assert (Path(spare) / "commits" / "1").exists()
+
+
+def test_closed_stream_ends_available_now_and_shows_in_progress(env: Env) -> None:
+    path = env.new_stream()
+    env.append(path, 0, 2)
+    env.client.stream(path).close(json.dumps([{"n": 2}]))
+    sink = BatchLog()
+    ckpt = env.checkpoint()
+    q = run_batches(env.read_stream(stream=path), sink, ckpt)
+    q.awaitTermination(180)
+    assert [v for _, _, v in sink.batches[0]] == [msg(0), msg(1), msg(2)]
+    end = progress_offsets(q.lastProgress["sources"][0]["endOffset"])
+    assert end[path]["closed"] is True and end[path]["seen"] == 3
+
+
+# -- options and secrets -----------------------------------------------------------------
+
+
+BAD_OPTIONS: list[tuple[dict[str, str | None], str]] = [
+    ({"stream": None}, "set exactly one of the options url"),
+    ({"url": "http://x/a"}, "set exactly one of the options url"),
+    ({"stream": None, "urls": "http://x/a,http://x/a"}, "names a stream more than once"),
+    ({"stream": None, "url": "x/a"}, "option url: 'x/a' is not accepted"),
+    ({"baseUrl": None}, "need option baseUrl"),
+    ({"baseUrl": "localhost:1"}, "option baseUrl='localhost:1' is not accepted"),
+    ({"startingPosition": "timestamp:5"}, "option startingPosition='timestamp:5'"),
+    ({"startingPosition": '{"S": 5}'}, "the position of stream 'S' is not accepted"),
+    ({"startingPosition": '{"/other": "-1"}'}, "names stream(s) ['/other']"),
+    ({"endingPosition": "earliest"}, "option endingPosition='earliest' is not accepted"),
+    ({"minPartitions": "2"}, "option minPartitions is not supported by format durable-streams"),
+    ({"includeHeaders": "true"}, "option includeHeaders is not supported"),
+    ({"maxBytesPerTrigger": "10"}, "option maxBytesPerTrigger does not apply to json streams"),
+    ({"failOnDataLoss": "no"}, "option failOnDataLoss='no' is not accepted"),
+    ({"valueType": "json"}, "option valueType='json' is not accepted"),
+    ({"bearerToken": " "}, "option bearerToken is not accepted"),
+    ({"secretHeaders": "{nope"}, "option secretHeaders is not valid JSON"),
+    ({"secretHeaders": '{"a b": "v"}'}, "'a b' is not a valid HTTP header name"),
+    ({"stream": "/missing-stream"}, "Durable Stream '/missing-stream' does not exist"),
+]
+
+
+@pytest.mark.parametrize(("bad", "message"), BAD_OPTIONS, ids=[m for _, m in BAD_OPTIONS])
+def test_bad_option_fails_at_load(env: Env, bad: dict[str, str | None], message: str) -> None:
+    path = env.new_stream()
+    opts = {**env.options(stream=path), **bad}
+    opts = {k: v for k, v in opts.items() if v is not None}
+    if "S" in (bad.get("startingPosition") or ""):
+        opts["startingPosition"] = json.dumps({path: 5})
+        message = f"the position of stream {path!r} is not accepted"
+    with pytest.raises(Exception, match=None) as info:
+        env.spark.read.format("durable-streams").options(**opts).load()
+    assert message in str(info.value)
+    assert SECRET not in str(info.value) and HEADER_SECRET not in str(info.value)
+
+
+def test_mixed_content_types_are_rejected(env: Env) -> None:
+    a, b = env.new_stream(), env.new_stream("text/plain")
+    with pytest.raises(Exception, match="mix JSON and byte streams"):
+        env.read(streams=f"{a},{b}")
+
+
+def test_credentials_stay_out_of_offsets_plans_and_errors(env: Env) -> None:
+    path = env.new_stream()
+    env.append(path, 0, 2)
+    ckpt = env.checkpoint()
+    df = env.read_stream(stream=path)
+    run_batches(df, BatchLog(), ckpt).awaitTermination(180)
+    for f in Path(ckpt).rglob("*"):
+        if f.is_file():
+            text = f.read_bytes()
+            assert SECRET.encode() not in text and HEADER_SECRET.encode() not in text, f
+    plan = env.read(stream=path)._jdf.queryExecution().toString()
+    assert SECRET not in plan and HEADER_SECRET not in plan
