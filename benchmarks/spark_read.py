@@ -141,8 +141,9 @@ def cpu_seconds(pid: int | None) -> float:
         return 0.0
 
 
-def run(df: Any, label: str, expected: int) -> float:
-    """Run an AvailableNow query into noop; return the rows/s over its batches' addBatch."""
+def run(df: Any, label: str, expected: int, timer: str = "addBatch") -> float:
+    """Run an AvailableNow query into noop; return the rows/s over its batches' `timer`
+    (a `durationMs` entry: addBatch, or triggerExecution to include planning)."""
     with tempfile.TemporaryDirectory() as ckpt:
         t0 = time.perf_counter()
         q = (df.writeStream.format("noop").option("checkpointLocation", ckpt)
@@ -152,9 +153,9 @@ def run(df: Any, label: str, expected: int) -> float:
         progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
     rows = sum(p["numInputRows"] for p in progress)
     assert rows == expected, f"{label}: read {rows} rows, expected {expected}"
-    busy = sum(p["durationMs"].get("addBatch", 0) for p in progress) / 1000
+    busy = sum(p["durationMs"].get(timer, 0) for p in progress) / 1000
     rate = rows / busy
-    print(f"{label}: {rows:,} rows in {busy:.2f}s of batches ({wall:.2f}s wall incl. start-up)"
+    print(f"{label}: {rows:,} rows in {busy:.2f}s of {timer} ({wall:.2f}s wall incl. start-up)"
           f" -> {rate:,.0f} rows/s")
     return rate
 

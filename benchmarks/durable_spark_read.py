@@ -1,0 +1,159 @@
+"""Spark read throughput of `format("durable-streams")` against Spark's ceiling.
+
+Fills one JSON stream of the Durable Streams reference server (npm, in memory) with 100 B
+messages, then runs two streaming queries in one Spark session, each
+`trigger(availableNow=True)` into the `noop` sink, one task per micro-batch (a Durable
+Streams stream is read by one task):
+
+* durable-streams: the real reader (driver-side counting pass, then one catch-up read on
+  the executor, split straight into an Arrow string column);
+* in-memory: a Python data source yielding the same rows (stream, offset, index, value)
+  from Arrow batches built once per worker: what Spark's Python Data Source API can take.
+
+Rates use `durationMs.triggerExecution` of the micro-batches with rows, so the counting
+pass (`latestOffset`) is included and query start-up is not; the queries alternate and
+the best of `--repeat` runs counts. Ends with one line:
+`durable_spark_read: <rows/s> rows/s, <ratio>x in-memory Arrow source`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+import pyarrow as pa
+from _durable import DurableServer, messages  # benchmarks/ is on sys.path
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+from spark_read import cpu_seconds, run
+
+from s2_spark.backends.durable import read_schema_for
+from s2_spark.durable import DurableStreamsClient
+from s2_spark.spark.durable_source import durable_read_schema
+
+STREAM = "/bench/events"
+BATCH = 1 << 16
+
+
+class _Rows(InputPartition):
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+
+class _MemoryReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, total: int) -> None:
+        self.total = total
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"n": 0}
+
+    def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:
+        return {"n": self.total}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        pass
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        n = end["n"] - start["n"]
+        return [_Rows(n)] if n else []
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _Rows)
+        batch = _prebuilt()
+        left = partition.rows
+        while left > 0:
+            take = min(left, batch.num_rows)
+            yield batch if take == batch.num_rows else batch.slice(0, take)
+            left -= take
+
+
+_CACHE: list[pa.RecordBatch] = []
+
+
+def _prebuilt() -> pa.RecordBatch:
+    """One batch of the reader's rows (the benchmark's messages), built once per worker."""
+    if not _CACHE:
+        texts = messages(BATCH)
+        _CACHE.append(pa.RecordBatch.from_arrays(
+            [
+                pa.array([STREAM] * BATCH, pa.string()),
+                pa.array(["-1"] * BATCH, pa.string()),
+                pa.array(range(BATCH), pa.int64()),
+                pa.array(texts, pa.string()),
+            ],
+            schema=read_schema_for("json"),
+        ))
+    return _CACHE[0]
+
+
+class MemoryDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "durable_bench_memory"
+
+    def schema(self) -> Any:
+        return durable_read_schema("json")
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return _MemoryReader(int(self.options["rows"]))
+
+
+def fill(url: str, n: int) -> float:
+    texts = messages(n)
+    with DurableStreamsClient(base_url=url) as client:
+        s = client.stream(STREAM)
+        s.create("application/json")
+        t0 = time.perf_counter()
+        for at in range(0, n, 20_000):
+            s.append(("[" + ",".join(texts[at : at + 20_000]) + "]").encode())
+        return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=2, help="runs of each query (best counts)")
+    args = ap.parse_args()
+    n = args.messages
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("durable-spark-bench-read")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(MemoryDataSource)
+    with DurableServer(long_poll_timeout=1.0) as server:
+        took = fill(server.url, n)
+        print(f"filled {n:,} JSON messages of ~100 B in {took:.1f}s")
+        ours_df = spark.readStream.format("durable-streams").option(
+            "url", server.url + STREAM).load()
+        memory = spark.readStream.format("durable_bench_memory").option("rows", str(n)).load()
+        run(spark.readStream.format("durable_bench_memory").option("rows", "10000").load(),
+            "warm-up in-memory", 10_000, "triggerExecution")
+        ceiling = ours = server_cpu = 0.0
+        for _ in range(args.repeat):
+            ceiling = max(ceiling, run(memory, "in-memory Arrow source", n, "triggerExecution"))
+            cpu0 = cpu_seconds(server._proc.pid if server._proc else None)
+            ours = max(ours, run(ours_df, "durable-streams reader", n, "triggerExecution"))
+            server_cpu = cpu_seconds(server._proc.pid if server._proc else None) - cpu0
+        # Every message leaves the server twice: the driver's counting pass and the
+        # executor's read. The Node server's CPU bounds both.
+        print(f"reference server CPU during the durable-streams run: {server_cpu:.2f}s")
+    spark.stop()
+    print(f"durable_spark_read: {ours:.0f} rows/s, {ours / ceiling:.2f}x in-memory Arrow source")
+
+
+if __name__ == "__main__":
+    main()
