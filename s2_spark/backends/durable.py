@@ -117,6 +117,9 @@ class DurableBackend(StreamBackend[Position]):
     def __init__(self, settings: DurableSettings, kind: StreamKind) -> None:
         self.settings = settings
         self.kind = kind
+        # The driver's last count per stream, (from offset, count): a paced query plans
+        # from the same offset many times, and counts only what arrived since.
+        self._counted: dict[str, tuple[str, _Count]] = {}
 
     def __repr__(self) -> str:
         return f"DurableBackend({self.settings!r}, kind={self.kind!r})"
@@ -231,6 +234,18 @@ class DurableBackend(StreamBackend[Position]):
         )
 
     def _count(self, stream: str, offset: str) -> _Count:
+        """Units from `offset` to the tail; continues the last count from the same offset
+        (streams are append-only, so counts from one offset only grow)."""
+        known = self._counted.get(stream)
+        if known is not None and known[0] == offset:
+            more = self._count_from(stream, known[1].tail)
+            counted = _Count(known[1].units + more.units, more.tail, more.closed)
+        else:
+            counted = self._count_from(stream, offset)
+        self._counted[stream] = (offset, counted)
+        return counted
+
+    def _count_from(self, stream: str, offset: str) -> _Count:
         units, tail, closed = 0, offset, False
         try:
             for chunk in self._stream(stream).read(offset):
