@@ -1,4 +1,5 @@
-"""Installing s2-spark is enough: Spark finds format "s2" with no register() call.
+"""Installing s2-spark is enough: Spark finds formats "s2" and "durable-streams" with no
+register() call.
 
 Runs in a fresh process because the shared test SparkSession registers the source itself.
 """
@@ -12,6 +13,7 @@ import textwrap
 from typing import Any
 
 from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.durable import DurableStreamsClient
 
 SCRIPT = textwrap.dedent(
     """
@@ -25,24 +27,30 @@ SCRIPT = textwrap.dedent(
             .option("stream", stream).option("includeHeaders", "false").load()
             .orderBy("seq_num").collect())
     print("ROWS", [(r.seq_num, bytes(r.body).decode()) for r in rows])
+    rows = spark.read.format("durable-streams").option("url", sys.argv[4]).load().collect()
+    print("MESSAGES", [r.value for r in rows])
     spark.stop()
     """
 )
 
 
-def test_format_s2_is_found_without_registering(
-    s2_server: Any, unique: Any, tmp_path: Any
+def test_formats_are_found_without_registering(
+    s2_server: Any, ds_server: Any, unique: Any, tmp_path: Any
 ) -> None:
     basin, stream = unique("registration"), "events"
     with S2Client(S2Config(endpoint=s2_server.url)) as client:
         client.create_basin(basin)
         client.basin(basin).create_stream(stream)
         client.basin(basin).stream(stream).append([AppendRecord(b"one"), AppendRecord(b"two")])
+    ds_url = f"{ds_server.url}/registration/{unique('events')}"
+    with DurableStreamsClient() as ds:
+        ds.stream(ds_url).create("application/json")
+        ds.stream(ds_url).append_json([{"a": 1}, "two"])
     script = tmp_path / "read.py"
     script.write_text(SCRIPT)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     done = subprocess.run(
-        [sys.executable, str(script), s2_server.url, basin, stream],
+        [sys.executable, str(script), s2_server.url, basin, stream, ds_url],
         cwd=tmp_path,  # not the repository root: discovery must come from the install
         env=env,
         capture_output=True,
@@ -51,3 +59,4 @@ def test_format_s2_is_found_without_registering(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ROWS [(0, 'one'), (1, 'two')]" in done.stdout
+    assert """MESSAGES ['{"a":1}', '"two"']""" in done.stdout
