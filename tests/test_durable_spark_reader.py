@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _versions import needs_admission_control, progress_offsets
+from _versions import needs_admission_control, needs_stream_start, progress_offsets
 from durable_testbed import DurableServer
 
 from s2_spark.durable import DurableStreamsClient
@@ -217,6 +217,7 @@ def test_batch_read_byte_stream_rows_are_pieces_of_its_bytes(env: Env) -> None:
     ]
 
 
+@needs_stream_start
 def test_stream_reads_several_streams_micro_batch_by_micro_batch(env: Env) -> None:
     a, b = env.new_stream(), env.new_stream()
     env.append(a, 0, 3)
@@ -259,6 +260,7 @@ def test_max_records_per_trigger_paces_exactly(env: Env) -> None:
 # -- exact replay ------------------------------------------------------------------------
 
 
+@needs_stream_start
 def test_replayed_micro_batch_is_identical_while_appends_continue(env: Env) -> None:
     """The query fails after a micro-batch was planned and run, before it committed; more
     messages arrive all the while; the restarted query replays the micro-batch from the
@@ -285,6 +287,7 @@ def test_replayed_micro_batch_is_identical_while_appends_continue(env: Env) -> N
             assert [v for _, _, v in got] == expected[b], f"micro-batch {b}"
 
 
+@needs_stream_start
 def test_replay_after_task_failure_and_server_restart_from_its_data(
     env: Env, spark: Any, tmp_path: Path
 ) -> None:
@@ -353,6 +356,7 @@ def _gone(env: Env, path: str, how: str) -> None:
     env.client.stream(path).delete()
 
 
+@needs_stream_start
 @pytest.mark.parametrize("how", ["gone", "deleted"])
 def test_planned_range_that_is_gone_follows_fail_on_data_loss(env: Env, how: str) -> None:
     path = env.new_stream()
@@ -380,6 +384,7 @@ def test_planned_range_that_is_gone_follows_fail_on_data_loss(env: Env, how: str
     assert (Path(spare) / "commits" / "1").exists()
 
 
+@needs_stream_start
 def test_closed_stream_ends_available_now_and_shows_in_progress(env: Env) -> None:
     path = env.new_stream()
     env.append(path, 0, 2)
@@ -439,6 +444,7 @@ def test_mixed_content_types_are_rejected(env: Env) -> None:
         env.read(streams=f"{a},{b}")
 
 
+@needs_stream_start
 def test_credentials_stay_out_of_offsets_plans_and_errors(env: Env) -> None:
     path = env.new_stream()
     env.append(path, 0, 2)

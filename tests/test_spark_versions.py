@@ -44,3 +44,20 @@ def test_max_records_per_trigger_fails_at_load_before_4_2(spark: Any, s2_server:
 @pytest.mark.skipif(VERSION < (4, 2), reason="admission control needs PySpark 4.2")
 def test_max_records_per_trigger_loads_from_4_2(spark: Any, s2_server: Any) -> None:
     assert _load_with_limit(spark, s2_server).isStreaming
+
+
+@pytest.mark.skipif(VERSION >= (4, 2), reason="streaming durable-streams reads need 4.2")
+def test_durable_streams_read_stream_fails_before_4_2(spark: Any, ds_server: Any) -> None:
+    from s2_spark.durable import DurableStreamsClient
+
+    url = f"{ds_server.url}/versions/events"
+    with DurableStreamsClient() as client:
+        client.stream(url).create("application/json")
+        client.stream(url).append_json(["one"])
+    df = spark.readStream.format("durable-streams").option("url", url).load()
+    with pytest.raises(Exception, match=r"needs PySpark 4\.2 or newer") as info:
+        df.writeStream.format("noop").start().awaitTermination(60)
+    assert f"this is PySpark {spark_version}" in str(info.value)
+    # Batch reads work on every PySpark 4.x.
+    rows = spark.read.format("durable-streams").option("url", url).load().collect()
+    assert [r.value for r in rows] == ['"one"']

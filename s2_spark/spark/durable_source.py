@@ -5,7 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter
+from pyspark.sql.datasource import (
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
 from s2_spark._option_values import get, get_positive_int
@@ -13,6 +17,7 @@ from s2_spark.backends.base import StreamBackend
 from s2_spark.backends.durable import DurableBackend, StreamKind, check_offset_position
 from s2_spark.backends.durable_options import parse_durable_connection, parse_durable_selection
 from s2_spark.errors import NotFoundError, OptionError
+from s2_spark.spark._compat import HAS_ADMISSION_CONTROL, SPARK_VERSION
 from s2_spark.spark.options import ReadFormat, ReadOptions, require_admission_control
 from s2_spark.spark.source import RangeDataSource
 
@@ -94,6 +99,9 @@ class DurableStreamsDataSource(RangeDataSource):
       retention, a deleted stream) fails the query naming the stream; ``false`` logs a
       warning and reads on from the first retained message.
 
+    Streaming reads need PySpark 4.2+ (see ``streamReader``); batch reads and writes work on
+    every PySpark 4.x.
+
     Writing: see ``s2_spark.spark._durable_writer`` and the README.
     """
 
@@ -162,6 +170,17 @@ class DurableStreamsDataSource(RangeDataSource):
 
     def _read_schema(self, options: ReadOptions) -> StructType:
         return durable_read_schema(self._kind(options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if not HAS_ADMISSION_CONTROL:
+            raise OptionError(
+                f"readStream.format('durable-streams') needs PySpark 4.2 or newer; this is "
+                f"PySpark {SPARK_VERSION}. Before 4.2 Spark does not tell a Python source where "
+                "a restarted query stands, and Durable Streams positions are counted from it "
+                "(offsets are opaque), so a restart could not be planned exactly. Batch reads "
+                "(spark.read) and writes work on every PySpark 4.x."
+            )
+        return super().streamReader(schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """`df.write.format("durable-streams")`: idempotent-producer appends."""
