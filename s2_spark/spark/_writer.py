@@ -10,7 +10,6 @@ input columns to Arrow arrays. Arrow batches are used where Spark offers them
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -27,13 +26,13 @@ from pyspark.sql.types import StructType
 
 from s2_spark.backends.s2_sink import (
     PartitionWriter,
-    StreamSink,
     StreamWriteResult,
     WriterId,
     query_key,
 )
 from s2_spark.errors import NotFoundError
 from s2_spark.spark._compat import HAS_STREAM_ARROW_WRITER
+from s2_spark.spark._write_common import as_bytes, chunk_rows, fault_hook
 from s2_spark.spark._writer_options import (
     InputLayout,
     WriteOptions,
@@ -55,9 +54,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("s2_spark.spark")
-
-_ROW_CHUNK = 4096
-
 
 @dataclass
 class S2CommitMessage(WriterCommitMessage):
@@ -122,7 +118,7 @@ class _Job:
         from s2_spark.client import S2Client
 
         me = self._writer_id()
-        hook = _fault_hook(self.options.test_fault, me.batch)
+        hook = fault_hook(self.options.test_fault, me.batch)
         with S2Client(self.options.settings.config()) as client:
             basin = client.basin(self.options.settings.basin)
             out = PartitionWriter(basin, me, self.options.sink, after_append=hook)
@@ -168,28 +164,14 @@ def _map_to_headers(arr: pa.Array) -> pa.Array:
 
 def _rows_to_batches(rows: Iterator[Any], layout: InputLayout) -> Iterator[pa.RecordBatch]:
     """Spark Rows -> Arrow batches (for Spark versions without the Arrow stream writer)."""
-    chunk: list[Any] = []
-    for row in rows:
-        chunk.append(row)
-        if len(chunk) >= _ROW_CHUNK:
-            yield _rows_batch(chunk, layout)
-            chunk = []
-    if chunk:
+    for chunk in chunk_rows(rows):
         yield _rows_batch(chunk, layout)
-
-
-def _as_bytes(v: Any) -> bytes | None:
-    if v is None:
-        return None
-    if isinstance(v, str):
-        return v.encode()
-    return bytes(v)
 
 
 def _rows_batch(rows: list[Any], layout: InputLayout) -> pa.RecordBatch:
     n = len(layout.names)
     columns: list[pa.Array] = [pa.nulls(len(rows))] * n
-    columns[layout.body] = pa.array([_as_bytes(r[layout.body]) for r in rows], pa.binary())
+    columns[layout.body] = pa.array([as_bytes(r[layout.body]) for r in rows], pa.binary())
     if layout.headers is not None:
         hs: list[list[dict[str, bytes | None]] | None] = []
         for r in rows:
@@ -197,9 +179,9 @@ def _rows_batch(rows: list[Any], layout: InputLayout) -> pa.RecordBatch:
             if h is None:
                 hs.append(None)
             elif isinstance(h, dict):
-                hs.append([{"name": _as_bytes(k), "value": _as_bytes(v)} for k, v in h.items()])
+                hs.append([{"name": as_bytes(k), "value": as_bytes(v)} for k, v in h.items()])
             else:
-                hs.append([{"name": _as_bytes(x["name"]), "value": _as_bytes(x["value"])}
+                hs.append([{"name": as_bytes(x["name"]), "value": as_bytes(x["value"])}
                            for x in h])
         columns[layout.headers] = pa.array(hs, HEADER_TYPE)
     if layout.timestamp is not None:
@@ -212,35 +194,6 @@ def _rows_batch(rows: list[Any], layout: InputLayout) -> pa.RecordBatch:
     if layout.stream is not None:
         columns[layout.stream] = pa.array([r[layout.stream] for r in rows], pa.string())
     return pa.RecordBatch.from_arrays(columns, names=list(layout.names))
-
-
-def _fault_hook(spec: str | None, batch: int) -> Any:
-    """TEST-ONLY fault injection (option `_testFaultAfterAppends`, see _writer_options).
-
-    "fail:N:B:/marker" raises right after the task's N-th append in micro-batch B ("*":
-    any); "hang:N:B:/marker" blocks there until the process is killed. Fires once: the
-    marker file is created when it fires.
-    """
-    if not spec:
-        return None
-    kind, count_raw, batch_raw, marker = spec.split(":", 3)
-    count = int(count_raw)
-    if batch_raw != "*" and int(batch_raw) != batch:
-        return None
-    state = {"n": 0}
-
-    def hook(sink: StreamSink) -> None:
-        state["n"] += 1
-        if state["n"] != count or os.path.exists(marker):
-            return
-        with open(marker, "w") as f:
-            f.write(f"{sink.name} {sink.appended}\n")
-        if kind == "hang":
-            while True:
-                time.sleep(1)
-        raise RuntimeError(f"injected failure after {count} appends (test hook)")
-
-    return hook
 
 
 def _check_target(options: WriteOptions) -> None:

@@ -29,6 +29,7 @@ from s2_spark.backends.s2 import S2Settings
 from s2_spark.backends.s2_options import parse_s2_connection
 from s2_spark.backends.s2_sink import DATA_MAX_RECORDS, SinkSettings
 from s2_spark.errors import OptionError
+from s2_spark.spark._write_common import TEST_FAULT_OPTION
 
 __all__ = ["ACCEPTED_COLUMNS", "InputLayout", "WriteOptions", "check_input", "parse_write_options"]
 
@@ -41,10 +42,6 @@ ACCEPTED_COLUMNS = (
     "seq_num (ignored, so the reader's rows can be written as they are)"
 )
 
-#: TEST-ONLY hook (not a user option): "fail:N:B:/marker" or "hang:N:B:/marker" makes a task
-#: of micro-batch B ("*": any) fail, or hang until killed, right after its N-th append,
-#: once per marker file.
-TEST_FAULT_OPTION = "_testFaultAfterAppends"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,205 @@
+"""Check the `durable-streams` writer's options and input columns on the driver.
+
+Connection options are the reader's (`baseUrl`, `bearerToken`, `secretHeaders`). The target
+is option `url` (an absolute stream URL) or `stream` (a path under `baseUrl`, or a URL), or
+else a `url` / `stream` column per row. The message of each row is column `value` or
+`body`; the reader's own columns (`stream`, `offset`, `index`, `value`) are accepted as they
+are (`offset` and `index` are ignored), so a read can be written back unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pyspark.sql.types import BinaryType, StringType, StructType
+
+from s2_spark._option_values import get, get_bool, get_positive_int
+from s2_spark.backends.durable_options import (
+    DurableSettings,
+    check_stream_urls,
+    parse_durable_connection,
+)
+from s2_spark.backends.durable_sink import DEFAULT_CONTENT_TYPE, Payload, SinkSettings
+from s2_spark.errors import OptionError
+from s2_spark.spark._write_common import TEST_FAULT_OPTION
+
+__all__ = [
+    "ACCEPTED_COLUMNS",
+    "DurableInputLayout",
+    "DurableWriteOptions",
+    "check_durable_input",
+    "parse_durable_write_options",
+]
+
+ACCEPTED_COLUMNS = (
+    "value or body (the message: for JSON streams one JSON value's text per row, value a "
+    "string, body a string or binary; for other content types the bytes, string or binary), "
+    "stream (string: a path under option baseUrl or a stream URL) or url (string: a stream "
+    "URL), which route each row unless option url/stream is set, "
+    "offset and index (ignored, so the reader's rows can be written as they are)"
+)
+_IGNORED = ("offset", "index")
+_CONTENT_TYPE = re.compile(r"^[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+(\s*;.*)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class DurableWriteOptions:
+    """The writer's options, checked. Credentials never appear in repr."""
+
+    settings: DurableSettings
+    target: str | None  # the option url or stream, as given
+    target_option: str | None  # which of the two
+    sink: SinkSettings
+    close_on_finish: bool
+    test_fault: str | None = field(default=None, repr=False)
+
+    def target_url(self) -> str | None:
+        return None if self.target is None else self.settings.stream_url(self.target)
+
+
+@dataclass(frozen=True, slots=True)
+class DurableInputLayout:
+    """Where the message and the route are in the input rows."""
+
+    payload: int
+    kind: Payload
+    route: int | None  # None when the target is fixed by an option
+    route_column: str
+    names: tuple[str, ...]
+
+
+def parse_durable_write_options(
+    options: Mapping[str, str], *, streaming: bool
+) -> DurableWriteOptions:
+    """Check every writer option; raise `OptionError` for the first bad one."""
+    settings = parse_durable_connection(options)
+    for key in ("urls", "streams"):
+        if get(options, key) is not None:
+            raise OptionError(
+                f"option {key} selects streams to read; to write, set option url (one stream "
+                "URL) or stream (a path under baseUrl), or give the rows a url or stream column"
+            )
+    given = [k for k in ("url", "stream") if get(options, k) is not None]
+    if len(given) > 1:
+        raise OptionError(
+            "set option url (a stream URL) or option stream (a path under baseUrl), not both"
+        )
+    target = target_option = None
+    if given:
+        target_option = given[0]
+        raw = get(options, target_option) or ""
+        target = raw.strip()
+        if not target:
+            raise OptionError(f"option {target_option}={raw!r} is not accepted: it is empty")
+        absolute = target.startswith(("http://", "https://"))
+        if target_option == "url" or absolute:
+            check_stream_urls((target,), target_option)
+        elif settings.base_url is None:
+            raise OptionError(
+                f"option stream={target!r} is a path, which needs option baseUrl (the "
+                "server's URL); or name the stream by URL with option url"
+            )
+    create = get_bool(options, "createStreams", False)
+    content_type = get(options, "contentType")
+    if content_type is not None:
+        content_type = content_type.strip()
+        if not _CONTENT_TYPE.match(content_type) or any(c in content_type for c in "\r\n"):
+            raise OptionError(
+                f"option contentType={content_type!r} is not accepted: use a media type such "
+                f"as {DEFAULT_CONTENT_TYPE} (one JSON message per row) or "
+                "application/octet-stream (bytes)"
+            )
+        if not create:
+            raise OptionError(
+                "option contentType is the content type of streams the writer creates: it "
+                "needs createStreams=true (an existing stream keeps its own content type)"
+            )
+    close = get_bool(options, "closeStreamOnFinish", False)
+    if close and streaming:
+        raise OptionError(
+            "option closeStreamOnFinish=true applies to batch writes (df.write) only: a "
+            "streaming query never finishes writing. Close the streams yourself after "
+            "stopping the query, or write them with df.write"
+        )
+    max_messages = get_positive_int(options, "maxMessagesPerAppend")
+    max_bytes = get_positive_int(options, "maxBytesPerAppend")
+    defaults = SinkSettings()
+    sink = SinkSettings(
+        create_streams=create,
+        content_type=content_type or DEFAULT_CONTENT_TYPE,
+        max_messages=max_messages or defaults.max_messages,
+        max_bytes=max_bytes or defaults.max_bytes,
+    )
+    return DurableWriteOptions(
+        settings=settings,
+        target=target,
+        target_option=target_option,
+        sink=sink,
+        close_on_finish=close,
+        test_fault=get(options, TEST_FAULT_OPTION),
+    )
+
+
+def _bad_type(column: str, type_name: str, accepted: str) -> OptionError:
+    return OptionError(
+        f"column {column} has type {type_name}, which format durable-streams cannot write: "
+        f"{column} must be {accepted}. Accepted columns: {ACCEPTED_COLUMNS}"
+    )
+
+
+def check_durable_input(schema: StructType, options: DurableWriteOptions) -> DurableInputLayout:
+    """Map the input columns, or raise naming the offending column and the accepted ones."""
+    found: dict[str, int] = {}
+    for i, f in enumerate(schema.fields):
+        key = f.name.lower()
+        if key not in ("value", "body", "stream", "url", *_IGNORED):
+            raise OptionError(
+                f"column {f.name} is not accepted by format durable-streams: drop or rename "
+                f"it. Accepted columns: {ACCEPTED_COLUMNS}"
+            )
+        if key in found:
+            raise OptionError(f"column {f.name} appears more than once in the input")
+        found[key] = i
+    payloads = [k for k in ("value", "body") if k in found]
+    if len(payloads) != 1:
+        have = ", ".join(schema.fieldNames()) or "none"
+        raise OptionError(
+            ("the input has both columns value and body" if payloads else
+             f"the input has no column value or body (columns: {have})")
+            + f": format durable-streams takes exactly one. Accepted columns: {ACCEPTED_COLUMNS}"
+        )
+    column = payloads[0]
+    ptype = schema.fields[found[column]].dataType
+    if not isinstance(ptype, StringType | BinaryType):
+        raise _bad_type(column, ptype.simpleString(), "string or binary")
+    for key in ("stream", "url"):
+        if key in found:
+            rtype = schema.fields[found[key]].dataType
+            if not isinstance(rtype, StringType):
+                raise _bad_type(key, rtype.simpleString(), "string")
+    route: int | None = None
+    route_column = "stream"
+    if options.target is None:
+        routes = [k for k in ("stream", "url") if k in found]
+        if not routes:
+            raise OptionError(
+                "no target stream: set option url (a stream URL) or stream (a path under "
+                "baseUrl), or give the rows a string column url or stream"
+            )
+        if len(routes) > 1:
+            raise OptionError(
+                "the input has both columns stream and url: route rows with one of them (or "
+                "set option url / stream, which overrides both)"
+            )
+        route_column = routes[0]
+        route = found[route_column]
+    kind = Payload("value" if column == "value" else "body", isinstance(ptype, StringType))
+    return DurableInputLayout(
+        payload=found[column],
+        kind=kind,
+        route=route,
+        route_column=route_column,
+        names=tuple(schema.fieldNames()),
+    )
