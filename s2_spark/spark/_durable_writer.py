@@ -42,7 +42,15 @@ from s2_spark.spark._durable_writer_options import (
     check_durable_input,
     parse_durable_write_options,
 )
-from s2_spark.spark._write_common import as_bytes, chunk_rows, fault_hook
+from s2_spark.spark._write_common import (
+    ArrowInput,
+    MicroBatchCommits,
+    RowInput,
+    WriterJob,
+    as_bytes,
+    chunk_rows,
+    fault_hook,
+)
 
 if HAS_STREAM_ARROW_WRITER:
     from pyspark.sql.datasource import DataSourceStreamArrowWriter
@@ -63,7 +71,7 @@ class DurableCommitMessage(WriterCommitMessage):
     results: list[StreamWriteResult] = field(default_factory=list)
 
 
-class _Job:
+class _Job(WriterJob):
     """The part shared by batch and streaming writers: options, layout, identity."""
 
     def __init__(self, options: DurableWriteOptions, layout: DurableInputLayout,
@@ -163,13 +171,10 @@ def _check_target(options: DurableWriteOptions, layout: DurableInputLayout) -> S
             raise OptionError(f"option {options.target_option}: {err}") from None
 
 
-class DurableBatchWriter(_Job, DataSourceArrowWriter):
+class DurableBatchWriter(_Job, ArrowInput, DataSourceArrowWriter):
     """`df.write.format("durable-streams")`: each task appends its partition exactly once
     (retried and speculative attempts included); `closeStreamOnFinish` closes every
     stream the job wrote once the job commits."""
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return self.write_batches(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         urls = self.summarize(messages, "job")
@@ -188,30 +193,12 @@ class DurableBatchWriter(_Job, DataSourceArrowWriter):
         self.summarize(messages, "job aborted")
 
 
-class DurableStreamArrowWriter(_Job, DataSourceStreamArrowWriter):
+class DurableStreamArrowWriter(_Job, ArrowInput, MicroBatchCommits, DataSourceStreamArrowWriter):
     """`df.writeStream.format("durable-streams")` on Spark 4.1+: Arrow batches in."""
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return self.write_batches(iterator)
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self.summarize(messages, f"micro-batch {batchId}")
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self.summarize(messages, f"micro-batch {batchId} aborted")
-
-
-class DurableStreamRowWriter(_Job, DataSourceStreamWriter):
+class DurableStreamRowWriter(_Job, RowInput, MicroBatchCommits, DataSourceStreamWriter):
     """`df.writeStream.format("durable-streams")` on Spark 4.0: rows in, Arrow per chunk."""
-
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return self.write_rows(iterator)
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self.summarize(messages, f"micro-batch {batchId}")
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self.summarize(messages, f"micro-batch {batchId} aborted")
 
 
 def batch_writer(options: Any, schema: StructType, overwrite: bool) -> DataSourceWriter:

@@ -1,14 +1,30 @@
-"""What the writers of both formats share: row chunking (Spark 4.0 hands Python stream
-writers rows, not Arrow), byte conversion of row values, and the test-only fault hook."""
+"""What the writers of both formats share: the Spark-facing writer methods (`write`,
+`commit`, `abort`) built on a job's `write_batches` / `write_rows` / `summarize`, row
+chunking (Spark 4.0 hands Python stream writers rows, not Arrow), byte conversion of row
+values, and the test-only fault hook."""
 
 from __future__ import annotations
 
 import os
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["ROW_CHUNK", "TEST_FAULT_OPTION", "as_bytes", "chunk_rows", "fault_hook"]
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.datasource import WriterCommitMessage
+
+__all__ = [
+    "ROW_CHUNK",
+    "TEST_FAULT_OPTION",
+    "ArrowInput",
+    "MicroBatchCommits",
+    "RowInput",
+    "WriterJob",
+    "as_bytes",
+    "chunk_rows",
+    "fault_hook",
+]
 
 #: Rows turned into one Arrow batch on the row path.
 ROW_CHUNK = 4096
@@ -17,6 +33,44 @@ ROW_CHUNK = 4096
 #: of micro-batch B ("*": any) fail, or hang until killed, right after its N-th append,
 #: once per marker file.
 TEST_FAULT_OPTION = "_testFaultAfterAppends"
+
+
+class WriterJob:
+    """What a format's writer job provides; the mixins below turn it into Spark's methods."""
+
+    def write_batches(self, batches: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        raise NotImplementedError
+
+    def write_rows(self, rows: Iterator[Any]) -> WriterCommitMessage:
+        raise NotImplementedError
+
+    def summarize(self, messages: list[WriterCommitMessage | None], what: str) -> object:
+        """Log what the tasks wrote (`what`: "job", "micro-batch 3 aborted", ...)."""
+        raise NotImplementedError
+
+
+class ArrowInput(WriterJob):
+    """`write` for Arrow writers (`DataSourceArrowWriter`, `DataSourceStreamArrowWriter`)."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return self.write_batches(iterator)
+
+
+class RowInput(WriterJob):
+    """`write` for row writers (Spark 4.0's `DataSourceStreamWriter`)."""
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return self.write_rows(iterator)
+
+
+class MicroBatchCommits(WriterJob):
+    """`commit` / `abort` of stream writers: a summary of the micro-batch in the log."""
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self.summarize(messages, f"micro-batch {batchId}")
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self.summarize(messages, f"micro-batch {batchId} aborted")
 
 
 def chunk_rows(rows: Iterator[Any], size: int = ROW_CHUNK) -> Iterator[list[Any]]:

@@ -32,7 +32,15 @@ from s2_spark.backends.s2_sink import (
 )
 from s2_spark.errors import NotFoundError
 from s2_spark.spark._compat import HAS_STREAM_ARROW_WRITER
-from s2_spark.spark._write_common import as_bytes, chunk_rows, fault_hook
+from s2_spark.spark._write_common import (
+    ArrowInput,
+    MicroBatchCommits,
+    RowInput,
+    WriterJob,
+    as_bytes,
+    chunk_rows,
+    fault_hook,
+)
 from s2_spark.spark._writer_options import (
     InputLayout,
     WriteOptions,
@@ -65,7 +73,7 @@ class S2CommitMessage(WriterCommitMessage):
     dropped_commands: int = 0
 
 
-class _Job:
+class _Job(WriterJob):
     """The part shared by batch and streaming writers: options, layout, identity."""
 
     def __init__(self, options: WriteOptions, layout: InputLayout, *, streaming: bool) -> None:
@@ -216,11 +224,8 @@ def _check_target(options: WriteOptions) -> None:
             basin.ensure_stream(options.stream)
 
 
-class S2BatchWriter(_Job, DataSourceArrowWriter):
+class S2BatchWriter(_Job, ArrowInput, DataSourceArrowWriter):
     """`df.write.format("s2")`: each task appends its partition exactly once."""
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return self.write_batches(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         self.summarize(messages, "job")
@@ -229,30 +234,12 @@ class S2BatchWriter(_Job, DataSourceArrowWriter):
         self.summarize(messages, "job aborted")
 
 
-class S2StreamArrowWriter(_Job, DataSourceStreamArrowWriter):
+class S2StreamArrowWriter(_Job, ArrowInput, MicroBatchCommits, DataSourceStreamArrowWriter):
     """`df.writeStream.format("s2")` on Spark 4.1+: Arrow batches in, exactly-once appends."""
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return self.write_batches(iterator)
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self.summarize(messages, f"micro-batch {batchId}")
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self.summarize(messages, f"micro-batch {batchId} aborted")
-
-
-class S2StreamRowWriter(_Job, DataSourceStreamWriter):
+class S2StreamRowWriter(_Job, RowInput, MicroBatchCommits, DataSourceStreamWriter):
     """`df.writeStream.format("s2")` on Spark 4.0: rows in, converted to Arrow per chunk."""
-
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return self.write_rows(iterator)
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self.summarize(messages, f"micro-batch {batchId}")
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self.summarize(messages, f"micro-batch {batchId} aborted")
 
 
 def batch_writer(options: Any, schema: StructType, overwrite: bool) -> DataSourceWriter:
