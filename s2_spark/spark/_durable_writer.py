@@ -201,30 +201,26 @@ class DurableStreamRowWriter(_Job, RowInput, MicroBatchCommits, DataSourceStream
     """`df.writeStream.format("durable-streams")` on Spark 4.0: rows in, Arrow per chunk."""
 
 
-def batch_writer(options: Any, schema: StructType, overwrite: bool) -> DataSourceWriter:
-    """The writer for `df.write.format("durable-streams")`; checks options, columns and the
-    fixed target first."""
+def _checked(options: Any, schema: StructType, overwrite: bool, *, streaming: bool
+             ) -> tuple[DurableWriteOptions, DurableInputLayout, StreamTarget | None]:
+    """Options, columns and the fixed target, checked on the driver before any task."""
     if overwrite:
-        raise OptionError(
-            "format durable-streams appends to streams: save mode overwrite is not "
-            "supported, use mode('append')"
-        )
-    opts = parse_durable_write_options(options, streaming=False)
+        mode = ("output mode complete is not supported, use outputMode('append') or 'update'"
+                if streaming else "save mode overwrite is not supported, use mode('append')")
+        raise OptionError(f"format durable-streams appends to streams: {mode}")
+    opts = parse_durable_write_options(options, streaming=streaming)
     layout = check_durable_input(schema, opts)
-    target = _check_target(opts, layout)
+    return opts, layout, _check_target(opts, layout)
+
+
+def batch_writer(options: Any, schema: StructType, overwrite: bool) -> DataSourceWriter:
+    """The writer for `df.write.format("durable-streams")`; one job id for all its tasks."""
+    opts, layout, target = _checked(options, schema, overwrite, streaming=False)
     return DurableBatchWriter(opts, layout, target, job_id=new_job_id())
 
 
 def stream_writer(options: Any, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-    """The writer for `df.writeStream.format("durable-streams")`; checks options, columns
-    and the fixed target first."""
-    if overwrite:
-        raise OptionError(
-            "format durable-streams appends to streams: output mode complete is not "
-            "supported, use outputMode('append') or 'update'"
-        )
-    opts = parse_durable_write_options(options, streaming=True)
-    layout = check_durable_input(schema, opts)
-    target = _check_target(opts, layout)
+    """The writer for `df.writeStream.format("durable-streams")`."""
+    opts, layout, target = _checked(options, schema, overwrite, streaming=True)
     cls = DurableStreamArrowWriter if HAS_STREAM_ARROW_WRITER else DurableStreamRowWriter
     return cls(opts, layout, target, job_id=None)
