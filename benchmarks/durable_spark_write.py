@@ -2,9 +2,9 @@
 
 The messages are `_durable.messages()` (JSON objects of ~100 B with poorly compressible
 values), written as text files, one line each. A streaming query (source `text`, one file
-per micro-batch, which Spark reads as 2 partitions, each appending with its own
-producer) writes >= 1M of them exactly-once to
-one JSON stream on the reference server, after one warm-up micro-batch; in the same run the
+per micro-batch, which Spark reads as 2 partitions, each appending with its own producer)
+writes >= 1M of them exactly-once to one JSON stream on the reference server, after one
+warm-up micro-batch; in the same run the
 `durable-streams` package from PyPI appends the same messages from one process (its
 `DurableStream.append`, driven by 64 threads as in `durable_append.py`; it is much slower,
 so it sends the first `--peer-messages` of them and the rates are compared). The Spark
