@@ -102,7 +102,29 @@ class DurableStreamsDataSource(RangeDataSource):
     Streaming reads need PySpark 4.2+ (see ``streamReader``); batch reads and writes work on
     every PySpark 4.x.
 
-    Writing: see ``s2_spark.spark._durable_writer`` and the README.
+    Writing (``df.write`` with ``mode("append")``, ``df.writeStream`` with a checkpoint)
+    takes the message of each row from ``value`` or ``body`` (JSON streams: one JSON
+    value's text per row, ``value`` a string, ``body`` a string or UTF-8 binary; other
+    content types: the bytes, string or binary) and routes rows with option ``url`` /
+    ``stream`` or else a ``url`` / ``stream`` column; ``offset`` and ``index`` are ignored,
+    so read rows can be written back as they are. Options: the connection options above,
+    plus
+
+    * ``url`` (a stream URL) or ``stream`` (a path under ``baseUrl``, or a URL): the target
+      of every row (overrides the columns). It must exist (or be created), be open and
+      take the message column, checked before any task runs.
+    * ``createStreams`` (default ``false``): create missing targets, with ``contentType``
+      (default ``application/json``; only with ``createStreams=true``).
+    * ``closeStreamOnFinish`` (default ``false``; ``df.write`` only): close every stream
+      the job wrote once the job commits.
+    * ``maxMessagesPerAppend`` (default 10000) / ``maxBytesPerAppend`` (default 1048576):
+      how append requests are cut; keep them unchanged across restarts of a query.
+
+    Writes are exactly-once across task retries and query restarts through the server's
+    idempotent producers (see ``s2_spark.backends.durable_sink`` and the README): producer
+    ``spark-<query id>-p<partition>`` at epoch = micro-batch id, seq = request index, so
+    a replay is answered as duplicates and a zombie of an older micro-batch is fenced out
+    (403). Batch jobs use ``spark-job-<job id>-p<partition>`` at epoch 0.
     """
 
     read_format = DURABLE_READ_FORMAT
