@@ -457,6 +457,8 @@ def test_zombie_of_an_older_micro_batch_is_fenced(env: Env) -> None:
     assert env.messages(out) == every
     schema = StructType([StructField("value", StringType())])
     writer = stream_writer(env.options(stream=out), schema, False)
+    for shown in (repr(writer), repr(writer.options)):  # type: ignore[attr-defined]
+        assert SECRET not in shown and HEADER_SECRET not in shown and "x-api-key" in shown
     sc = env.spark.sparkContext
 
     def attempt(batch: int, part: list[str]) -> Any:
