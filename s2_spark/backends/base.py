@@ -47,6 +47,13 @@ class StreamBackend(ABC, Generic[PositionT]):
     #: Name of the service, used in messages ("S2").
     service: str = ""
 
+    #: Whether batch reads may narrow their ranges by filters on the rows' `stream`,
+    #: `seq_num` and `timestamp` columns: a record's `seq_num` is its position
+    #: (`parse_position(seq_num)`), and record timestamps (epoch millis) never decrease
+    #: along a stream, so `at_timestamp` splits a stream into records before and at or
+    #: after a time. Services whose rows lack these columns keep the default.
+    supports_filter_pushdown: bool = False
+
     # -- discovery -------------------------------------------------------------------
 
     @abstractmethod

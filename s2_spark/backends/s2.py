@@ -72,6 +72,8 @@ class S2Backend(StreamBackend[int]):
     """Streams of one S2 basin. The HTTP client is built lazily in each process."""
 
     service = "S2"
+    # seq_nums are positions, and the service keeps timestamps monotonic per stream.
+    supports_filter_pushdown = True
 
     def __init__(self, settings: S2Settings) -> None:
         self.settings = settings

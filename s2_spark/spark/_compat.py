@@ -12,6 +12,7 @@ from pyspark import __version__ as SPARK_VERSION
 
 __all__ = [
     "HAS_ADMISSION_CONTROL",
+    "HAS_FILTER_PUSHDOWN",
     "HAS_STREAM_ARROW_WRITER",
     "SPARK_VERSION",
 ]
@@ -29,3 +30,9 @@ try:  # 4.1+: writeStream hands Python writers Arrow batches
     HAS_STREAM_ARROW_WRITER = True
 except ImportError:
     HAS_STREAM_ARROW_WRITER = False
+
+# 4.1+: DataSourceReader.pushFilters. Spark calls it only with the SQL conf
+# spark.sql.python.filterPushdown.enabled=true (default false).
+from pyspark.sql.datasource import DataSourceReader as _DataSourceReader
+
+HAS_FILTER_PUSHDOWN = hasattr(_DataSourceReader, "pushFilters")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -21,6 +21,11 @@ from s2_spark.errors import DataLossError, NotFoundError
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
 from s2_spark.spark.options import BoundSpec, OptionError, ReadOptions
 from s2_spark.spark.planning import RangePartition, fair_share, split_ranges
+
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import Filter
+
+    from s2_spark.spark._pushdown import Narrowing
 
 __all__ = ["RangeBatchReader", "RangeStreamReader", "stream_reader"]
 
@@ -69,6 +74,33 @@ class _Planner:
             f"{self.backend.describe(stream)} does not exist: create it first, or fix the "
             "stream/streams option"
         )
+
+    def narrow(
+        self, stream: str, start: Position, end: Position, narrowing: Narrowing
+    ) -> tuple[Position, Position]:
+        """[start, end) cut down to what pushed filters on seq_num and timestamp allow."""
+        backend = self.backend
+        lows, highs = [start], [end]
+        if narrowing.seq_lo is not None:
+            lows.append(backend.parse_position(narrowing.seq_lo))
+        if narrowing.seq_hi is not None:
+            highs.append(backend.parse_position(narrowing.seq_hi))
+        try:
+            if narrowing.ts_lo_ms is not None:
+                lows.append(backend.at_timestamp(stream, narrowing.ts_lo_ms))
+            if narrowing.ts_hi_ms is not None:
+                highs.append(backend.at_timestamp(stream, narrowing.ts_hi_ms))
+        except NotFoundError:
+            raise self._missing(stream) from None
+        low = start
+        for pos in lows:
+            if _is_after(backend, pos, low):
+                low = pos
+        high = end
+        for pos in highs:
+            if _is_after(backend, high, pos):
+                high = pos
+        return (high, high) if _is_after(backend, low, high) else (low, high)
 
     def tail(self, stream: str, start: Position) -> Position:
         try:
@@ -300,28 +332,89 @@ def stream_reader(backend: Backend, options: ReadOptions) -> RangeStreamReader:
     return RangeStreamReader(backend, options)
 
 
+#: The base `pushFilters` (None before PySpark 4.1, where nothing calls it).
+_BASE_PUSH_FILTERS: Any = getattr(DataSourceReader, "pushFilters", None)
+
+
+class _BoundPushFilters:
+    """`RangeBatchReader.pushFilters` bound to a reader.
+
+    PySpark 4.1+ fails every read of a reader whose `pushFilters.__func__` is not
+    `DataSourceReader.pushFilters` while spark.sql.python.filterPushdown.enabled is false
+    (its default), so that a source relying on pushdown does not silently lose it. This
+    reader's pushdown only narrows the planned ranges, and without the conf Spark evaluates
+    every filter itself, so reads must go on working as before: the bound method shows the
+    base method as its `__func__`.
+    """
+
+    __func__ = staticmethod(_BASE_PUSH_FILTERS)
+
+    def __init__(self, reader: RangeBatchReader) -> None:
+        self.__self__ = reader
+
+    def __call__(self, filters: list[Filter]) -> Iterable[Filter]:
+        return self.__self__._push_filters(filters)
+
+
+class _PushFilters:
+    """The descriptor behind `RangeBatchReader.pushFilters` (see `_BoundPushFilters`)."""
+
+    def __get__(self, reader: RangeBatchReader | None, owner: Any = None) -> Any:
+        return self if reader is None else _BoundPushFilters(reader)
+
+
 class RangeBatchReader(DataSourceReader):
-    """One range per stream, [startingPosition, endingPosition), cut into partitions."""
+    """One range per stream, [startingPosition, endingPosition), cut into partitions.
+
+    On PySpark 4.1+ with spark.sql.python.filterPushdown.enabled=true, filters on `stream`,
+    `seq_num` and `timestamp` narrow the ranges (see s2_spark.spark._pushdown) when the
+    backend supports it; other backends push nothing.
+    """
 
     def __init__(self, backend: Backend, options: ReadOptions) -> None:
         self._backend = backend
         self._options = options
+        self._narrowing: Narrowing | None = None
 
     def __repr__(self) -> str:
-        return f"RangeBatchReader({self._options!r})"
+        pushed = "" if not self._narrowing else f", pushed={self._narrowing.describe()!r}"
+        return f"RangeBatchReader({self._options!r}{pushed})"
+
+    pushFilters = _PushFilters()
+
+    def _push_filters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Keep what filters on stream, seq_num and timestamp allow; return the filters
+        Spark must still evaluate (those not fully expressed by the narrowed ranges)."""
+        if not self._backend.supports_filter_pushdown:
+            return filters
+        from s2_spark.spark._pushdown import translate
+
+        narrowing, keep = translate(filters)
+        self._narrowing = narrowing if narrowing else None
+        if narrowing:
+            log.info("Batch read narrowed by pushed filters: %s", narrowing.describe())
+        return keep
 
     def partitions(self) -> Sequence[InputPartition]:
         backend, options = self._backend, self._options
         planner = _Planner(backend, options)
         ending = options.ending or BoundSpec("latest")
-        def bounds(stream: str) -> tuple[Position, Position, Position]:
+        narrowing = self._narrowing
+
+        def bounds(stream: str) -> tuple[Position, Position, Position, Position, Position]:
             start = planner.resolve(options.starting, stream, default="earliest")
             tail = planner.tail(stream, start)
             end = planner.resolve(ending, stream, default="latest", tail=tail, start=start)
-            return tail, start, end
+            lo, hi = start, end
+            if narrowing is not None and not _is_after(backend, start, end):
+                lo, hi = planner.narrow(stream, start, end, narrowing)
+            return tail, start, end, lo, hi
 
+        streams = planner.discover()
+        if narrowing is not None and narrowing.streams is not None:
+            streams = [s for s in streams if s in narrowing.streams]
         ranges: dict[str, tuple[Position, Position, bool]] = {}
-        for stream, (tail, start, end) in _per_stream(bounds, planner.discover()).items():
+        for stream, (tail, start, end, lo, hi) in _per_stream(bounds, streams).items():
             if _is_after(backend, end, tail):
                 raise OptionError(
                     f"option endingPosition puts {backend.describe(stream)} at {end}, past "
@@ -333,7 +426,7 @@ class RangeBatchReader(DataSourceReader):
                     f"after its end {end} (endingPosition "
                     f"{ending.describe()}, exclusive)"
                 )
-            ranges[stream] = (start, end, False)
+            ranges[stream] = (lo, hi, False)
         parts = split_ranges(
             backend,
             ranges,
