@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from s2_spark.durable import DurableStreamsClient
+from s2_spark.spark._compat import HAS_STREAM_ARROW_WRITER
 
 pytestmark = pytest.mark.spark
 
@@ -465,9 +466,17 @@ def test_zombie_of_an_older_micro_batch_is_fenced(env: Env) -> None:
         """Run the writer in a real Spark task as an attempt at micro-batch `batch`."""
         import pyarrow as pa
 
+        arrow_input = HAS_STREAM_ARROW_WRITER  # captured by value: workers run `task`
+
         def task(_: Any) -> Iterator[Any]:
-            arrow = pa.RecordBatch.from_pydict({"value": pa.array(part, pa.string())})
-            yield writer.write(iter([arrow]))
+            # What Spark hands this writer: Arrow batches from 4.1, Rows on 4.0.
+            if arrow_input:
+                data: list[Any] = [pa.RecordBatch.from_pydict({"value": pa.array(part)})]
+            else:
+                from pyspark.sql import Row
+
+                data = [Row(value=v) for v in part]
+            yield writer.write(iter(data))
 
         sc.setLocalProperty("sql.streaming.queryId", str(q.id))
         sc.setLocalProperty("streaming.sql.batchId", str(batch))
