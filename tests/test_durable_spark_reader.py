@@ -92,7 +92,7 @@ class BatchLog:
     optionally failing once, after recording, in micro-batch `fail_at`."""
 
     def __init__(self, fail_at: int | None = None) -> None:
-        self.batches: dict[int, list[tuple[str, int, str]]] = {}
+        self.batches: dict[int, list[tuple[str, int, Any]]] = {}
         self.fail_at = fail_at
 
     def __call__(self, df: Any, batch_id: int) -> None:
@@ -255,6 +255,20 @@ def test_max_records_per_trigger_paces_exactly(env: Env) -> None:
     log = offsets_log(ckpt)
     assert [log[b][path]["seen"] for b in sorted(log)] == [3, 6, 7]
     assert log[2][path]["skip"] == 0  # the last micro-batch ends at the tail's offset
+
+
+@needs_admission_control
+def test_max_bytes_per_trigger_paces_byte_streams_exactly(env: Env) -> None:
+    path = env.new_stream("application/octet-stream")
+    env.client.stream(path).append(b"0123456789")
+    sink = BatchLog()
+    df = env.read_stream(stream=path, maxBytesPerTrigger="4")
+    run_batches(df, sink, env.checkpoint()).awaitTermination(180)
+    assert [sink.batches[b] for b in sorted(sink.batches)] == [
+        [("-1", 0, b"0123")],
+        [("-1", 4, b"4567")],
+        [("-1", 8, b"89")],
+    ]
 
 
 # -- exact replay ------------------------------------------------------------------------
