@@ -13,8 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -25,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _child import kill_at_marker
 
 from s2_spark.durable import DurableStreamsClient
 from s2_spark.spark._compat import HAS_STREAM_ARROW_WRITER
@@ -410,29 +409,9 @@ def test_killed_query_restarts_exactly_once(env: Env) -> None:
     script = env.tmp / "child.py"
     script.write_text(CHILD)
     marker = str(env.tmp / f"kill-{uuid.uuid4().hex[:6]}")
-    child = subprocess.Popen(
-        [sys.executable, str(script), env.url, folder, out, ckpt, f"hang:5:1:{marker}"],
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    kill_at_marker(
+        [sys.executable, str(script), env.url, folder, out, ckpt, f"hang:5:1:{marker}"], marker
     )
-    try:
-        deadline = time.monotonic() + 150
-        while not os.path.exists(marker):
-            assert child.poll() is None, "the query process ended before the fault point"
-            assert time.monotonic() < deadline, "the query never reached the fault point"
-            time.sleep(0.2)
-    finally:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait(30)
-    gone = time.monotonic() + 30
-    while True:  # the whole process group (JVM, Python workers) is gone
-        try:
-            os.killpg(child.pid, 0)
-        except ProcessLookupError:
-            break
-        assert time.monotonic() < gone, "processes of the killed query linger"
-        time.sleep(0.2)
     # Batch 0 is complete; batch 1 stopped after 5 acknowledged appends of 100.
     assert env.messages(out) == every[:2000]
     df = env.spark.readStream.format("text").option("maxFilesPerTrigger", "1").load(folder)

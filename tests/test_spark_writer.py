@@ -12,8 +12,6 @@ import contextlib
 import datetime as dt
 import itertools
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -24,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _child import kill_at_marker
 from _versions import limit, needs_admission_control
 
 from s2_spark.client import AppendRecord, S2Client, S2Config
@@ -434,29 +433,7 @@ def test_killed_query_restarts_exactly_once(env: Env) -> None:
     script.write_text(CHILD)
     marker = str(env.tmp / f"kill-{uuid.uuid4().hex[:6]}")
     args = [sys.executable, str(script), env.url, env.basin, src, out, ckpt]
-    child = subprocess.Popen(
-        [*args, f"hang:5:1:{marker}"],
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 150
-        while not os.path.exists(marker):
-            assert child.poll() is None, "the query process ended before the fault point"
-            assert time.monotonic() < deadline, "the query never reached the fault point"
-            time.sleep(0.2)
-    finally:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait(30)
-    gone = time.monotonic() + 30
-    while True:  # the whole process group (JVM, Python workers) is gone
-        try:
-            os.killpg(child.pid, 0)
-        except ProcessLookupError:
-            break
-        assert time.monotonic() < gone, "processes of the killed query linger"
-        time.sleep(0.2)
+    kill_at_marker([*args, f"hang:5:1:{marker}"], marker)
     partial = env.bodies(out)
     # Batch 0 (15 appends) is complete, batch 1 stopped after 5 of its appends.
     assert len(partial) == 2000
