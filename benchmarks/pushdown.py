@@ -27,30 +27,14 @@ from typing import Any
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
+from _streams import fill  # benchmarks/ is on sys.path
 from pyspark.sql import SparkSession
 
-from s2_spark.client import AppendRecord, S2Client, S2Config
 from s2_spark.testing import ServerProcess
 
 RECORD = 100
 T0 = 1_700_000_000_000
 CONF = "spark.sql.python.filterPushdown.enabled"
-
-
-def fill(url: str, basin: str, stream: str, n: int) -> float:
-    body = os.urandom(RECORD)
-    with S2Client(S2Config(endpoint=url)) as client:
-        client.create_basin(basin)
-        client.basin(basin).create_stream(stream)
-        s = client.basin(basin).stream(stream)
-        t0 = time.perf_counter()
-        chunk = 100_000
-        for start in range(0, n, chunk):
-            s.append_many([AppendRecord(body, timestamp=T0 + i)
-                           for i in range(start, min(n, start + chunk))])
-        elapsed = time.perf_counter() - t0
-        assert s.check_tail().seq_num == n
-    return elapsed
 
 
 def scanned_rows(df: Any) -> int:
@@ -98,7 +82,7 @@ def main() -> None:
 
     basin = f"bench-pushdown-{uuid.uuid4().hex[:8]}"
     with ServerProcess() as server:
-        took = fill(server.url, basin, "bench", n)
+        took = fill(server.url, basin, "bench", n, RECORD, timestamp_base=T0)
         print(f"filled {n:,} records of {RECORD} B, one per ms, in {took:.1f}s")
 
         def query() -> Any:

@@ -29,6 +29,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 import pyarrow as pa
+from _streams import fill  # benchmarks/ is on sys.path
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
     DataSource,
@@ -37,7 +38,6 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from s2_spark.client import AppendRecord, S2Client, S2Config
 from s2_spark.spark import read_schema
 from s2_spark.testing import ServerProcess
 
@@ -116,21 +116,6 @@ class MemoryDataSource(DataSource):
         return _MemoryReader(int(self.options["rows"]), int(self.options["parts"]))
 
 
-def fill(url: str, basin: str, stream: str, n: int) -> float:
-    body = os.urandom(RECORD)
-    with S2Client(S2Config(endpoint=url)) as client:
-        client.create_basin(basin)
-        client.basin(basin).create_stream(stream)
-        s = client.basin(basin).stream(stream)
-        t0 = time.perf_counter()
-        chunk = 100_000
-        for start in range(0, n, chunk):
-            s.append_many([AppendRecord(body) for _ in range(min(chunk, n - start))])
-        elapsed = time.perf_counter() - t0
-        assert s.check_tail().seq_num == n
-    return elapsed
-
-
 def cpu_seconds(pid: int | None) -> float:
     """User + system CPU time of a process (Linux /proc), 0 where unavailable."""
     try:
@@ -181,7 +166,7 @@ def main() -> None:
 
     basin = f"bench-read-{uuid.uuid4().hex[:8]}"
     with ServerProcess() as server:
-        took = fill(server.url, basin, "bench", n)
+        took = fill(server.url, basin, "bench", n, RECORD)
         print(f"filled {n:,} records of {RECORD} B in {took:.1f}s")
         # includeHeaders=false: the ceiling source has no headers column either.
         s2 = (spark.readStream.format("s2").option("endpoint", server.url)
