@@ -44,13 +44,6 @@ class DurableSettings:
 
         return DurableConfig(base_url=self.base_url, headers=dict(self.headers))
 
-    def stream_url(self, stream: str) -> str:
-        """The absolute URL of a stream named by URL, or by a path under `base_url`."""
-        if stream.startswith(("http://", "https://")):
-            return stream
-        assert self.base_url is not None, "paths are accepted only with baseUrl"
-        return self.base_url.rstrip("/") + "/" + stream.lstrip("/")
-
 
 def _secret_headers(raw: str) -> list[tuple[str, str]]:
     accepted = 'use a JSON object of header name to string value, e.g. {"x-api-key": "..."}'

@@ -56,7 +56,7 @@ class DurableWriteOptions:
     test_fault: str | None = field(default=None, repr=False)
 
     def target_url(self) -> str | None:
-        return None if self.target is None else self.settings.stream_url(self.target)
+        return None if self.target is None else self.settings.config().stream_url(self.target)
 
 
 @dataclass(frozen=True, slots=True)
