@@ -134,7 +134,7 @@ class DurableBackend(StreamBackend[Position]):
         return client
 
     def _stream(self, stream: str) -> DurableStream:
-        return self._client().stream(self.settings.stream_url(stream))
+        return self._client().stream(stream)  # a URL, or a path under baseUrl
 
     def _missing(self, stream: str, err: StreamNotFoundError | OffsetGoneError) -> NotFoundError:
         return NotFoundError(
@@ -340,14 +340,13 @@ class _RangeCut:
         backend, taken, passed = self.backend, 0, 0
         with backend._stream(self.stream).read(self.offset) as reader:
             for chunk in self._chunks(reader):
-                if backend.kind == "json" and chunk.data.strip():
-                    backend._check_kind(chunk)
-                units = backend._units(chunk)
+                messages = self._messages(chunk)
+                units = len(chunk.data) if messages is None else len(messages)
                 lo = min(max(self.skip - passed, 0), units)
                 hi = min(lo + self.want - taken, units)
                 passed += units
                 if hi > lo:
-                    yield from self._rows(chunk, lo, hi)
+                    yield from self._rows(chunk, messages, lo, hi)
                     taken += hi - lo
                 self._check_boundary(chunk.next_offset, taken)
                 if taken == self.want:
@@ -379,11 +378,22 @@ class _RangeCut:
                 code="content_changed",
             )
 
-    def _rows(self, chunk: ReadChunk, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
+    def _messages(self, chunk: ReadChunk) -> pa.Array | None:
+        """A JSON stream's messages in `chunk`, split once (None for byte streams)."""
         if self.backend.kind == "bytes":
+            return None
+        if not chunk.data.strip():
+            return pa.array([], pa.string())
+        self.backend._check_kind(chunk)
+        return json_batch(chunk.data).column(0)
+
+    def _rows(
+        self, chunk: ReadChunk, messages: pa.Array | None, lo: int, hi: int
+    ) -> Iterator[pa.RecordBatch]:
+        if messages is None:
             yield from self._byte_rows(memoryview(chunk.data)[lo:hi])
             return
-        values = json_batch(chunk.data).column(0).slice(lo, hi - lo)
+        values = messages.slice(lo, hi - lo)
         for at in range(0, len(values), _BATCH_ROWS):
             part = values.slice(at, _BATCH_ROWS)
             yield self._batch(part, self.index)
