@@ -44,9 +44,9 @@ from s2_spark.errors import (
     FencingTokenMismatchError,
     NotFoundError,
     RecordTooLargeError,
+    S2Error,
     S2SparkError,
     SeqNumMismatchError,
-    UnavailableError,
     WriterFencedError,
 )
 from s2_spark.wire.appends import AppendBatch, encode_append_batches, encode_records
@@ -175,6 +175,9 @@ class SinkSettings:
     `lease_timeout`: seconds a lease held by another partition of the same generation may
     go without progress before it is taken over. `idle_release`: a held lease with no
     append for this long is released between input chunks, so waiters are not starved.
+    `flush_records` / `flush_bytes`: rows buffered before they are encoded and appended.
+    `max_inflight_appends` / `max_inflight_bytes` (metered): appends sent in one session
+    before their acks are read, so a writer never holds more than that unacknowledged.
     """
 
     create_streams: bool = False
@@ -185,6 +188,8 @@ class SinkSettings:
     poll_max: float = 0.5
     flush_records: int = 8 * DATA_MAX_RECORDS
     flush_bytes: int = 4 * 1024 * 1024
+    max_inflight_appends: int = 16
+    max_inflight_bytes: int = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +229,18 @@ def _concat_optional(
         a if a is not None else pa.nulls(len(c[0]), kind)
         for a, c in zip(columns, chunks, strict=True)
     ])
+
+
+@dataclass(frozen=True, slots=True)
+class _Link:
+    """One append of a chain: data plus its fence, the token it is conditioned on, and
+    the lease (with the new progress) its fence sets."""
+
+    payload: AppendBatch
+    count: int
+    condition: str
+    lease: LeaseToken
+    token: str
 
 
 def _fence_entry(token: str) -> tuple[bytes, int]:
@@ -366,62 +383,116 @@ class StreamSink:
             # A short last batch waits for more rows, so appends stay full.
             keep_from = batches[-1].first_index
             batches = batches[:-1]
-        for b in batches:
-            self._append(b)
+        if batches:
+            self._append_all(batches)
         self._set_buffer(bodies.slice(keep_from),
                          headers.slice(keep_from) if headers is not None else None,
                          timestamps.slice(keep_from) if timestamps is not None else None,
                          start + keep_from)
 
-    def _append(self, batch: AppendBatch) -> None:
-        """Append one batch plus its progress fence; resolve unknown outcomes by token."""
+    def _append_all(self, batches: list[AppendBatch]) -> None:
+        """Append `batches` in order, each with its progress fence, a chain per session.
+
+        Input k of a chain is conditioned on the token input k-1 sets (and on the tail),
+        so nothing waits for acks: if one input fails its condition every later one does
+        too. Acks say exactly which prefix landed; anything else is settled by reading
+        the token back (`_settle`), and the rest is sent again.
+        """
+        done = 0
+        stalled = 0
+        while done < len(batches):
+            chain = self._chain(batches, done)
+            res = self._stream.append_chain(
+                [link.payload for link in chain],
+                fencing_tokens=[link.condition for link in chain],
+                match_seq_num=self._tail,
+            )
+            for link, ack in zip(chain, res.acks, strict=False):
+                self._landed(link, ack)
+            done += len(res.acks)
+            if res.error is None:
+                continue
+            settled = self._settle(chain[len(res.acks):], res.error)
+            done += settled
+            stalled = 0 if res.acks or settled else stalled + 1
+            if stalled >= 5:
+                raise res.error
+            if stalled:
+                time.sleep(min(self.settings.poll_initial * 2**stalled, self.settings.poll_max))
+
+    def _chain(self, batches: list[AppendBatch], first: int) -> list[_Link]:
+        """The next appends to send together, within the in-flight bounds (at least one).
+
+        With an `after_append` hook each append is acknowledged before the next is sent,
+        so the hook sees the stream exactly as after that append (the fault-injection
+        tests stop a writer there).
+        """
         lease = self._lease
         assert lease is not None
-        new = dataclasses.replace(lease, progress=self._progress + batch.count)
-        new_raw = new.encode()
-        old_raw = self._last_token
-        entry, metered = _fence_entry(new_raw)
-        payload = AppendBatch(batch.records_payload + entry, batch.count + 1,
-                              batch.metered_bytes + metered, batch.first_index)
-        for attempt in range(5):
-            try:
-                ack = self._stream.append_payload(payload, match_seq_num=self._tail,
-                                                  fencing_token=old_raw)
-                self._tail = ack.end.seq_num
-                if self._first_seq is None:
-                    self._first_seq = ack.start.seq_num
-                self._end_seq = ack.end.seq_num - 1
+        limit = 1 if self._after_append is not None else self.settings.max_inflight_appends
+        links: list[_Link] = []
+        progress, condition, size = self._progress, self._last_token, 0
+        for batch in batches[first:first + limit]:
+            if links and size + batch.metered_bytes > self.settings.max_inflight_bytes:
                 break
-            except FencingTokenMismatchError as exc:
-                if exc.expected_token == new_raw:  # an earlier try landed
-                    self._tail = None
-                    break
-                self._lease = None
-                raise self._fenced(exc.expected_token) from None
-            except (SeqNumMismatchError, UnavailableError) as exc:
-                current = self._probe()
-                if current == new_raw:
-                    self._tail = None
-                    break
-                if current != old_raw:
-                    self._lease = None
-                    raise self._fenced(current) from None
-                if isinstance(exc, SeqNumMismatchError):
-                    raise S2SparkError(
-                        f"{self._what} was appended to by a writer that does not use its "
-                        "fencing token while this query held it; each target stream must be "
-                        "written by one s2-spark query only"
-                    ) from None
-                if attempt == 4:
-                    raise
-        self._lease = new
-        self._last_token = new_raw
-        self._progress = new.progress
-        self.appended += batch.count
+            progress += batch.count
+            new = dataclasses.replace(lease, progress=progress)
+            token = new.encode()
+            entry, metered = _fence_entry(token)
+            payload = AppendBatch(batch.records_payload + entry, batch.count + 1,
+                                  batch.metered_bytes + metered, batch.first_index)
+            links.append(_Link(payload, batch.count, condition, new, token))
+            condition, size = token, size + payload.metered_bytes
+        return links
+
+    def _landed(self, link: _Link, ack: AppendAck | None) -> None:
+        """Record one append as in the stream (`ack` None: known from the token only)."""
+        self._lease = link.lease
+        self._last_token = link.token
+        self._progress = link.lease.progress
+        if ack is None:
+            self._tail = None
+        else:
+            self._tail = ack.end.seq_num
+            if self._first_seq is None:
+                self._first_seq = ack.start.seq_num
+            self._end_seq = ack.end.seq_num - 1
+        self.appended += link.count
         self.appends += 1
         self.last_append = time.monotonic()
         if self._after_append is not None:
             self._after_append(self)
+
+    def _settle(self, unacked: list[_Link], err: S2Error) -> int:
+        """After `err` stopped a chain: how many of `unacked` landed (recorded here).
+
+        The token names the last append that landed, since each sets its own. Raises
+        when the stream was taken over, written by someone else, or `err` is final.
+        """
+        if isinstance(err, FencingTokenMismatchError):
+            current = err.expected_token
+        elif isinstance(err, SeqNumMismatchError) or err.retryable:
+            current = self._probe()
+        else:
+            raise err
+        tokens = [link.token for link in unacked]
+        if current in tokens:
+            landed = tokens.index(current) + 1
+            for link in unacked[:landed]:
+                self._landed(link, None)
+            return landed
+        if current != self._last_token:
+            self._lease = None
+            raise self._fenced(current) from None
+        if isinstance(err, SeqNumMismatchError):
+            raise S2SparkError(
+                f"{self._what} was appended to by a writer that does not use its "
+                "fencing token while this query held it; each target stream must be "
+                "written by one s2-spark query only"
+            ) from None
+        if not err.retryable:
+            raise err
+        return 0
 
     def _fenced(self, current: str) -> WriterFencedError:
         return WriterFencedError(

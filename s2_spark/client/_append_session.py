@@ -4,7 +4,13 @@ httpx cannot read a response while it is still sending the request, so a session
 POST whose body holds all AppendInput frames (sized up front) and whose response holds
 one AppendAck frame per input, in order. The number of inputs per session is bounded so
 unread acks never fill the socket buffers. Ordering is S2's: inputs of one session are
-applied in the order sent.
+applied in the order sent, and the first one that fails ends the session, so the acks
+name exactly the prefix that landed.
+
+Each input may carry its own fencing token (`fencing_tokens`): a writer whose inputs each
+end with a fence record conditions input k on the token input k-1 sets. If one input
+fails its condition every later one fails too, so a whole chain can be sent without
+waiting for acks and still never duplicates records.
 """
 
 from __future__ import annotations
@@ -64,19 +70,19 @@ def run_append_session(
     batches: Sequence[AppendBatch],
     *,
     match_seq_num: int | None,
-    fencing_token: str | None,
+    fencing_token: str | None = None,
+    fencing_tokens: Sequence[str | None] | None = None,
 ) -> SessionResult:
-    """Append `batches` in one S2S session. Never raises S2 errors: returns them."""
+    """Append `batches` in one S2S session. Never raises S2 errors: returns them.
+
+    `match_seq_num` conditions the first input; each later one is conditioned on the end
+    of the one before (counted from the batches). `fencing_tokens`, when given, holds one
+    token per input instead of the single `fencing_token` for all of them.
+    """
     cfg = transport.config
     target = f"stream {stream!r} in basin {basin!r}"
-    mode = cfg.session_compression(basin)
-    compression = _COMPRESSION[mode]
-    frames = []
-    match = match_seq_num
-    for b in batches:
-        frames.append(encode_message(b.to_append_input(match, fencing_token), compression))
-        if match is not None:
-            match += b.count
+    compression = _COMPRESSION[cfg.session_compression(basin)]
+    body = _session_body(batches, match_seq_num, fencing_token, fencing_tokens, compression)
     url = transport.url(basin, f"/streams/{quote(stream, safe='')}/records")
     headers = transport.headers(
         basin,
@@ -88,7 +94,7 @@ def run_append_session(
     )
     acks: list[AppendAck] = []
     try:
-        with transport.http.stream("POST", url, content=b"".join(frames), headers=headers) as resp:
+        with transport.http.stream("POST", url, content=body, headers=headers) as resp:
             if resp.status_code != 200:
                 err = error_from_body(resp.status_code, resp.read(), target)
                 return SessionResult(acks, err, unsent=_no_effect(err))
@@ -121,6 +127,31 @@ def run_append_session(
             ),
         )
     return SessionResult(acks)
+
+
+def _session_body(
+    batches: Sequence[AppendBatch],
+    match_seq_num: int | None,
+    fencing_token: str | None,
+    fencing_tokens: Sequence[str | None] | None,
+    compression: Compression,
+) -> bytes:
+    """The AppendInput frames of a session, conditions chained input to input."""
+    if fencing_tokens is None:
+        fencing_tokens = [fencing_token] * len(batches)
+    elif fencing_token is not None or len(fencing_tokens) != len(batches):
+        raise ValueError(
+            f"an append session takes one fencing token per input ({len(batches)}) or one "
+            f"for all; got {len(fencing_tokens)} tokens"
+            + (" and fencing_token too" if fencing_token is not None else "")
+        )
+    frames = []
+    match = match_seq_num
+    for b, token in zip(batches, fencing_tokens, strict=True):
+        frames.append(encode_message(b.to_append_input(match, token), compression))
+        if match is not None:
+            match += b.count
+    return b"".join(frames)
 
 
 def _no_effect(err: S2Error) -> bool:

@@ -16,7 +16,7 @@ from s2_spark.errors import (
     UnavailableError,
 )
 
-from ._append_session import MAX_INPUTS_PER_SESSION, run_append_session
+from ._append_session import MAX_INPUTS_PER_SESSION, SessionResult, run_append_session
 from ._encode import encode_append_records
 from ._params import check_u64, read_params
 from ._read_session import ReadSession
@@ -339,6 +339,42 @@ class StreamClient:
             raise err
         assert first is not None and last is not None
         return AppendAck(first.start, last.end, last.tail)
+
+    def append_chain(
+        self,
+        batches: Sequence[AppendBatch],
+        *,
+        fencing_tokens: Sequence[str | None],
+        match_seq_num: int | None = None,
+    ) -> SessionResult:
+        """Send `batches` in one S2S session without waiting for acks in between; input k is
+        conditioned on `fencing_tokens[k]` and on the end of input k-1 (from
+        `match_seq_num`, counted from the batches).
+
+        Returns the acks of the prefix that landed and the error that stopped the rest. A
+        failure provably before sending (connect error, 429, 502 hot_server) is retried
+        under the config's retry policy; any other outcome is returned, not retried: only
+        the caller knows how to settle it (for example by reading the fencing token back).
+        """
+        if not batches or len(batches) > MAX_INPUTS_PER_SESSION:
+            raise BadRequestError(
+                f"append_chain to {self._target} takes 1..{MAX_INPUTS_PER_SESSION} batches, "
+                f"got {len(batches)}"
+            )
+        if match_seq_num is not None:
+            check_u64("match_seq_num", match_seq_num)
+        policy = self._t.config.retry
+        attempt = 0
+        while True:
+            res = run_append_session(
+                self._t, self.basin, self.name, batches,
+                match_seq_num=match_seq_num, fencing_tokens=fencing_tokens,
+            )
+            attempt += 1
+            err = res.error
+            if err is None or not (res.unsent and err.retryable) or attempt >= policy.max_attempts:
+                return res
+            time.sleep(policy.backoff(attempt - 1))
 
     def fence(
         self, token: str, *, fencing_token: str | None = None, match_seq_num: int | None = None
