@@ -10,11 +10,11 @@ from s2_spark.client import AppendRecord, S2Client, S2Config
 
 def fill(url: str, basin: str, stream: str, n: int, size: int,
          timestamp_base: int | None = None) -> float:
-    """Create `basin`/`stream` and append `n` records of `size` random bytes (record i
+    """Create `stream` (and `basin` if new) and append `n` records of `size` random bytes (record i
     stamped `timestamp_base + i` ms when given); return the seconds the appends took."""
     body = os.urandom(size)
     with S2Client(S2Config(endpoint=url)) as client:
-        client.create_basin(basin)
+        client.ensure_basin(basin)
         client.basin(basin).create_stream(stream)
         s = client.basin(basin).stream(stream)
         t0 = time.perf_counter()

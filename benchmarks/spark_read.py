@@ -6,12 +6,17 @@ with the same partitioning:
 
 * s2: the real reader (S2S read sessions, frames decoded straight to Arrow);
 * in-memory: a Python data source yielding the same number of rows from Arrow batches
-  built once per worker, i.e. what Spark's Python Data Source API can take at best.
+  built once per worker, as big as the reader's (`--ceiling-batch`, default the reader's
+  coalescing target), i.e. what Spark's Python Data Source API can take at best.
 
-Rates use the micro-batches' execution time (`durationMs.addBatch`), so query start-up
-is left out of both; the queries alternate and the best of `--repeat` runs counts.
-Ends with one line:
-`spark_read: <rows/s> rows/s, <ratio>x in-memory ceiling`.
+Both run at 1 and at 2 partitions (`minPartitions`); the scaling figure is our gain from
+1 to 2 partitions over the in-memory source's own gain in the same run. Rates use the
+micro-batches' execution time (`durationMs.addBatch`), so query start-up is left out;
+the queries alternate and the best of `--repeat` runs counts. With `--rss`, the peak RSS
+(VmHWM) of the Python workers is taken over the s2 runs and over one read of a stream
+4x as long, to show that a task's memory does not grow with its range. Ends with one line:
+`spark_read: <rows/s> rows/s, <ratio>x in-memory ceiling, scaling <r>x of ceiling's gain`
+(rows/s and ratio at 2 partitions).
 """
 
 from __future__ import annotations
@@ -38,11 +43,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+from s2_spark.backends._batches import COALESCE_ROWS
 from s2_spark.spark import read_schema
 from s2_spark.testing import ServerProcess
 
 RECORD = 100
-BATCH = 1000  # rows per Arrow batch: what one S2 ReadBatch holds at most
+PARTITIONS = (1, 2)
 
 
 class _Slice(InputPartition):
@@ -53,9 +59,10 @@ class _Slice(InputPartition):
 class _MemoryReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets {"n": rows}; every partition yields pre-built batches of the read schema."""
 
-    def __init__(self, total: int, parts: int) -> None:
+    def __init__(self, total: int, parts: int, batch: int) -> None:
         self.total = total
         self.parts = parts
+        self.batch = batch
 
     def initialOffset(self) -> dict[str, int]:
         return {"n": 0}
@@ -73,7 +80,7 @@ class _MemoryReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Slice)
-        batch = _prebuilt()
+        batch = _prebuilt(self.batch)
         left = partition.rows
         while left > 0:
             take = min(left, batch.num_rows)
@@ -81,16 +88,16 @@ class _MemoryReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             left -= take
 
 
-_CACHE: list[pa.RecordBatch] = []
+_CACHE: dict[int, pa.RecordBatch] = {}
 
 
-def _prebuilt() -> pa.RecordBatch:
-    """One Arrow batch like the decoder's (100 B bodies, no headers), built once per worker."""
-    if not _CACHE:
+def _prebuilt(n: int) -> pa.RecordBatch:
+    """An Arrow batch of `n` rows like the decoder's (100 B bodies, no headers), built
+    once per worker."""
+    if n not in _CACHE:
         from s2_spark.wire.records import READ_SCHEMA_NO_HEADERS
 
-        n = BATCH
-        _CACHE.append(pa.RecordBatch.from_arrays(
+        _CACHE[n] = pa.RecordBatch.from_arrays(
             [
                 pa.array(["bench"] * n, pa.string()),
                 pa.array(range(n), pa.int64()),
@@ -98,8 +105,8 @@ def _prebuilt() -> pa.RecordBatch:
                 pa.array([b"x" * RECORD] * n, pa.binary()),
             ],
             schema=READ_SCHEMA_NO_HEADERS,
-        ))
-    return _CACHE[0]
+        )
+    return _CACHE[n]
 
 
 class MemoryDataSource(DataSource):
@@ -113,7 +120,9 @@ class MemoryDataSource(DataSource):
         return read_schema(include_headers=False)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return _MemoryReader(int(self.options["rows"]), int(self.options["parts"]))
+        opts = self.options
+        return _MemoryReader(int(opts["rows"]), int(opts["parts"]),
+                             int(opts.get("batch", COALESCE_ROWS)))
 
 
 def cpu_seconds(pid: int | None) -> float:
@@ -145,13 +154,71 @@ def run(df: Any, label: str, expected: int, timer: str = "addBatch") -> float:
     return rate
 
 
+def _python_workers() -> list[int]:
+    """Pids of Spark's Python processes (daemon, its forked workers, planners)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"python" in args[0] and any(a.startswith(b"pyspark.") for a in args[1:]):
+            pids.append(int(entry))
+    return pids
+
+
+def _status_kib(pid: int, field: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class PeakRss:
+    """Peak RSS of any one Python worker between `reset()` and `peak_mib()`: each worker's
+    high-water mark (VmHWM) is reset through /proc/<pid>/clear_refs (Linux 4.0+)."""
+
+    def reset(self) -> None:
+        for pid in _python_workers():
+            try:
+                with open(f"/proc/{pid}/clear_refs", "w") as f:
+                    f.write("5")
+            except OSError:
+                pass
+
+    def peak_mib(self) -> float:
+        return max((_status_kib(p, "VmHWM") for p in _python_workers()), default=0) / 1024
+
+
+def s2_query(spark: Any, url: str, basin: str, stream: str, parts: int) -> Any:
+    # includeHeaders=false: the ceiling source has no headers column either.
+    return (spark.readStream.format("s2").option("endpoint", url)
+            .option("basin", basin).option("stream", stream)
+            .option("includeHeaders", "false").option("minPartitions", str(parts)).load())
+
+
+def memory_query(spark: Any, rows: int, parts: int, batch: int) -> Any:
+    return (spark.readStream.format("s2_bench_memory").option("rows", str(rows))
+            .option("parts", str(parts)).option("batch", str(batch)).load())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=2_000_000)
-    ap.add_argument("--partitions", type=int, default=2, help="tasks per micro-batch")
     ap.add_argument("--repeat", type=int, default=2, help="runs of each query (best counts)")
+    ap.add_argument("--ceiling-batch", type=int, default=COALESCE_ROWS,
+                    help="rows per batch of the in-memory source (default: the reader's)")
+    ap.add_argument("--rss", action="store_true",
+                    help="also report the Python workers' peak RSS, and at 4x the records")
     args = ap.parse_args()
-    n, parts = args.records, args.partitions
+    n = args.records
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -165,32 +232,52 @@ def main() -> None:
     spark.dataSource.register(MemoryDataSource)
 
     basin = f"bench-read-{uuid.uuid4().hex[:8]}"
+    rss = PeakRss()
     with ServerProcess() as server:
         took = fill(server.url, basin, "bench", n, RECORD)
         print(f"filled {n:,} records of {RECORD} B in {took:.1f}s")
-        # includeHeaders=false: the ceiling source has no headers column either.
-        s2 = (spark.readStream.format("s2").option("endpoint", server.url)
-              .option("basin", basin).option("stream", "bench")
-              .option("includeHeaders", "false").option("minPartitions", str(parts)).load())
-        memory = (spark.readStream.format("s2_bench_memory").option("rows", str(n))
-                  .option("parts", str(parts)).load())
-        # Warm up Python workers and the JVM on a small run of each.
-        run(spark.readStream.format("s2_bench_memory").option("rows", "10000")
-            .option("parts", str(parts)).load(), "warm-up in-memory", 10_000)
+        fill(server.url, basin, "warm", 20_000, RECORD)
+        # Warm up Python workers and the JVM on a small run of each, at both widths.
+        for parts in PARTITIONS:
+            run(memory_query(spark, 20_000, parts, args.ceiling_batch), "warm-up", 20_000)
+            run(s2_query(spark, server.url, basin, "warm", parts), "warm-up", 20_000)
         # Alternate the two, best of `--repeat` each: the machine's load varies run to run.
-        ceiling = ours = 0.0
+        ceiling = dict.fromkeys(PARTITIONS, 0.0)
+        ours = dict.fromkeys(PARTITIONS, 0.0)
         server_cpu = 0.0
+        rss.reset()
         for _ in range(args.repeat):
-            ceiling = max(ceiling, run(memory, "in-memory Arrow source (ceiling)", n))
-            cpu0 = cpu_seconds(server.pid)
-            ours = max(ours, run(s2, "s2 reader", n))
-            server_cpu = cpu_seconds(server.pid) - cpu0
+            for parts in PARTITIONS:
+                ceiling[parts] = max(ceiling[parts], run(
+                    memory_query(spark, n, parts, args.ceiling_batch),
+                    f"in-memory Arrow source (ceiling), {parts} partition(s)", n))
+                cpu0 = cpu_seconds(server.pid)
+                ours[parts] = max(ours[parts], run(
+                    s2_query(spark, server.url, basin, "bench", parts),
+                    f"s2 reader, {parts} partition(s)", n))
+                server_cpu = cpu_seconds(server.pid) - cpu0
+        peak = rss.peak_mib()
         # The rest: the local server shares the 2 cores with Spark, and each task spends
         # CPU on HTTP + S2S framing + decoding (measure with benchmarks/read_session.py).
-        print(f"local server CPU during the s2 run: {server_cpu:.2f}s "
+        print(f"local server CPU during the last s2 run: {server_cpu:.2f}s "
               f"(it shares this machine's cores with Spark)")
+        if args.rss:
+            fill(server.url, basin, "bench-4x", 4 * n, RECORD)
+            rss.reset()
+            run(s2_query(spark, server.url, basin, "bench-4x", PARTITIONS[-1]),
+                "s2 reader, 4x records", 4 * n)
+            peak4 = rss.peak_mib()
+            print(f"peak Python worker RSS: {peak:.0f} MiB reading {n:,} records, "
+                  f"{peak4:.0f} MiB reading {4 * n:,} ({peak4 / peak:.2f}x)")
     spark.stop()
-    print(f"spark_read: {ours:.0f} rows/s, {ours / ceiling:.2f}x in-memory ceiling")
+    for parts in PARTITIONS:
+        print(f"{parts} partition(s): s2 {ours[parts]:,.0f} rows/s, in-memory "
+              f"{ceiling[parts]:,.0f} rows/s ({ours[parts] / ceiling[parts]:.2f}x)")
+    ours_gain = ours[2] / ours[1]
+    ceiling_gain = ceiling[2] / ceiling[1]
+    print(f"1 -> 2 partitions: s2 gains {ours_gain:.2f}x, in-memory {ceiling_gain:.2f}x")
+    print(f"spark_read: {ours[2]:.0f} rows/s, {ours[2] / ceiling[2]:.2f}x in-memory ceiling, "
+          f"scaling {ours_gain / ceiling_gain:.2f}x of ceiling's gain")
 
 
 if __name__ == "__main__":

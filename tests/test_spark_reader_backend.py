@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -9,10 +10,12 @@ from typing import Any
 
 import pytest
 
+from s2_spark.backends._batches import COALESCE_ROWS
 from s2_spark.backends.base import ReadSettings
 from s2_spark.backends.s2 import S2Backend, S2Settings
 from s2_spark.client import AppendRecord, S2Client, S2Config
-from s2_spark.errors import NotFoundError
+from s2_spark.errors import DataLossError, NotFoundError
+from s2_spark.spark.planning import split_ranges
 
 T0 = (int(time.time()) - 3600) * 1000
 
@@ -86,3 +89,65 @@ def test_deleted_stream_is_loss(basin: tuple[S2Client, str, S2Backend]) -> None:
     losses: list[tuple[str, int, int]] = []
     assert seq_nums(backend, "doomed", 1, 5, losses) == []
     assert losses == [("doomed", 1, 5)]
+
+
+def fill_many(client: S2Client, basin: str, stream: str, n: int) -> None:
+    client.basin(basin).create_stream(stream)
+    client.basin(basin).stream(stream).append_many(
+        [AppendRecord(f"r{i}".encode(), timestamp=T0 + i) for i in range(n)])
+
+
+def test_long_range_in_coalesced_batches(basin: tuple[S2Client, str, S2Backend]) -> None:
+    """Many 1000-record ReadBatches come out as fewer, bigger batches: same rows, in order."""
+    client, name, backend = basin
+    fill_many(client, name, "long", 3 * COALESCE_ROWS + 500)
+    start, end = 7, 3 * COALESCE_ROWS + 123
+    batches = list(backend.read("long", start, end, ReadSettings(), _no_loss))
+    assert [n for b in batches for n in b.column("seq_num").to_pylist()] == list(range(start, end))
+    assert batches[0].column("body")[0].as_py() == b"r7"
+    assert all(b.num_rows >= COALESCE_ROWS for b in batches[:-1])
+    assert len(batches) == 3
+
+
+def test_split_ranges_read_each_record_once(basin: tuple[S2Client, str, S2Backend]) -> None:
+    """minPartitions: each split is its own session over exactly [start, end)."""
+    client, name, backend = basin
+    fill_many(client, name, "split", 5000)
+    parts = split_ranges(backend, {"split": (10, 4990, False)},
+                         min_partitions=3, max_records_per_partition=None)
+    assert [(p.start, p.end) for p in parts] == [(10, 1670), (1670, 3330), (3330, 4990)]
+    read = [
+        [n for b in backend.read("split", p.start, p.end, ReadSettings(), _no_loss)
+         for n in b.column("seq_num").to_pylist()]
+        for p in parts
+    ]
+    assert [r[0] for r in read] == [10, 1670, 3330]
+    assert [n for r in read for n in r] == list(range(10, 4990))
+
+
+def test_loss_raised_in_the_read_ahead_thread_reaches_the_caller(
+    basin: tuple[S2Client, str, S2Backend],
+) -> None:
+    client, name, backend = basin
+    fill(client, name, "lossy", 10)
+    client.basin(name).delete_stream("lossy")
+
+    def fail(stream: str, start: int, end: int) -> None:
+        raise DataLossError("lost", stream=stream, start=start, end=end)
+
+    with pytest.raises(DataLossError, match="lost"):
+        list(backend.read("lossy", 2, 9, ReadSettings(), fail))
+
+
+def test_closing_a_read_early_ends_its_session(basin: tuple[S2Client, str, S2Backend]) -> None:
+    client, name, backend = basin
+    fill_many(client, name, "early", 4 * COALESCE_ROWS)
+    batches = backend.read("early", 0, 4 * COALESCE_ROWS, ReadSettings(), _no_loss)
+    first = next(batches)
+    batches.close()  # type: ignore[attr-defined]
+    assert first.column("seq_num")[0].as_py() == 0
+    assert not [t for t in threading.enumerate() if t.name == "s2-spark-read-ahead"]
+
+
+def _no_loss(stream: str, start: int, end: int) -> None:
+    raise AssertionError(f"unexpected loss in {stream} [{start}, {end})")

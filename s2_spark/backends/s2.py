@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from s2_spark.backends._batches import coalesced, read_ahead
 from s2_spark.backends.base import DataLossHandler, ReadSettings, StreamBackend
 from s2_spark.errors import NotFoundError, ReadPastTailError
 
@@ -154,8 +155,24 @@ class S2Backend(StreamBackend[int]):
         *,
         leading_gap_ok: bool = False,
     ) -> Iterator[pa.RecordBatch]:
+        """Exactly the records of [start, end), in order, in batches of about
+        `COALESCE_ROWS` rows, read and decoded in a thread a few batches ahead."""
         if end <= start:
             return
+        yield from read_ahead(lambda: coalesced(self._frames(
+            stream, start, end, settings, on_data_loss, leading_gap_ok
+        )))
+
+    def _frames(
+        self,
+        stream: str,
+        start: int,
+        end: int,
+        settings: ReadSettings,
+        on_data_loss: DataLossHandler,
+        leading_gap_ok: bool,
+    ) -> Iterator[pa.RecordBatch]:
+        """One S2S session bounded by `count`: each data frame's kept records before `end`."""
         expected = start
         try:
             with self._stream(stream).read_session(
@@ -171,11 +188,7 @@ class S2Backend(StreamBackend[int]):
                     last = int(decoded.last_seq_num)
                     if first > expected and not (leading_gap_ok and expected == start):
                         on_data_loss(stream, expected, min(first, end))
-                    batch = decoded.batch
-                    if last >= end:
-                        batch = _cut(batch, end)
-                    if batch.num_rows:
-                        yield batch
+                    yield decoded.batch if last < end else _cut(decoded.batch, end)
                     expected = last + 1
                     if expected >= end:
                         return
