@@ -2,11 +2,13 @@
 
 A streaming query (source `rate-micro-batch`, body = 100 bytes per row, 2 partitions per
 micro-batch writing one stream) writes >= 1M rows exactly-once to a local server process
-(`ServerProcess`), after one warm-up micro-batch; in the same run, s2-sdk's producer
-appends the same number of 100 B records from one process. The Spark figure is rows / time
-of the micro-batches after the warm-up (from the query's progress reports, so JVM start,
-Python worker start and imports are left out; the all-in figure is printed too). Ends with one line:
-`spark_write: <rows/s> rows/s, <ratio>x s2-sdk producer`.
+(`ServerProcess`), after one warm-up micro-batch. In the same run, the ceiling: the same
+query into a Python Arrow stream writer that discards its input (Spark's own cost); and
+s2-sdk's producer appending the same number of 100 B records from one process. The Spark
+figures are rows / time of the micro-batches after the warm-up (from the query's progress
+reports, so JVM start, Python worker start and imports are left out; the all-in figure is
+printed too). Ends with one line:
+`spark_write: <rows/s> rows/s, <r1>x discard writer, <r2>x s2-sdk producer`.
 """
 
 from __future__ import annotations
@@ -17,8 +19,16 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 from _peers import random_bodies, sdk_producer  # benchmarks/ is on sys.path
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamWriter,
+    WriterCommitMessage,
+)
 
 from s2_spark.client import S2Client, S2Config
 from s2_spark.testing import ServerProcess
@@ -26,25 +36,54 @@ from s2_spark.testing import ServerProcess
 RECORD = 100
 
 
-def spark_write(url: str, basin: str, stream: str, rows: int, per_batch: int,
-                partitions: int) -> tuple[float, float, float]:
-    """Seconds the micro-batches after the first (warm-up) take to write `rows` rows, wall
-    seconds of the whole query from start, seconds of the warm-up batch."""
+class DiscardSource(DataSource):
+    """The ceiling: a Python Arrow stream writer that consumes every batch and keeps
+    nothing, so the figure is Spark's own cost (source, JVM-to-Python Arrow transfer)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "discard-bench"
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
+        return DiscardWriter()
+
+
+class DiscardWriter(DataSourceStreamArrowWriter):
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        for batch in iterator:
+            batch.num_rows  # noqa: B018 - consume, like a writer that encodes and sends
+        return WriterCommitMessage()
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
+
+
+def session() -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-
 
     spark = (SparkSession.builder.master("local[2]").appName("s2-spark-write-bench")
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(DiscardSource)
+    return spark
+
+
+def run_query(spark: Any, fmt: str, options: dict[str, str], rows: int, per_batch: int,
+              partitions: int) -> tuple[float, float, float]:
+    """Seconds the micro-batches after the first (warm-up) take to write `rows` rows, wall
+    seconds of the whole query from start, seconds of the warm-up batch."""
     df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", per_batch)
           .option("numPartitions", partitions).load()
           .selectExpr(f"CAST(lpad(CAST(value AS STRING), {RECORD}, 'x') AS BINARY) AS body"))
     ckpt = tempfile.mkdtemp(prefix="s2-write-bench-")
     t0 = time.perf_counter()
-    q = (df.writeStream.format("s2").option("endpoint", url).option("basin", basin)
-         .option("stream", stream).option("checkpointLocation", ckpt).start())
+    q = (df.writeStream.format(fmt).options(**options).option("checkpointLocation", ckpt)
+         .start())
     try:
         deadline = time.monotonic() + 1800
         while True:
@@ -62,16 +101,16 @@ def spark_write(url: str, basin: str, stream: str, rows: int, per_batch: int,
         # Stopping interrupts the micro-batch in flight; Spark logs that abort as an error.
         spark.sparkContext.setLogLevel("OFF")
         q.stop()
+        spark.sparkContext.setLogLevel("ERROR")
     batches = [p for p in progress if p["numInputRows"]]
     for p in batches:
         d = p["durationMs"]
-        print(f"  batch {p['batchId']}: {p['numInputRows']} rows, "
+        print(f"  {fmt} batch {p['batchId']}: {p['numInputRows']} rows, "
               f"{d['triggerExecution']} ms (addBatch {d.get('addBatch', 0)} ms)")
     steady = batches[1:]
     exec_s = sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000.0
     written = sum(p["numInputRows"] for p in steady)
     first_s = batches[0]["durationMs"]["triggerExecution"] / 1000.0
-    spark.stop()
     return exec_s * rows / written, wall, first_s
 
 
@@ -88,8 +127,12 @@ def main() -> None:
             client.create_basin(basin)
             client.basin(basin).create_stream("spark")
             client.basin(basin).create_stream("sdk")
-            spark_s, wall, first_s = spark_write(server.url, basin, "spark", n, args.rows_per_batch,
-                                        args.partitions)
+            spark = session()
+            shape = (n, args.rows_per_batch, args.partitions)
+            discard_s, _, _ = run_query(spark, "discard-bench", {}, *shape)
+            s2_opts = {"endpoint": server.url, "basin": basin, "stream": "spark"}
+            spark_s, wall, first_s = run_query(spark, "s2", s2_opts, *shape)
+            spark.stop()
             tail = client.basin(basin).stream("spark").check_tail().seq_num
         total = n + args.rows_per_batch
         print(f"spark writeStream s2: {n / spark_s:,.0f} rows/s over {n} rows after a warm-up "
@@ -97,8 +140,11 @@ def main() -> None:
               f"start); {total / wall:,.0f} rows/s for all {total} rows including query start "
               f"({wall:.1f}s); stream tail {tail} (data + fence records)")
         sdk = sdk_producer(server.url, basin, "sdk", random_bodies(n, RECORD))
+        print(f"discard writer (Python Arrow stream writer): {n / discard_s:,.0f} rows/s "
+              f"({discard_s:.2f}s)")
         print(f"s2-sdk producer: {n / sdk:,.0f} records/s ({sdk:.2f}s)")
-    print(f"spark_write: {n / spark_s:.0f} rows/s, {sdk / spark_s:.2f}x s2-sdk producer")
+    print(f"spark_write: {n / spark_s:.0f} rows/s, {discard_s / spark_s:.2f}x discard writer, "
+          f"{sdk / spark_s:.2f}x s2-sdk producer")
 
 
 if __name__ == "__main__":
