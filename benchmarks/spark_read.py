@@ -154,20 +154,43 @@ def run(df: Any, label: str, expected: int, timer: str = "addBatch") -> float:
     return rate
 
 
-def _python_workers() -> list[int]:
-    """Pids of Spark's Python processes (daemon, its forked workers, planners)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
+def _children() -> dict[int, list[int]]:
+    """Parent pid -> child pids, from /proc."""
+    tree: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                args = f.read().split(b"\0")
-        except OSError:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        if b"python" in args[0] and any(a.startswith(b"pyspark.") for a in args[1:]):
-            pids.append(int(entry))
-    return pids
+        tree.setdefault(ppid, []).append(int(entry))
+    return tree
+
+
+def _descendants() -> list[tuple[int, list[bytes]]]:
+    """This process's descendants (pid, argv): our JVM and its Python workers, not those
+    of other Spark sessions on the machine."""
+    tree, todo = _children(), [os.getpid()]
+    out: list[tuple[int, list[bytes]]] = []
+    while todo:
+        for pid in tree.get(todo.pop(), []):
+            todo.append(pid)
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    out.append((pid, f.read().split(b"\0")))
+            except OSError:
+                continue
+    return out
+
+
+def _python_workers() -> list[int]:
+    """Pids of our Spark's Python processes (daemons, their forked workers, planners)."""
+    return [pid for pid, argv in _descendants()
+            if b"python" in argv[0] and any(a.startswith(b"pyspark.") for a in argv[1:])]
+
+
+def _jvm_pids() -> list[int]:
+    return [pid for pid, argv in _descendants() if argv[0].endswith(b"/java")]
 
 
 def _status_kib(pid: int, field: str) -> int:
@@ -197,6 +220,24 @@ class PeakRss:
         return max((_status_kib(p, "VmHWM") for p in _python_workers()), default=0) / 1024
 
 
+class CpuSplit:
+    """CPU seconds of the JVM, the Python workers and the local server over one run:
+    what a run costs beyond its wall time, and who paid (workers are reused, so their
+    counters persist across runs)."""
+
+    def __init__(self, server_pid: int | None) -> None:
+        self.groups = {"jvm": _jvm_pids, "python workers": _python_workers,
+                       "server": lambda: [] if server_pid is None else [server_pid]}
+
+    def sample(self) -> dict[str, dict[int, float]]:
+        return {g: {p: cpu_seconds(p) for p in pids()} for g, pids in self.groups.items()}
+
+    def since(self, before: dict[str, dict[int, float]]) -> str:
+        now = self.sample()
+        spent = {g: sum(t - before[g].get(p, 0.0) for p, t in now[g].items()) for g in now}
+        return ", ".join(f"{g} {t:.2f}s" for g, t in spent.items())
+
+
 def s2_query(spark: Any, url: str, basin: str, stream: str, parts: int) -> Any:
     # includeHeaders=false: the ceiling source has no headers column either.
     return (spark.readStream.format("s2").option("endpoint", url)
@@ -209,6 +250,15 @@ def memory_query(spark: Any, rows: int, parts: int, batch: int) -> Any:
             .option("parts", str(parts)).option("batch", str(batch)).load())
 
 
+def measured(df: Any, label: str, rows: int, cpu: CpuSplit, rss: PeakRss) -> tuple[float, float]:
+    """`run` plus its CPU split; returns rows/s and the peak worker RSS (MiB)."""
+    rss.reset()
+    before = cpu.sample()
+    rate = run(df, label, rows)
+    print(f"  CPU: {cpu.since(before)}")
+    return rate, rss.peak_mib()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=2_000_000)
@@ -216,7 +266,7 @@ def main() -> None:
     ap.add_argument("--ceiling-batch", type=int, default=COALESCE_ROWS,
                     help="rows per batch of the in-memory source (default: the reader's)")
     ap.add_argument("--rss", action="store_true",
-                    help="also report the Python workers' peak RSS, and at 4x the records")
+                    help="also read a stream of 4x the records, to compare worker peak RSS")
     args = ap.parse_args()
     n = args.records
 
@@ -236,40 +286,39 @@ def main() -> None:
     with ServerProcess() as server:
         took = fill(server.url, basin, "bench", n, RECORD)
         print(f"filled {n:,} records of {RECORD} B in {took:.1f}s")
-        fill(server.url, basin, "warm", 20_000, RECORD)
-        # Warm up Python workers and the JVM on a small run of each, at both widths.
+        if args.rss:
+            fill(server.url, basin, "bench-4x", 4 * n, RECORD)
+        warm = n // 10
+        fill(server.url, basin, "warm", warm, RECORD)
+        # Warm up Python workers and the JVM's JIT on a run of each, at both widths.
         for parts in PARTITIONS:
-            run(memory_query(spark, 20_000, parts, args.ceiling_batch), "warm-up", 20_000)
-            run(s2_query(spark, server.url, basin, "warm", parts), "warm-up", 20_000)
+            run(memory_query(spark, warm, parts, args.ceiling_batch), "warm-up", warm)
+            run(s2_query(spark, server.url, basin, "warm", parts), "warm-up", warm)
+        cpu = CpuSplit(server.pid)
         # Alternate the two, best of `--repeat` each: the machine's load varies run to run.
         ceiling = dict.fromkeys(PARTITIONS, 0.0)
         ours = dict.fromkeys(PARTITIONS, 0.0)
-        server_cpu = 0.0
-        rss.reset()
+        peak = 0.0
         for _ in range(args.repeat):
             for parts in PARTITIONS:
-                ceiling[parts] = max(ceiling[parts], run(
-                    memory_query(spark, n, parts, args.ceiling_batch),
-                    f"in-memory Arrow source (ceiling), {parts} partition(s)", n))
-                cpu0 = cpu_seconds(server.pid)
-                ours[parts] = max(ours[parts], run(
-                    s2_query(spark, server.url, basin, "bench", parts),
-                    f"s2 reader, {parts} partition(s)", n))
-                server_cpu = cpu_seconds(server.pid) - cpu0
-        peak = rss.peak_mib()
-        # The rest: the local server shares the 2 cores with Spark, and each task spends
-        # CPU on HTTP + S2S framing + decoding (measure with benchmarks/read_session.py).
-        print(f"local server CPU during the last s2 run: {server_cpu:.2f}s "
-              f"(it shares this machine's cores with Spark)")
+                rate, _ = measured(memory_query(spark, n, parts, args.ceiling_batch),
+                                   f"in-memory Arrow source (ceiling), {parts} partition(s)",
+                                   n, cpu, rss)
+                ceiling[parts] = max(ceiling[parts], rate)
+                rate, mib = measured(s2_query(spark, server.url, basin, "bench", parts),
+                                     f"s2 reader, {parts} partition(s)", n, cpu, rss)
+                ours[parts], peak = max(ours[parts], rate), max(peak, mib)
         if args.rss:
-            fill(server.url, basin, "bench-4x", 4 * n, RECORD)
-            rss.reset()
-            run(s2_query(spark, server.url, basin, "bench-4x", PARTITIONS[-1]),
-                "s2 reader, 4x records", 4 * n)
-            peak4 = rss.peak_mib()
-            print(f"peak Python worker RSS: {peak:.0f} MiB reading {n:,} records, "
-                  f"{peak4:.0f} MiB reading {4 * n:,} ({peak4 / peak:.2f}x)")
+            _, peak4 = measured(s2_query(spark, server.url, basin, "bench-4x", PARTITIONS[-1]),
+                                "s2 reader, 4x records", 4 * n, cpu, rss)
     spark.stop()
+    if args.rss:
+        print(f"peak Python worker RSS in the s2 runs: {peak:.0f} MiB reading {n:,} records, "
+              f"{peak4:.0f} MiB reading {4 * n:,} ({peak4 / peak:.2f}x)")
+    report(ours, ceiling)
+
+
+def report(ours: dict[int, float], ceiling: dict[int, float]) -> None:
     for parts in PARTITIONS:
         print(f"{parts} partition(s): s2 {ours[parts]:,.0f} rows/s, in-memory "
               f"{ceiling[parts]:,.0f} rows/s ({ours[parts] / ceiling[parts]:.2f}x)")
