@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from s2_spark.durable import DurableStream, DurableStreamsClient, IdempotentProducer
@@ -269,3 +270,96 @@ def test_pipelined_producer_opens_a_new_epoch_with_seq_0_alone(new_stream: Any) 
             again.append(i)
     assert (again.acknowledged, again.duplicates) == (59, 59)
     assert read_all(s)[0] == list(range(20)) + list(range(100, 160))
+
+
+class _CutOnce(httpx.HTTPTransport):
+    """The real network transport, except that the first `cuts` read answers lose their
+    connection after `after` bytes of body (what a dropped connection looks like)."""
+
+    def __init__(self, after: int, cuts: int = 1) -> None:
+        super().__init__()
+        self.after, self.cuts = after, cuts
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        resp = super().handle_request(request)
+        if request.method != "GET" or self.cuts == 0:
+            return resp
+        self.cuts -= 1
+        inner, after = resp.stream, self.after
+
+        class Cut(httpx.SyncByteStream):
+            def __iter__(self) -> Iterator[bytes]:
+                sent = 0
+                for part in inner:  # type: ignore[union-attr]
+                    if sent + len(part) >= after:
+                        yield part[: after - sent]
+                        raise httpx.ReadError("connection reset by peer")
+                    sent += len(part)
+                    yield part
+
+            def close(self) -> None:
+                inner.close()  # type: ignore[union-attr]
+
+        return httpx.Response(resp.status_code, headers=resp.headers, stream=Cut(),
+                              extensions=resp.extensions)
+
+
+def pieces_of(s: DurableStream, offset: str = "-1", **kw: Any) -> tuple[list[Any], list[Any]]:
+    """(every piece's units as Python values, the last pieces' next offsets)."""
+    units: list[Any] = []
+    ends: list[Any] = []
+    with s.read_pieces(offset, **kw) as reader:
+        for piece in reader:
+            units += piece.messages.to_pylist() if piece.json_mode else list(piece.data)
+            if piece.last:
+                ends.append((piece.next_offset, piece.up_to_date, piece.closed))
+    return units, ends
+
+
+def test_read_pieces_hold_bounded_parts_of_one_answer(new_stream: Any) -> None:
+    s = new_stream()
+    messages = [{"i": i, "pad": "x" * (i % 50)} for i in range(3000)]
+    s.append_json(messages[:1000])
+    middle = s.append_json(messages[1000:2000])
+    end = s.append_json(messages[2000:])
+    with s.read_pieces("-1", piece_bytes=4096) as reader:
+        pieces = list(reader)
+    assert len(pieces) > 20 and all(p.offset == "-1" for p in pieces)  # one answer
+    assert max(len(p.messages) for p in pieces) < 200  # never the whole answer at once
+    got = [json.loads(m) for p in pieces for m in p.messages.to_pylist()]
+    assert got == messages
+    assert [p.last for p in pieces] == [False] * (len(pieces) - 1) + [True]
+    assert pieces[-1].next_offset == end.next_offset and pieces[-1].up_to_date
+    assert [json.loads(m) for m in pieces_of(s, middle.next_offset, piece_bytes=100)[0]] \
+        == messages[2000:]
+
+
+@pytest.mark.parametrize("after", [1, 5000, 40000])
+def test_read_pieces_resume_a_cut_answer_without_repeating(
+    ds_server: Any, unique: Callable[[str], str], after: int
+) -> None:
+    messages = [{"i": i, "s": "y" * (i % 30)} for i in range(2000)]
+    path = "/" + unique("ds")
+    with DurableStreamsClient(base_url=ds_server.url) as plain:
+        plain.stream(path).create("application/json")
+        end = plain.stream(path).append_json(messages)
+    with DurableStreamsClient(base_url=ds_server.url,
+                              http_transport=_CutOnce(after, cuts=2)) as c:
+        got, ends = pieces_of(c.stream(path), piece_bytes=1024)
+    assert [json.loads(m) for m in got] == messages
+    assert ends == [(end.next_offset, True, False)]
+
+
+def test_read_pieces_of_a_byte_stream_resume_a_cut_answer(
+    ds_server: Any, unique: Callable[[str], str]
+) -> None:
+    data = bytes(range(256)) * 40
+    path = "/" + unique("ds")
+    with DurableStreamsClient(base_url=ds_server.url) as plain:
+        plain.stream(path).create("application/octet-stream")
+        plain.stream(path).append(data)
+        end = plain.stream(path).close()
+    with DurableStreamsClient(base_url=ds_server.url, http_transport=_CutOnce(3000)) as c:
+        got, ends = pieces_of(c.stream(path), piece_bytes=700)
+    assert bytes(got) == data
+    assert ends == [(end.next_offset, True, True)]

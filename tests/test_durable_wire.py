@@ -19,6 +19,7 @@ from s2_spark.durable import DurableConfig, DurableStreamsClient, RetryPolicy
 from s2_spark.errors import MalformedResponseError, StreamUnavailableError
 from s2_spark.wire.durable import (
     IMPLEMENTATION,
+    JsonArrayPieces,
     SSEEvent,
     SSEParser,
     json_batch,
@@ -76,6 +77,42 @@ def test_json_splitter_rejects_invalid_bodies(body: bytes) -> None:
         json_batch(body)
     with pytest.raises(MalformedResponseError):
         split_json_array_numpy(body)
+
+
+def split_in_pieces(body: bytes, cuts: list[int]) -> list[str]:
+    """Messages of `body` fed to JsonArrayPieces cut at `cuts` (sorted byte positions)."""
+    pieces = JsonArrayPieces()
+    out: list[str] = []
+    for lo, hi in zip([0, *cuts], [*cuts, len(body)], strict=True):
+        out += pieces.feed(body[lo:hi]).to_pylist()
+    return out + pieces.finish().to_pylist()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(json_values, spaces, st.booleans()), max_size=8), st.data())
+def test_json_pieces_give_the_same_messages_wherever_the_body_is_cut(
+    items: list[Any], data: Any
+) -> None:
+    texts = [json.dumps(v, ensure_ascii=a, separators=(",", ":")) for v, _, a in items]
+    body = ("[" + ",".join(pad + t for t, (_, pad, _) in zip(texts, items, strict=True))
+            + "]\n").encode()
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(body) - 1), max_size=12)))
+    assert split_in_pieces(body, cuts) == json_batch(body).column(0).to_pylist() == texts
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"{}", b"[1,,2]", b"[,]", b"[1,]", b'["a]', b"[1]]", b"[[1]", b"[x]", b"[1] [2]",
+     b"[\xff]", b"[1,2"],
+)
+def test_json_pieces_reject_invalid_bodies_wherever_cut(body: bytes) -> None:
+    for cut in range(1, len(body)):
+        with pytest.raises(MalformedResponseError):
+            split_in_pieces(body, [cut])
+
+
+def test_json_pieces_of_an_empty_body_are_no_messages() -> None:
+    assert split_in_pieces(b"", []) == [] and split_in_pieces(b" []", [1]) == []
 
 
 def test_c_splitter_is_in_use_where_built() -> None:

@@ -17,6 +17,10 @@ replay after more appends receives longer responses and cuts at the same unit, s
 micro-batch holds exactly the same rows. A tail position that reached the end of a closed
 stream carries `"closed": true`.
 
+Both passes read responses piece by piece (`DurableStream.read_pieces`): the reference
+server answers a catch-up read with the whole backlog, and neither the driver nor a task
+holds more than a piece of it (plus the rows of one Arrow batch).
+
 Nothing here imports pyspark.
 """
 
@@ -39,10 +43,9 @@ from s2_spark.errors import (
     OffsetGoneError,
     StreamNotFoundError,
 )
-from s2_spark.wire.durable import json_batch, split_json_array
 
 if TYPE_CHECKING:
-    from s2_spark.durable import DurableStream, DurableStreamsClient, ReadChunk
+    from s2_spark.durable import DurableStream, DurableStreamsClient, PieceReader, ReadPiece
 
 __all__ = [
     "BYTES_ROW_LIMIT",
@@ -135,6 +138,12 @@ class DurableBackend(StreamBackend[Position]):
 
     def _stream(self, stream: str) -> DurableStream:
         return self._client().stream(stream)  # a URL, or a path under baseUrl
+
+    def _pieces(self, stream: str, offset: str) -> PieceReader:
+        """Catch-up read in bounded pieces (answers without a content type are taken to
+        be of this backend's kind)."""
+        kind_type = "application/json" if self.kind == "json" else None
+        return self._stream(stream).read_pieces(offset, content_type=kind_type)
 
     def _missing(self, stream: str, err: StreamNotFoundError | OffsetGoneError) -> NotFoundError:
         return NotFoundError(
@@ -248,25 +257,20 @@ class DurableBackend(StreamBackend[Position]):
     def _count_from(self, stream: str, offset: str) -> _Count:
         units, tail, closed = 0, offset, False
         try:
-            for chunk in self._stream(stream).read(offset):
-                units += self._units(chunk)
-                tail, closed = chunk.next_offset, chunk.closed
+            with self._pieces(stream, offset) as pieces:
+                for piece in pieces:
+                    self._check_kind(piece)
+                    units += piece.units
+                    if piece.last:
+                        tail, closed = piece.next_offset, piece.closed
         except StreamNotFoundError as err:
             raise self._missing(stream, err) from None
         return _Count(units, tail, closed)
 
-    def _units(self, chunk: ReadChunk) -> int:
-        if self.kind == "bytes":
-            return len(chunk.data)
-        if not chunk.data.strip():
-            return 0
-        self._check_kind(chunk)
-        return len(split_json_array(chunk.data)[0]) - 1
-
-    def _check_kind(self, chunk: ReadChunk) -> None:
-        if chunk.content_type is not None and not chunk.json_mode:
+    def _check_kind(self, piece: ReadPiece) -> None:
+        if self.kind == "json" and piece.content_type is not None and not piece.json_mode:
             raise MalformedResponseError(
-                f"a stream read as JSON answered with content type {chunk.content_type!r}: "
+                f"a stream read as JSON answered with content type {piece.content_type!r}: "
                 "was it deleted and recreated with another content type?",
                 code="content_type_changed",
             )
@@ -338,17 +342,18 @@ class _RangeCut:
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
         backend, taken, passed = self.backend, 0, 0
-        with backend._stream(self.stream).read(self.offset) as reader:
-            for chunk in self._chunks(reader):
-                messages = self._messages(chunk)
-                units = len(chunk.data) if messages is None else len(messages)
+        with backend._pieces(self.stream, self.offset) as reader:
+            for piece in self._pieces(reader):
+                backend._check_kind(piece)
+                units = piece.units
                 lo = min(max(self.skip - passed, 0), units)
                 hi = min(lo + self.want - taken, units)
                 passed += units
                 if hi > lo:
-                    yield from self._rows(chunk, messages, lo, hi)
+                    yield from self._rows(piece, lo, hi)
                     taken += hi - lo
-                self._check_boundary(chunk.next_offset, taken)
+                if piece.last or taken == self.want:
+                    self._check_boundary(piece.next_offset, taken)
                 if taken == self.want:
                     break
         if self.pending:
@@ -356,7 +361,7 @@ class _RangeCut:
         if taken < self.want:
             raise _EndedEarly()
 
-    def _chunks(self, reader: Iterator[ReadChunk]) -> Iterator[ReadChunk]:
+    def _pieces(self, reader: Iterator[ReadPiece]) -> Iterator[ReadPiece]:
         try:
             yield from reader
         except OffsetGoneError as err:
@@ -378,22 +383,11 @@ class _RangeCut:
                 code="content_changed",
             )
 
-    def _messages(self, chunk: ReadChunk) -> pa.Array | None:
-        """A JSON stream's messages in `chunk`, split once (None for byte streams)."""
-        if self.backend.kind == "bytes":
-            return None
-        if not chunk.data.strip():
-            return pa.array([], pa.string())
-        self.backend._check_kind(chunk)
-        return json_batch(chunk.data).column(0)
-
-    def _rows(
-        self, chunk: ReadChunk, messages: pa.Array | None, lo: int, hi: int
-    ) -> Iterator[pa.RecordBatch]:
-        if messages is None:
-            yield from self._byte_rows(memoryview(chunk.data)[lo:hi])
+    def _rows(self, piece: ReadPiece, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
+        if piece.messages is None:
+            yield from self._byte_rows(memoryview(piece.data)[lo:hi])
             return
-        values = messages.slice(lo, hi - lo)
+        values = piece.messages.slice(lo, hi - lo)
         for at in range(0, len(values), _BATCH_ROWS):
             part = values.slice(at, _BATCH_ROWS)
             yield self._batch(part, self.index)

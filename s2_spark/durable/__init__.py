@@ -23,7 +23,7 @@ from s2_spark.retry import RetryPolicy
 
 from ._config import DurableConfig
 from ._producer import IdempotentProducer
-from ._reads import LiveMode, ReadChunk, StreamReader
+from ._reads import LiveMode, PieceReader, ReadChunk, ReadPiece, StreamReader
 from ._stream import AppendResult, CreateResult, DurableStream, StreamInfo
 from ._transport import Transport
 
@@ -35,7 +35,9 @@ __all__ = [
     "DurableStreamsClient",
     "IdempotentProducer",
     "LiveMode",
+    "PieceReader",
     "ReadChunk",
+    "ReadPiece",
     "RetryPolicy",
     "StreamInfo",
     "StreamReader",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Generator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import httpx
@@ -22,6 +22,7 @@ from s2_spark.retry import AttemptOutcome, ResumableRead, RetryLoop, run_attempt
 from s2_spark.wire.durable import (
     BYTES_SCHEMA,
     JSON_SCHEMA,
+    JsonArrayPieces,
     SSEParser,
     bytes_batch,
     decode_base64_data,
@@ -32,7 +33,17 @@ from s2_spark.wire.durable import (
 from ._errors import error_from_response, error_from_transport
 from ._transport import Transport
 
-__all__ = ["LiveMode", "ReadChunk", "StreamReader", "check_offset", "is_json", "parse_chunk"]
+__all__ = [
+    "LiveMode",
+    "PieceReader",
+    "ReadChunk",
+    "ReadPiece",
+    "StreamReader",
+    "check_offset",
+    "flag",
+    "is_json",
+    "parse_chunk",
+]
 
 LiveMode = Literal["long-poll", "sse", "auto"] | None
 
@@ -102,9 +113,8 @@ class ReadChunk:
         return values
 
 
-def parse_chunk(resp: httpx.Response, offset: str, content_type: str | None) -> ReadChunk:
-    """Build a chunk from a catch-up or long-poll answer (200, 204 or 304)."""
-    next_offset = resp.headers.get("stream-next-offset")
+def _next_offset(resp: httpx.Response, offset: str) -> str:
+    next_offset: str | None = resp.headers.get("stream-next-offset")
     if resp.status_code == 304:
         next_offset = next_offset or offset
     if not next_offset:
@@ -113,13 +123,26 @@ def parse_chunk(resp: httpx.Response, offset: str, content_type: str | None) -> 
             status=resp.status_code,
             code="bad_header",
         )
+    return next_offset
+
+
+def flag(resp: httpx.Response, name: str) -> bool:
+    """A boolean protocol header ("true" or absent)."""
+    return str(resp.headers.get(name, "")).lower() == "true"
+
+
+def _up_to_date(resp: httpx.Response) -> bool:
+    return flag(resp, "stream-up-to-date") or resp.status_code == 204
+
+
+def parse_chunk(resp: httpx.Response, offset: str, content_type: str | None) -> ReadChunk:
+    """Build a chunk from a catch-up or long-poll answer (200, 204 or 304)."""
     return ReadChunk(
         data=resp.content if resp.status_code == 200 else b"",
         offset=offset,
-        next_offset=next_offset,
-        up_to_date=resp.headers.get("stream-up-to-date", "").lower() == "true"
-        or resp.status_code == 204,
-        closed=resp.headers.get("stream-closed", "").lower() == "true",
+        next_offset=_next_offset(resp, offset),
+        up_to_date=_up_to_date(resp),
+        closed=flag(resp, "stream-closed"),
         cursor=resp.headers.get("stream-cursor"),
         etag=resp.headers.get("etag"),
         content_type=resp.headers.get("content-type") or content_type,
@@ -284,3 +307,125 @@ class StreamReader(ResumableRead[ReadChunk]):
                 inner.append(body[1:-1])
         return ("[" + ",".join(inner) + "]").encode()
 
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPiece:
+    """A bounded part of one catch-up answer, for readers that must not hold whole answers.
+
+    `messages`: a JSON stream's complete messages in this piece (None for a byte stream,
+    whose bytes are `data`). `offset` and `next_offset` are the answer's (Stream-Next-Offset
+    is a header, so it is known from the first piece on); `last` marks the answer's final
+    piece, after which the stream has been read up to `next_offset`.
+    """
+
+    messages: pa.Array | None
+    data: bytes
+    offset: str
+    next_offset: str
+    last: bool
+    up_to_date: bool
+    closed: bool
+    content_type: str | None
+
+    @property
+    def json_mode(self) -> bool:
+        return self.messages is not None
+
+    @property
+    def units(self) -> int:
+        """Messages (JSON streams) or bytes in this piece."""
+        return len(self.data) if self.messages is None else len(self.messages)
+
+
+class PieceReader(ResumableRead[ReadPiece]):
+    """Catch-up read from `offset` to the tail (or EOF), as pieces of at most about
+    `piece_bytes` of body each, so memory stays bounded however large an answer is.
+
+    A failure in the middle of an answer is retried from the answer's offset and the units
+    already delivered from it are dropped (streams are append-only, so the answer's prefix
+    is the same): nothing is repeated or lost.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        url: str,
+        target: str,
+        offset: str,
+        content_type: str | None,
+        headers: Mapping[str, str],
+        piece_bytes: int,
+    ) -> None:
+        self._headers = {
+            **headers,
+            "accept-encoding": "gzip, deflate" if transport.config.compression else "identity",
+        }
+        self._t = transport
+        self._url = url
+        self._target = target
+        self._piece_bytes = piece_bytes
+        self.offset = check_offset(offset)
+        self.content_type = content_type
+        self.up_to_date = False
+        self.closed = False
+        self._answered = 0  # units of the current answer delivered (kept across a retry)
+        self._gen = run_attempts(self._attempt, RetryLoop(transport.config.retry,
+                                                          f"read of {target}"))
+
+    def __repr__(self) -> str:
+        return f"PieceReader({self._target}, offset={self.offset!r})"
+
+    def _attempt(self, loop: RetryLoop) -> Generator[ReadPiece, None, AttemptOutcome]:
+        """One answer, piece by piece."""
+        if self.closed or self.up_to_date:
+            return "done"
+        try:
+            with self._t.stream(self._url, params={"offset": self.offset}, headers=self._headers,
+                                read=self._t.config.request_timeout) as resp:
+                if resp.status_code not in (200, 204):
+                    resp.read()
+                    err = error_from_response(resp, self._target, self.offset)
+                    if err.retryable:
+                        return err
+                    raise err
+                yield from self._pieces(resp, loop)
+        except httpx.TransportError as exc:
+            return error_from_transport(exc, self._target, "read")
+        return "reconnect"
+
+    def _pieces(self, resp: httpx.Response, loop: RetryLoop) -> Generator[ReadPiece, None, None]:
+        answer = ReadPiece(
+            None, b"", self.offset, _next_offset(resp, self.offset), last=False,
+            up_to_date=_up_to_date(resp), closed=flag(resp, "stream-closed"),
+            content_type=resp.headers.get("content-type") or self.content_type,
+        )
+        splitter = JsonArrayPieces() if is_json(answer.content_type) else None
+        skip = self._answered  # units of this answer delivered before a retry
+        for raw in resp.iter_bytes(self._piece_bytes):
+            messages = splitter.feed(raw) if splitter is not None else None
+            piece = _without_first(answer, messages, raw, skip, last=False)
+            skip = max(0, skip - (len(raw) if messages is None else len(messages)))
+            if piece.units:
+                self._answered += piece.units
+                loop.progressed()
+                yield piece
+        rest = splitter.finish() if splitter is not None else None
+        piece = _without_first(answer, rest, b"", skip, last=True)
+        self.offset, self._answered = answer.next_offset, 0
+        self.up_to_date, self.closed = answer.up_to_date, answer.closed
+        self.content_type = answer.content_type
+        loop.progressed()
+        yield piece
+
+
+def _without_first(
+    answer: ReadPiece, messages: pa.Array | None, raw: bytes, skip: int, *, last: bool
+) -> ReadPiece:
+    """A piece of `answer` without its first `skip` units (delivered before a retry)."""
+    if messages is not None:
+        messages = messages.slice(min(skip, len(messages)))
+        raw = b""
+    elif skip:
+        raw = raw[skip:]
+    return replace(answer, messages=messages, data=raw, last=last)

@@ -9,12 +9,19 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
 from s2_spark.errors import MalformedResponseError, StreamBadRequestError
 
 from ._errors import header_int
-from ._reads import LiveMode, ReadChunk, StreamReader, check_offset, is_json, parse_chunk
+from ._reads import (
+    LiveMode,
+    PieceReader,
+    ReadChunk,
+    StreamReader,
+    check_offset,
+    flag,
+    is_json,
+    parse_chunk,
+)
 from ._transport import Transport
 
 __all__ = ["AppendResult", "CreateResult", "DurableStream", "StreamInfo"]
@@ -65,10 +72,6 @@ def encode_json_messages(messages: Iterable[Any]) -> bytes:
     return json.dumps(items, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _flag(resp: httpx.Response, name: str) -> bool:
-    return str(resp.headers.get(name, "")).lower() == "true"
-
-
 class DurableStream:
     """A handle on one stream URL; cheap, holds no connection of its own."""
 
@@ -112,7 +115,7 @@ class DurableStream:
         return CreateResult(
             created=resp.status_code == 201,
             next_offset=resp.headers.get("stream-next-offset"),
-            closed=_flag(resp, "stream-closed"),
+            closed=flag(resp, "stream-closed"),
         )
 
     def _known_content_type(self) -> str:
@@ -152,7 +155,7 @@ class DurableStream:
         )
         return AppendResult(
             next_offset=resp.headers.get("stream-next-offset"),
-            closed=_flag(resp, "stream-closed"),
+            closed=flag(resp, "stream-closed"),
             duplicate=idempotent and resp.status_code == 204,
             producer_epoch=header_int(resp, "producer-epoch"),
             producer_seq=header_int(resp, "producer-seq"),
@@ -195,7 +198,7 @@ class DurableStream:
         return StreamInfo(
             content_type=resp.headers.get("content-type"),
             next_offset=next_offset,
-            closed=_flag(resp, "stream-closed"),
+            closed=flag(resp, "stream-closed"),
             ttl=header_int(resp, "stream-ttl"),
             expires_at=resp.headers.get("stream-expires-at"),
             etag=resp.headers.get("etag"),
@@ -255,6 +258,22 @@ class DurableStream:
         return StreamReader(
             self._t, self.url, self._target, offset, live, content_type, headers or {}
         )
+
+    def read_pieces(
+        self,
+        offset: str = "-1",
+        *,
+        piece_bytes: int = 4 * 1024 * 1024,
+        content_type: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> PieceReader:
+        """Catch-up read from `offset` to the tail in pieces of about `piece_bytes` of body
+        (JSON: whole messages only), for readers that must not hold a whole answer.
+        `content_type` is assumed for answers that do not name theirs."""
+        if piece_bytes < 1:
+            raise ValueError(f"piece_bytes must be at least 1 (got {piece_bytes!r})")
+        return PieceReader(self._t, self.url, self._target, offset,
+                           content_type or self.content_type, headers or {}, piece_bytes)
 
     def is_json(self) -> bool:
         return is_json(self._known_content_type())

@@ -8,6 +8,12 @@
  * numpy path in durable.py checks (one top-level array, balanced brackets, terminated
  * strings, no empty elements, only JSON characters outside strings) and also bracket
  * kinds and control characters inside strings. Errors raise ValueError naming the flaw.
+ *
+ * split_json_prefix(body, continued) splits a piece of an array being received: it returns
+ * (offsets, data, consumed, closed) for the elements that are followed by a top-level comma
+ * (or by the closing bracket, then closed is true), where consumed is how many bytes of
+ * body they took; the caller keeps body[consumed:] and prepends it to the next piece, with
+ * continued true (the piece then starts right after a top-level comma, not at '[').
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -44,20 +50,23 @@ static PyObject *fail(const char *what) {
     return NULL;
 }
 
-static PyObject *fj_split_json_array(PyObject *self, PyObject *arg) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
-    const unsigned char *s = (const unsigned char *)view.buf;
-    Py_ssize_t n = view.len, i = 0;
+/* Scan body; partial: it may end inside the array (see split_json_prefix). */
+static PyObject *split(Py_buffer *view, int partial, int continued) {
+    const unsigned char *s = (const unsigned char *)view->buf;
+    Py_ssize_t n = view->len, i = 0;
     PyObject *data = NULL, *offsets = NULL, *result = NULL;
     int32_t *offs = NULL;
     Py_ssize_t count = 0, cap = 1024;
     char stack[MAX_DEPTH];
     int depth = 0;
     const char *err = NULL;
+    Py_ssize_t consumed = 0, cut_count = 0; /* input and elements up to the last comma */
 
-    while (i < n && is_space(s[i])) i++;
-    if (i >= n || s[i] != '[') { err = "not a JSON array"; goto done; }
+    if (!continued) {
+        while (i < n && is_space(s[i])) i++;
+        if (i >= n || s[i] != '[') { err = "not a JSON array"; goto done; }
+        i++;
+    }
     if (n > INT32_MAX) { err = "body too large"; goto done; }
     data = PyBytes_FromStringAndSize(NULL, n);
     offs = PyMem_Malloc(sizeof(int32_t) * cap);
@@ -66,9 +75,8 @@ static PyObject *fj_split_json_array(PyObject *self, PyObject *arg) {
     Py_ssize_t w = 0;
     offs[0] = 0;
     stack[depth++] = ']';
-    i++;
     int element_open = 0; /* bytes written for the current element */
-    int saw_comma = 0;
+    int saw_comma = continued;
     for (; i < n && depth > 0; i++) {
         unsigned char c = s[i];
         if (c == '"') {
@@ -87,7 +95,11 @@ static PyObject *fj_split_json_array(PyObject *self, PyObject *arg) {
                 }
                 out[w++] = (char)c;
             }
-            if (i >= n) { err = "unterminated string"; goto done; }
+            if (i >= n) {
+                if (partial) break;
+                err = "unterminated string";
+                goto done;
+            }
             out[w++] = '"';
             element_open = 1;
         } else if (c == '[' || c == '{') {
@@ -109,6 +121,8 @@ static PyObject *fj_split_json_array(PyObject *self, PyObject *arg) {
             if (push_offset(&offs, &count, &cap, w) < 0) goto done;
             element_open = 0;
             saw_comma = 1;
+            consumed = i + 1;
+            cut_count = count;
         } else if (is_space(c)) {
             if (depth > 1) out[w++] = (char)c;
         } else if (c == ',' || allowed_outside(c)) {
@@ -119,24 +133,54 @@ static PyObject *fj_split_json_array(PyObject *self, PyObject *arg) {
             goto done;
         }
     }
-    if (depth > 0) { err = "not a JSON array"; goto done; }
-    while (i < n && is_space(s[i])) i++;
-    if (i != n) { err = "unbalanced brackets or data after the array"; goto done; }
+    int closed = depth == 0;
+    if (partial && !closed) {
+        count = cut_count; /* the rest is kept for the next piece */
+        w = offs[count];
+    } else if (!closed) {
+        err = "not a JSON array";
+        goto done;
+    } else {
+        while (i < n && is_space(s[i])) i++;
+        if (i != n) { err = "unbalanced brackets or data after the array"; goto done; }
+        consumed = n;
+    }
     if (_PyBytes_Resize(&data, w) < 0) goto done;
     offsets = PyBytes_FromStringAndSize((const char *)offs, sizeof(int32_t) * (count + 1));
     if (offsets == NULL) goto done;
-    result = PyTuple_Pack(2, offsets, data);
+    if (partial)
+        result = Py_BuildValue("(OOnO)", offsets, data, consumed, closed ? Py_True : Py_False);
+    else
+        result = PyTuple_Pack(2, offsets, data);
 done:
     if (err != NULL) fail(err);
     Py_XDECREF(offsets);
     Py_XDECREF(data);
     PyMem_Free(offs);
+    return result;
+}
+
+static PyObject *fj_split_json_array(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *result = split(&view, 0, 0);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyObject *fj_split_json_prefix(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    int continued;
+    if (!PyArg_ParseTuple(args, "y*p", &view, &continued)) return NULL;
+    PyObject *result = split(&view, 1, continued);
     PyBuffer_Release(&view);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"split_json_array", fj_split_json_array, METH_O, "Split a JSON array into its elements."},
+    {"split_json_prefix", fj_split_json_prefix, METH_VARARGS,
+     "Split the complete elements off a piece of a JSON array being received."},
     {NULL, NULL, 0, NULL},
 };
 

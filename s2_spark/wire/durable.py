@@ -7,6 +7,9 @@ way no Python object is made per message: the Arrow string column is built from 
 offsets buffer and the body minus separators. Each
 row is the message's JSON text as the server sent it (surrounding whitespace trimmed).
 
+`JsonArrayPieces` splits a body as it arrives, piece by piece, so a reader holds one piece
+of a large response at a time instead of the whole body.
+
 The structure is checked (one top-level array, balanced brackets, terminated strings, no
 empty elements, only JSON characters outside strings, valid UTF-8); a full grammar check
 of every value is left to whoever parses the messages.
@@ -38,6 +41,7 @@ __all__ = [
     "IMPLEMENTATION",
     "JSON_SCHEMA",
     "ControlEvent",
+    "JsonArrayPieces",
     "SSEEvent",
     "SSEParser",
     "bytes_batch",
@@ -53,6 +57,8 @@ JSON_SCHEMA = pa.schema([pa.field("value", pa.string(), nullable=False)])
 # One row per response chunk of a byte stream: the bytes exactly as stored (a byte stream
 # has no message boundaries, so a chunk is the unit the server delivered).
 BYTES_SCHEMA = pa.schema([pa.field("value", pa.binary(), nullable=False)])
+
+_EMPTY_STRINGS = pa.array([], pa.string())
 
 _OTHER, _QUOTE, _BACKSLASH, _OPEN, _CLOSE, _COMMA, _SPACE, _BAD = range(8)
 _CLASSES = np.zeros(256, dtype=np.uint8)
@@ -156,7 +162,10 @@ def _check_shape(
 
 def json_batch(body: bytes) -> pa.RecordBatch:
     """One row per message of a JSON-mode body: `value` = the message's JSON text."""
-    offsets, values = split_json_array(body)
+    return pa.RecordBatch.from_arrays([_strings(*split_json_array(body))], schema=JSON_SCHEMA)
+
+
+def _strings(offsets: np.ndarray[Any, Any], values: np.ndarray[Any, Any] | bytes) -> pa.Array:
     array = pa.StringArray.from_buffers(
         len(offsets) - 1, pa.py_buffer(offsets), pa.py_buffer(values)
     )
@@ -164,7 +173,53 @@ def json_batch(body: bytes) -> pa.RecordBatch:
         array.validate(full=True)
     except pa.ArrowInvalid as exc:
         raise _bad("not valid UTF-8") from exc
-    return pa.RecordBatch.from_arrays([array], schema=JSON_SCHEMA)
+    return array
+
+
+class JsonArrayPieces:
+    """Splits a JSON-mode body that arrives in pieces into its messages, as it arrives.
+
+    `feed` returns the messages completed so far (a string array) and keeps the unfinished
+    rest, which is at most one message plus one piece; `finish` checks the array ended.
+    Without the C accelerator the pieces are kept and split at `finish`.
+    """
+
+    def __init__(self) -> None:
+        self._rest = b""
+        self._continued = False  # the rest starts after a top-level comma, not at '['
+        self._closed = False
+
+    def feed(self, piece: bytes) -> pa.Array:
+        if self._closed:
+            if piece.strip(b" \t\r\n"):
+                raise _bad("data after the array")
+            return _EMPTY_STRINGS
+        body = self._rest + piece if self._rest else piece
+        if _fastjson is None:
+            self._rest = body
+            return _EMPTY_STRINGS
+        if not self._continued and not body.strip(b" \t\r\n"):
+            self._rest = body
+            return _EMPTY_STRINGS
+        try:
+            offsets, values, consumed, closed = _fastjson.split_json_prefix(
+                body, self._continued
+            )
+        except ValueError as exc:
+            raise _bad(str(exc)) from None
+        self._rest = body[consumed:]
+        self._continued = self._continued or consumed > 0
+        self._closed = closed
+        return _strings(np.frombuffer(offsets, dtype=np.int32), values)
+
+    def finish(self) -> pa.Array:
+        """The last messages; raises unless the body was one whole JSON array."""
+        if self._closed or not (self._continued or self._rest.strip(b" \t\r\n")):
+            return _EMPTY_STRINGS  # done, or an empty body: no messages
+        if _fastjson is None:
+            self._closed = True
+            return _strings(*split_json_array(self._rest))
+        raise _bad("not a JSON array" if not self._continued else "the array never ends")
 
 
 def bytes_batch(chunks: list[bytes]) -> pa.RecordBatch:
