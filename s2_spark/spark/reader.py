@@ -201,17 +201,21 @@ class RangeStreamReader(DataSourceStreamReader):
         # The last end this driver process planned or was asked to read up to: the start of
         # the next micro-batch when Spark does not pass it (PySpark < 4.2).
         self._planned: dict[str, Any] = {}
+        self._initial: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._options!r})"
 
     def initialOffset(self) -> dict[str, Any]:
-        planner = _Planner(self._backend, self._options)
-        self._planned = _per_stream(
-            lambda stream: planner.resolve(self._options.starting, stream, default="earliest"),
-            planner.discover(),
-        )
-        return self._planned
+        """Resolved once per query: Spark asks again when it plans the first batch, and
+        `latest` or a timestamp resolved anew would then start after the end it planned."""
+        if self._initial is None:
+            planner = _Planner(self._backend, self._options)
+            self._initial = self._planned = _per_stream(
+                lambda stream: planner.resolve(self._options.starting, stream, default="earliest"),
+                planner.discover(),
+            )
+        return dict(self._initial)
 
     def latestOffset(self) -> dict[str, Any]:  # type: ignore[override]
         return self._plan(self._planned, max_records=None)

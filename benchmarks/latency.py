@@ -1,0 +1,230 @@
+"""Append-to-visible latency of `readStream.format("s2")` against Spark's floor for a Python source.
+
+A producer thread appends one small record every `--interval` ms to a stream of a local
+server process and, right after, writes the same kind of line to an append-only local file;
+each record's body is its wall-clock time (ns) taken just before it was written. Two
+default-trigger queries then run one after the other (fairer than side by side on 2 cores),
+each for `--duration` seconds, into `foreachBatch`, which collects the bodies on the driver
+and records `now - body` per row:
+
+* floor: a Python streaming data source over the local file (latestOffset = file size,
+  read = the new lines as one Arrow batch), i.e. Spark's own per-trigger cost for a Python
+  source with near-free I/O;
+* s2: the real reader (planning against the server, one task reading the new range).
+
+Records stamped in the first `--warmup` seconds of each query are left out. Ends with:
+`latency: p50 <ms> ms, p99 <ms> ms, <ratio>x floor p50, <ratio>x floor p99`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.spark import read_schema
+from s2_spark.testing import ServerProcess
+
+
+class _Span(InputPartition):
+    def __init__(self, path: str, start: int, end: int) -> None:
+        self.path, self.start, self.end = path, start, end
+
+
+class _FileReader(DataSourceStreamReader):
+    """Offsets {"pos": bytes}; each line of the file is one row, its body the line."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.initial: dict[str, int] | None = None
+
+    def initialOffset(self) -> dict[str, int]:
+        # Spark may ask more than once before the first batch: answer the same each time.
+        if self.initial is None:
+            self.initial = {"pos": os.path.getsize(self.path)}
+        return self.initial
+
+    def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:
+        return {"pos": os.path.getsize(self.path)}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        if start["pos"] == end["pos"]:
+            return []
+        return [_Span(self.path, start["pos"], end["pos"])]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _Span)
+        with open(partition.path, "rb") as f:
+            f.seek(partition.start)
+            lines = f.read(partition.end - partition.start).splitlines()
+        n = len(lines)
+        from s2_spark.wire.records import READ_SCHEMA_NO_HEADERS
+
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array(["floor"] * n, pa.string()),
+                pa.array(range(n), pa.int64()),
+                pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+                pa.array(lines, pa.binary()),
+            ],
+            schema=READ_SCHEMA_NO_HEADERS,
+        )
+
+
+class FileDataSource(DataSource):
+    """The floor: a Python streaming source whose I/O is a local file read."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "s2_bench_file"
+
+    def schema(self) -> Any:
+        return read_schema(include_headers=False)
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return _FileReader(self.options["path"])
+
+
+class Producer(threading.Thread):
+    """One record every `interval` s: appended to S2, then written as a line to `path`."""
+
+    def __init__(self, url: str, basin: str, stream: str, path: str, interval: float) -> None:
+        super().__init__(daemon=True)
+        self.client = S2Client(S2Config(endpoint=url))
+        self.stream = self.client.basin(basin).stream(stream)
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.interval = interval
+        self.stopping = threading.Event()
+        self.sent = 0
+
+    def run(self) -> None:
+        tick = time.monotonic()
+        while not self.stopping.is_set():
+            self.stream.append([AppendRecord(str(time.time_ns()).encode())])
+            os.write(self.fd, f"{time.time_ns()}\n".encode())  # one write: never a torn line
+            self.sent += 1
+            tick += self.interval
+            self.stopping.wait(max(0.0, tick - time.monotonic()))
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join()
+        os.close(self.fd)
+        self.client.close()
+
+
+def measure(df: Any, duration: float, warmup: float) -> list[float]:
+    """Run `df` (default trigger) into foreachBatch for `duration` s; return the latencies
+    (ms) of the records stamped after `warmup` s."""
+    latencies: list[float] = []
+    batches = [0]
+    started = time.time_ns() + int(warmup * 1e9)
+
+    def sink(batch: Any, _batch_id: int) -> None:
+        bodies = [row.body for row in batch.select("body").collect()]
+        now = time.time_ns()
+        batches[0] += 1
+        for body in bodies:
+            stamp = int(body)
+            if stamp >= started:
+                latencies.append((now - stamp) / 1e6)
+
+    with tempfile.TemporaryDirectory() as ckpt:
+        q = df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
+        try:
+            time.sleep(warmup + duration)
+        finally:
+            q.stop()
+        progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    _print_durations(progress)
+    return latencies
+
+
+def _print_durations(progress: list[dict[str, Any]]) -> None:
+    """Median and max of each `durationMs` entry over the batches that read rows."""
+    keys = sorted({k for p in progress for k in p["durationMs"]})
+    parts = []
+    for k in keys:
+        values = sorted(p["durationMs"].get(k, 0) for p in progress)
+        parts.append(f"{k} {values[len(values) // 2]}/{values[-1]}")
+    print(f"  durationMs median/max over {len(progress)} batches: " + ", ".join(parts))
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def report(label: str, lat: list[float]) -> tuple[float, float]:
+    p50, p99 = pct(lat, 0.5), pct(lat, 0.99)
+    print(f"{label}: {len(lat)} records, p50 {p50:.0f} ms, p90 {pct(lat, 0.9):.0f} ms, "
+          f"p99 {p99:.0f} ms, max {max(lat):.0f} ms")
+    return p50, p99
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--duration", type=float, default=60.0, help="seconds per query")
+    ap.add_argument("--interval", type=float, default=50.0, help="ms between records")
+    ap.add_argument("--warmup", type=float, default=5.0, help="seconds left out per query")
+    ap.add_argument("--floor", type=float, help="skip the floor query: use this p50,p99 (ms)",
+                    nargs=2, metavar=("P50", "P99"))
+    args = ap.parse_args()
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("s2-spark-bench-latency")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(FileDataSource)
+
+    basin = f"bench-lat-{uuid.uuid4().hex[:8]}"
+    with ServerProcess() as server, tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "floor.log")
+        with S2Client(S2Config(endpoint=server.url)) as client:
+            client.create_basin(basin)
+            client.basin(basin).create_stream("lat")
+        producer = Producer(server.url, basin, "lat", path, args.interval / 1000)
+        producer.start()
+        try:
+            queries: list[tuple[str, Callable[[], Any]]] = [
+                ("floor (file source)", lambda: spark.readStream.format("s2_bench_file")
+                 .option("path", path).load()),
+                ("s2", lambda: spark.readStream.format("s2").option("endpoint", server.url)
+                 .option("basin", basin).option("stream", "lat")
+                 .option("startingPosition", "latest").load()),
+            ]
+            results = {}
+            if args.floor:
+                results[queries.pop(0)[0]] = tuple(args.floor)
+            for label, make in queries:
+                print(f"{label}: running {args.duration:.0f}s (+{args.warmup:.0f}s warm-up)")
+                results[label] = report(label, measure(make(), args.duration, args.warmup))
+        finally:
+            producer.stop()
+    spark.stop()
+    (f50, f99), (p50, p99) = results["floor (file source)"], results["s2"]
+    print(f"latency: p50 {p50:.0f} ms, p99 {p99:.0f} ms, {p50 / f50:.2f}x floor p50, "
+          f"{p99 / f99:.2f}x floor p99")
+
+
+if __name__ == "__main__":
+    main()
