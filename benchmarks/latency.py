@@ -3,16 +3,17 @@
 A producer thread appends one small record every `--interval` ms to a stream of a local
 server process and, right after, writes the same kind of line to an append-only local file;
 each record's body is its wall-clock time (ns) taken just before it was written. Two
-default-trigger queries then run one after the other (fairer than side by side on 2 cores),
-each for `--duration` seconds, into `foreachBatch`, which collects the bodies on the driver
-and records `now - body` per row:
+default-trigger queries run one after the other (fairer than side by side on 2 cores), each
+for `--duration` seconds in all, split over `--rounds` rounds of alternating order (so JVM
+warm-up and drifting load fall on both alike), into `foreachBatch`, which collects the
+bodies on the driver and records `now - body` per row:
 
 * floor: a Python streaming data source over the local file (latestOffset = file size,
   read = the new lines as one Arrow batch), i.e. Spark's own per-trigger cost for a Python
   source with near-free I/O;
 * s2: the real reader (planning against the server, one task reading the new range).
 
-Records stamped in the first `--warmup` seconds of each query are left out. Ends with:
+Records stamped in the first `--warmup` seconds of each run are left out. Ends with:
 `latency: p50 <ms> ms, p99 <ms> ms, <ratio>x floor p50, <ratio>x floor p99`.
 """
 
@@ -38,6 +39,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from s2_spark.client import AppendRecord, S2Client, S2Config
 from s2_spark.spark import read_schema
 from s2_spark.testing import ServerProcess
+
+FLOOR = "floor (file source)"
 
 
 class _Span(InputPartition):
@@ -176,14 +179,27 @@ def report(label: str, lat: list[float]) -> tuple[float, float]:
     return p50, p99
 
 
+def run_rounds(queries: dict[str, Callable[[], Any]], args: Any) -> dict[str, tuple[float, float]]:
+    """Each query for `--duration` s in all, split over `--rounds` rounds whose order
+    alternates, so JVM warm-up and the machine's drifting load fall on both alike."""
+    latencies: dict[str, list[float]] = {label: [] for label in queries}
+    order = list(queries)
+    for i in range(args.rounds):
+        for label in order if i % 2 == 0 else order[::-1]:
+            part = args.duration / args.rounds
+            print(f"round {i + 1}: {label} for {part:.0f}s (+{args.warmup:.0f}s warm-up)")
+            latencies[label] += measure(queries[label](), part, args.warmup)
+    return {label: report(label, lat) for label, lat in latencies.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--duration", type=float, default=60.0, help="seconds per query")
+    ap.add_argument("--duration", type=float, default=60.0, help="seconds per query, all rounds")
     ap.add_argument("--interval", type=float, default=50.0, help="ms between records")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds left out per query")
-    ap.add_argument("--floor", type=float, help="skip the floor query: use this p50,p99 (ms)",
-                    nargs=2, metavar=("P50", "P99"))
+    ap.add_argument("--rounds", type=int, default=2, help="alternating runs of each query")
     args = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -205,23 +221,22 @@ def main() -> None:
         producer = Producer(server.url, basin, "lat", path, args.interval / 1000)
         producer.start()
         try:
-            queries: list[tuple[str, Callable[[], Any]]] = [
-                ("floor (file source)", lambda: spark.readStream.format("s2_bench_file")
-                 .option("path", path).load()),
-                ("s2", lambda: spark.readStream.format("s2").option("endpoint", server.url)
-                 .option("basin", basin).option("stream", "lat")
-                 .option("startingPosition", "latest").load()),
-            ]
-            results = {}
-            if args.floor:
-                results[queries.pop(0)[0]] = tuple(args.floor)
-            for label, make in queries:
-                print(f"{label}: running {args.duration:.0f}s (+{args.warmup:.0f}s warm-up)")
-                results[label] = report(label, measure(make(), args.duration, args.warmup))
+            queries: dict[str, Callable[[], Any]] = {
+                FLOOR: lambda: spark.readStream.format("s2_bench_file").option("path", path).load(),
+                "s2": lambda: (
+                    spark.readStream.format("s2")
+                    .option("endpoint", server.url)
+                    .option("basin", basin)
+                    .option("stream", "lat")
+                    .option("startingPosition", "latest")
+                    .load()
+                ),
+            }
+            results = run_rounds(queries, args)
         finally:
             producer.stop()
     spark.stop()
-    (f50, f99), (p50, p99) = results["floor (file source)"], results["s2"]
+    (f50, f99), (p50, p99) = results[FLOOR], results["s2"]
     print(f"latency: p50 {p50:.0f} ms, p99 {p99:.0f} ms, {p50 / f50:.2f}x floor p50, "
           f"{p99 / f99:.2f}x floor p99")
 

@@ -1,0 +1,97 @@
+"""Low-latency streaming reads: default-trigger queries over streams appended record by
+record, and the driver-side state that keeps their many small micro-batches exact."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from test_spark_reader import Env, record, row, rows_of, wait_for
+
+from s2_spark.spark import S2DataSource
+from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
+from s2_spark.spark.planning import RangePartition
+
+
+@pytest.fixture(scope="module")
+def env(s2_server: Any, spark: Any) -> Iterator[Env]:
+    e = Env(s2_server.url, spark)
+    yield e
+    e.client.close()
+
+
+def _latest(reader: Any, start: dict[str, Any]) -> dict[str, Any]:
+    if HAS_ADMISSION_CONTROL:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+        return reader.latestOffset(start, ReadAllAvailable())  # type: ignore[no-any-return]
+    return reader.latestOffset()  # type: ignore[no-any-return]
+
+
+def test_initial_offset_is_resolved_once(env: Env) -> None:
+    """Spark asks for the initial offset again when it plans the first batch: `latest`
+    must not move between the two calls, or the batch would start after its end."""
+    env.fill("initial", 5)
+    reader = S2DataSource(env.options(stream="initial", startingPosition="latest")).streamReader(
+        None  # type: ignore[arg-type]
+    )
+    start = reader.initialOffset()
+    assert start == {"initial": 5}
+    env.fill("initial", 3, create=False)
+    assert reader.initialOffset() == {"initial": 5}
+    end = _latest(reader, reader.initialOffset())
+    assert end == {"initial": 8}
+    assert list(reader.partitions(reader.initialOffset(), end)) == [
+        RangePartition("initial", 5, 8)
+    ]
+
+
+@pytest.mark.spark
+def test_default_trigger_from_latest_while_appending(env: Env) -> None:
+    """A default-trigger query started at `latest` while records arrive one by one: many
+    one-record micro-batches (each task reusing its worker's connections) deliver every
+    record after the start exactly once, in order."""
+    stream = f"trickle-{uuid.uuid4().hex[:6]}"
+    env.fill(stream, 5)
+    batches: list[list[Any]] = []
+
+    def sink(df: Any, _batch_id: int) -> None:
+        batches.append(rows_of(df))
+
+    def delivered() -> int:
+        return sum(len(b) for b in list(batches))
+
+    q = (
+        env.read_stream(stream=stream, startingPosition="latest")
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", env.checkpoint())
+        .start()
+    )
+    try:
+        # One record at a time, racing the query's start (some land before `latest` is
+        # resolved), until it has delivered some, then 30 more.
+        next_seq, more = 5, None
+        deadline = time.monotonic() + 120
+        while more is None or next_seq < more:
+            assert q.exception() is None, str(q.exception())
+            assert time.monotonic() < deadline, "no micro-batch delivered records in 120s"
+            env.stream(stream).append([record(stream, next_seq)])
+            next_seq += 1
+            if more is None and delivered() > 0:
+                more = next_seq + 30
+            time.sleep(0.02)  # pacing only: nothing below depends on timing
+        wait_for(
+            lambda: q.exception() is not None
+            or any(r[1] == next_seq - 1 for b in list(batches) for r in b),
+            "the last record",
+        )
+        assert q.exception() is None, str(q.exception())
+    finally:
+        q.stop()
+    got = [r for b in batches for r in b]
+    first = got[0][1]
+    assert got == [row(stream, i) for i in range(first, next_seq)]
+    assert len([b for b in batches if b]) > 1
