@@ -185,7 +185,7 @@ class SinkSettings:
     lease_timeout: float = 120.0
     idle_release: float = 10.0
     poll_initial: float = 0.02
-    poll_max: float = 0.5
+    poll_max: float = 0.05
     flush_records: int = 8 * DATA_MAX_RECORDS
     flush_bytes: int = 4 * 1024 * 1024
     max_inflight_appends: int = 16
@@ -782,8 +782,13 @@ class PartitionWriter:
             for sink in self.sinks.values():
                 results.append(sink.close())
         finally:
-            for sink in self.sinks.values():
-                if sink.holding:
-                    with contextlib.suppress(Exception):
-                        sink.release()
+            self.abort()
         return results
+
+    def abort(self) -> None:
+        """Release every lease still held (after a failure: errors here are dropped, the
+        first one is the one to report)."""
+        for sink in self.sinks.values():
+            if sink.holding:
+                with contextlib.suppress(Exception):
+                    sink.release()

@@ -136,12 +136,7 @@ class _Job(WriterJob):
                         out.add(*self._columns(batch))
                 results = out.close()
             except BaseException:
-                for sink in out.sinks.values():
-                    if sink.holding:
-                        try:
-                            sink.release()
-                        except Exception:  # the first error is the one to report
-                            log.debug("releasing %r after a failure failed", sink)
+                out.abort()
                 raise
         return S2CommitMessage(me.partition, me.attempt, results, out.dropped_commands)
 
