@@ -289,3 +289,15 @@ def test_arrow_slices_are_appended_once(env: tuple[Any, str, str]) -> None:
         sink.add(arr.slice(i, 777))
     assert sink.close().appended == 20000
     assert [b for b, _ in data_rows(basin, name)] == arr.to_pylist()
+
+
+def test_appends_in_flight_option() -> None:
+    """The writer option `maxAppendsInFlight` sets the bound; out of range is named."""
+    from s2_spark.spark._writer_options import parse_write_options
+    from s2_spark.spark.options import OptionError
+
+    base = {"endpoint": "http://127.0.0.1:1", "basin": "b", "stream": "s"}
+    assert parse_write_options(base).sink.max_inflight_appends == 16
+    assert parse_write_options({**base, "maxAppendsInFlight": "3"}).sink.max_inflight_appends == 3
+    with pytest.raises(OptionError, match=r"maxAppendsInFlight=257 .* 1\.\.256"):
+        parse_write_options({**base, "maxAppendsInFlight": "257"})

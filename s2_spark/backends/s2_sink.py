@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from s2_spark.client._append_session import MAX_INPUTS_PER_SESSION
 from s2_spark.errors import (
     AlreadyExistsError,
     FencingTokenMismatchError,
@@ -57,6 +58,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DATA_MAX_BYTES",
     "DATA_MAX_RECORDS",
+    "DEFAULT_APPENDS_IN_FLIGHT",
+    "MAX_INPUTS_PER_SESSION",
     "ForeignFenceError",
     "LeaseToken",
     "PartitionWriter",
@@ -72,6 +75,8 @@ MAX_TOKEN_BYTES = 36
 #: + len("fence") + the token.
 FENCE_RESERVE = 8 + 2 + len("fence") + MAX_TOKEN_BYTES
 DATA_MAX_RECORDS = 999
+#: Appends a writer sends before reading their acks (about 1.7 MB of 100 B rows).
+DEFAULT_APPENDS_IN_FLIGHT = 16
 DATA_MAX_BYTES = 1024 * 1024 - FENCE_RESERVE
 _PROBE = "w-probe"
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -188,7 +193,7 @@ class SinkSettings:
     poll_max: float = 0.05
     flush_records: int = 8 * DATA_MAX_RECORDS
     flush_bytes: int = 4 * 1024 * 1024
-    max_inflight_appends: int = 16
+    max_inflight_appends: int = DEFAULT_APPENDS_IN_FLIGHT
     max_inflight_bytes: int = 8 * 1024 * 1024
 
 
@@ -429,7 +434,9 @@ class StreamSink:
         """
         lease = self._lease
         assert lease is not None
-        limit = 1 if self._after_append is not None else self.settings.max_inflight_appends
+        limit = 1
+        if self._after_append is None:
+            limit = max(1, min(self.settings.max_inflight_appends, MAX_INPUTS_PER_SESSION))
         links: list[_Link] = []
         progress, condition, size = self._progress, self._last_token, 0
         for batch in batches[first:first + limit]:

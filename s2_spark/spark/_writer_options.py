@@ -27,7 +27,12 @@ from pyspark.sql.types import (
 from s2_spark._option_values import get, get_bool, get_positive_int
 from s2_spark.backends.s2 import S2Settings
 from s2_spark.backends.s2_options import parse_s2_connection
-from s2_spark.backends.s2_sink import DATA_MAX_RECORDS, SinkSettings
+from s2_spark.backends.s2_sink import (
+    DATA_MAX_RECORDS,
+    DEFAULT_APPENDS_IN_FLIGHT,
+    MAX_INPUTS_PER_SESSION,
+    SinkSettings,
+)
 from s2_spark.errors import OptionError
 from s2_spark.spark._write_common import TEST_FAULT_OPTION
 
@@ -89,10 +94,17 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
             f"option maxRecordsPerAppend={per_append} is not accepted: use 1..{DATA_MAX_RECORDS}"
             " (S2 takes 1000 records per append; one is the exactly-once fence record)"
         )
+    in_flight = get_positive_int(options, "maxAppendsInFlight")
+    if in_flight is not None and in_flight > MAX_INPUTS_PER_SESSION:
+        raise OptionError(
+            f"option maxAppendsInFlight={in_flight} is not accepted: use "
+            f"1..{MAX_INPUTS_PER_SESSION} (appends sent before their acknowledgements)"
+        )
     sink = SinkSettings(
         create_streams=get_bool(options, "createStreams", False),
         lease_timeout=(lease_ms / 1000.0) if lease_ms is not None else 120.0,
         max_records=per_append or DATA_MAX_RECORDS,
+        max_inflight_appends=in_flight or DEFAULT_APPENDS_IN_FLIGHT,
     )
     fault = get(options, TEST_FAULT_OPTION)
     return WriteOptions(
