@@ -12,6 +12,10 @@ has: the stream's fencing token and `match_seq_num`.
 * Every data append carries, as its last record, a `fence` command setting the token to
   the writer's lease with the new progress, and is conditioned on the previous token and
   on the tail. Data and progress land atomically, and a stale writer's append fails.
+* Appends are pipelined: up to `max_inflight_appends` go out in one S2S session, each
+  conditioned on the token the one before sets, so if one fails every later one fails
+  too. Acks name the prefix that landed; after an error the token names the last append
+  that landed, and the writer resumes after it.
 * A writer takes the stream by a compare-and-set on the token. What it finds decides where
   it resumes: its own partition's latest progress, zero for a fresh batch, or a backward
   scan of the batch's fence records (after a restart or a stolen lease). Finding a newer
