@@ -6,12 +6,14 @@ each record's body is its wall-clock time (ns) taken just before it was written.
 default-trigger queries run one after the other (fairer than side by side on 2 cores), each
 for `--duration` seconds in all, split over `--rounds` rounds of alternating order (so JVM
 warm-up and drifting load fall on both alike), into `foreachBatch`, which collects the
-bodies on the driver and records `now - body` per row:
+stamps on the driver and records `now - stamp` per row:
 
 * floor: a Python streaming data source over the local file (latestOffset = file size,
   read = the new lines as one Arrow batch), i.e. Spark's own per-trigger cost for a Python
   source with near-free I/O;
-* s2: the real reader (planning against the server, one task reading the new range).
+* s2: the real reader (planning against the server, one task reading the new range);
+* with `--rate`, for reference: Spark's JVM `rate` source (rows stamped as generated), i.e.
+  what a source costs without Python workers.
 
 Records stamped in the first `--warmup` seconds of each run are left out. Ends with:
 `latency: p50 <ms> ms, p99 <ms> ms, <ratio>x floor p50, <ratio>x floor p99`.
@@ -41,6 +43,7 @@ from s2_spark.spark import read_schema
 from s2_spark.testing import ServerProcess
 
 FLOOR = "floor (file source)"
+RATE = "rate (JVM source, reference)"
 
 
 class _Span(InputPartition):
@@ -131,25 +134,22 @@ class Producer(threading.Thread):
 
 
 def measure(df: Any, duration: float, warmup: float) -> list[float]:
-    """Run `df` (default trigger) into foreachBatch for `duration` s; return the latencies
-    (ms) of the records stamped after `warmup` s."""
+    """Run `df` (default trigger; column `ns`: each row's stamp) into foreachBatch for
+    `duration` s; return the latencies (ms) of the rows stamped after `warmup` s."""
     latencies: list[float] = []
-    batches = [0]
     started = time.time_ns() + int(warmup * 1e9)
 
     def sink(batch: Any, _batch_id: int) -> None:
-        bodies = [row.body for row in batch.select("body").collect()]
+        stamps = [row.ns for row in batch.select("ns").collect()]
         now = time.time_ns()
-        batches[0] += 1
-        for body in bodies:
-            stamp = int(body)
-            if stamp >= started:
-                latencies.append((now - stamp) / 1e6)
+        latencies.extend((now - ns) / 1e6 for ns in stamps if ns >= started)
 
     with tempfile.TemporaryDirectory() as ckpt:
         q = df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
         try:
-            time.sleep(warmup + duration)
+            q.awaitTermination(warmup + duration)
+            if q.exception() is not None:
+                raise RuntimeError(f"the query failed: {q.exception()}")
         finally:
             q.stop()
         progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
@@ -198,6 +198,7 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=50.0, help="ms between records")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds left out per query")
     ap.add_argument("--rounds", type=int, default=2, help="alternating runs of each query")
+    ap.add_argument("--rate", action="store_true", help="also Spark's JVM rate source")
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]
 
@@ -221,8 +222,11 @@ def main() -> None:
         producer = Producer(server.url, basin, "lat", path, args.interval / 1000)
         producer.start()
         try:
+            stamp = "CAST(CAST(body AS STRING) AS BIGINT) AS ns"
             queries: dict[str, Callable[[], Any]] = {
-                FLOOR: lambda: spark.readStream.format("s2_bench_file").option("path", path).load(),
+                FLOOR: lambda: (
+                    spark.readStream.format("s2_bench_file").option("path", path).load()
+                ).selectExpr(stamp),
                 "s2": lambda: (
                     spark.readStream.format("s2")
                     .option("endpoint", server.url)
@@ -230,8 +234,14 @@ def main() -> None:
                     .option("stream", "lat")
                     .option("startingPosition", "latest")
                     .load()
-                ),
+                ).selectExpr(stamp),
             }
+            if args.rate:
+                # Spark's JVM rate source, for reference: rows stamped when generated.
+                rps = str(round(1000 / args.interval))
+                queries[RATE] = lambda: (
+                    spark.readStream.format("rate").option("rowsPerSecond", rps).load()
+                ).selectExpr("unix_micros(timestamp) * 1000 AS ns")
             results = run_rounds(queries, args)
         finally:
             producer.stop()
