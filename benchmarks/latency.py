@@ -12,8 +12,8 @@ stamps on the driver and records `now - stamp` per row:
   read = the new lines as one Arrow batch), i.e. Spark's own per-trigger cost for a Python
   source with near-free I/O;
 * s2: the real reader (planning against the server, one task reading the new range);
-* with `--rate`, for reference: Spark's JVM `rate` source (rows stamped as generated), i.e.
-  what a source costs without Python workers.
+* with `--rate`, for reference: Spark's JVM `rate` source, i.e. what a micro-batch costs
+  without Python workers (compare its durationMs only: it makes new rows once a second).
 
 Records stamped in the first `--warmup` seconds of each run are left out. Ends with:
 `latency: p50 <ms> ms, p99 <ms> ms, <ratio>x floor p50, <ratio>x floor p99`.
@@ -153,7 +153,8 @@ def measure(df: Any, duration: float, warmup: float) -> list[float]:
         finally:
             q.stop()
         progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
-    _print_durations(progress)
+    if progress:
+        _print_durations(progress)
     return latencies
 
 
@@ -181,7 +182,11 @@ def report(label: str, lat: list[float]) -> tuple[float, float]:
 
 def run_rounds(queries: dict[str, Callable[[], Any]], args: Any) -> dict[str, tuple[float, float]]:
     """Each query for `--duration` s in all, split over `--rounds` rounds whose order
-    alternates, so JVM warm-up and the machine's drifting load fall on both alike."""
+    alternates, so drifting load falls on all alike; first each runs once unmeasured (a
+    cold JVM and new Python workers stall the first query for seconds)."""
+    for label, make in queries.items():
+        print(f"warm-up: {label} for {2 * args.warmup:.0f}s, not measured")
+        measure(make(), 0, 2 * args.warmup)
     latencies: dict[str, list[float]] = {label: [] for label in queries}
     order = list(queries)
     for i in range(args.rounds):
@@ -189,7 +194,8 @@ def run_rounds(queries: dict[str, Callable[[], Any]], args: Any) -> dict[str, tu
             part = args.duration / args.rounds
             print(f"round {i + 1}: {label} for {part:.0f}s (+{args.warmup:.0f}s warm-up)")
             latencies[label] += measure(queries[label](), part, args.warmup)
-    return {label: report(label, lat) for label, lat in latencies.items()}
+    # The rate source makes new rows once a second: only its durationMs compare.
+    return {label: report(label, lat) for label, lat in latencies.items() if label != RATE}
 
 
 def main() -> None:
@@ -200,7 +206,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="alternating runs of each query")
     ap.add_argument("--rate", action="store_true", help="also Spark's JVM rate source")
     args = ap.parse_args()
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
     spark = (
         SparkSession.builder.master("local[2]")
