@@ -28,8 +28,9 @@ from typing import Any
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # Python workers unpickle the in-memory source, which refers to benchmarks/_durable.py.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_HERE, os.environ.get("PYTHONPATH")]))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    filter(None, [os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH")])
+)
 
 import pyarrow as pa
 from _durable import DurableServer, messages  # benchmarks/ is on sys.path
