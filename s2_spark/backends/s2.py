@@ -24,6 +24,7 @@ from s2_spark.errors import NotFoundError, ReadPastTailError
 
 if TYPE_CHECKING:
     from s2_spark.client import S2Client, S2Config
+    from s2_spark.wire.records import DecodedBatch
 
 __all__ = ["S2Backend", "S2Settings", "seq_num_position"]
 
@@ -31,6 +32,8 @@ __all__ = ["S2Backend", "S2Settings", "seq_num_position"]
 # every task unpickles its own backend, so this spares a new connection per task.
 _CLIENTS: dict[S2Settings, S2Client] = {}
 _CLIENTS_LOCK = threading.Lock()
+#: Ranges up to this many records (one ReadBatch at most) start with a unary read.
+UNARY_RECORDS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,12 +159,33 @@ class S2Backend(StreamBackend[int]):
         leading_gap_ok: bool = False,
     ) -> Iterator[pa.RecordBatch]:
         """Exactly the records of [start, end), in order, in batches of about
-        `COALESCE_ROWS` rows, read and decoded in a thread a few batches ahead."""
+        `COALESCE_ROWS` rows, read and decoded in a thread a few batches ahead (a range
+        that fits one ReadBatch is read in the calling thread: nothing to overlap)."""
         if end <= start:
             return
-        yield from read_ahead(lambda: coalesced(self._frames(
-            stream, start, end, settings, on_data_loss, leading_gap_ok
-        )))
+        frames = self._frames(stream, start, end, settings, on_data_loss, leading_gap_ok)
+        if end - start <= UNARY_RECORDS:
+            yield from frames
+        else:
+            yield from read_ahead(lambda: coalesced(frames))
+
+    def _decoded(
+        self, stream: str, start: int, end: int, settings: ReadSettings
+    ) -> Iterator[DecodedBatch]:
+        """The ReadBatches of [start, end). A small range (a streaming micro-batch near the
+        tail) takes one unary read, whose connection goes back to the pool, where a session
+        stopped at its count is closed; a session continues if S2's 1 MiB cap cut it short."""
+        s = self._stream(stream)
+        kept = {"include_command_records": settings.include_command_records,
+                "include_headers": settings.include_headers}
+        if end - start <= UNARY_RECORDS:
+            decoded = s.read(seq_num=start, count=end - start, **kept)
+            yield decoded
+            if decoded.last_seq_num is None or decoded.last_seq_num + 1 >= end:
+                return
+            start = decoded.last_seq_num + 1
+        with s.read_session(seq_num=start, count=end - start, **kept) as session:
+            yield from session
 
     def _frames(
         self,
@@ -172,26 +196,20 @@ class S2Backend(StreamBackend[int]):
         on_data_loss: DataLossHandler,
         leading_gap_ok: bool,
     ) -> Iterator[pa.RecordBatch]:
-        """One S2S session bounded by `count`: each data frame's kept records before `end`."""
+        """Each ReadBatch's kept records before `end`, reporting gaps as data loss."""
         expected = start
         try:
-            with self._stream(stream).read_session(
-                seq_num=start,
-                count=end - start,
-                include_command_records=settings.include_command_records,
-                include_headers=settings.include_headers,
-            ) as session:
-                for decoded in session:
-                    if decoded.count == 0:
-                        continue
-                    first = int(decoded.first_seq_num)
-                    last = int(decoded.last_seq_num)
-                    if first > expected and not (leading_gap_ok and expected == start):
-                        on_data_loss(stream, expected, min(first, end))
-                    yield decoded.batch if last < end else _cut(decoded.batch, end)
-                    expected = last + 1
-                    if expected >= end:
-                        return
+            for decoded in self._decoded(stream, start, end, settings):
+                if decoded.count == 0:
+                    continue
+                first = int(decoded.first_seq_num)  # type: ignore[arg-type]
+                last = int(decoded.last_seq_num)  # type: ignore[arg-type]
+                if first > expected and not (leading_gap_ok and expected == start):
+                    on_data_loss(stream, expected, min(first, end))
+                yield decoded.batch if last < end else _cut(decoded.batch, end)
+                expected = last + 1
+                if expected >= end:
+                    return
         except (NotFoundError, ReadPastTailError):
             pass
         if expected < end:
