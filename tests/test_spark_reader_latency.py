@@ -3,6 +3,7 @@ record, and the driver-side state that keeps their many small micro-batches exac
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -47,6 +48,28 @@ def test_initial_offset_is_resolved_once(env: Env) -> None:
     assert list(reader.partitions(reader.initialOffset(), end)) == [
         RangePartition("initial", 5, 8)
     ]
+
+
+def test_idle_planner_waits_for_records_and_plans_exactly_them(env: Env) -> None:
+    """An idle query's plan waits (S2 read `wait`) for the next record instead of returning
+    at once; a record appended meanwhile is planned exactly, and a wait that sees nothing
+    plans nothing."""
+    env.fill("idle", 2)
+    reader = S2DataSource(env.options(stream="idle")).streamReader(None)  # type: ignore[arg-type]
+    start = reader.initialOffset()
+    end = _latest(reader, start)
+    assert (start, end) == ({"idle": 0}, {"idle": 2})
+    assert _latest(reader, end) == end  # nothing new: the next plan waits
+    assert _latest(reader, end) == end  # ... and, with nothing appended, still plans nothing
+    appender = threading.Thread(target=env.fill, args=("idle", 1), kwargs={"create": False})
+    appender.start()
+    deadline = time.monotonic() + 30
+    latest = end
+    while latest == end and time.monotonic() < deadline:
+        latest = _latest(reader, end)
+    appender.join()
+    assert latest == {"idle": 3}
+    assert list(reader.partitions(end, latest)) == [RangePartition("idle", 2, 3)]
 
 
 @pytest.mark.spark

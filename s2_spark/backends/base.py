@@ -96,6 +96,12 @@ class StreamBackend(ABC, Generic[PositionT]):
         """
         return self.latest(stream)
 
+    def wait_for_data(self, stream: str, position: PositionT, timeout: float) -> None:
+        """Return once `stream` may hold a record at or after `position`, or after about
+        `timeout` seconds. The planner calls it when a query is idle, so that Spark's next
+        poll (every few ms) does not become a request to the service; by default it returns
+        at once. Errors are swallowed: the planning that follows reports them."""
+
     def locate(self, stream: str, value: object, start: PositionT) -> PositionT:
         """The position a user wrote (JSON) as an end bound of a range from `start`."""
         return self.parse_position(value)

@@ -10,6 +10,7 @@ between the asked and the first returned seq_num is data loss; a read session bo
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,13 +21,15 @@ import pyarrow.compute as pc
 
 from s2_spark.backends._batches import coalesced, read_ahead
 from s2_spark.backends.base import DataLossHandler, ReadSettings, StreamBackend
-from s2_spark.errors import NotFoundError, ReadPastTailError
+from s2_spark.errors import NotFoundError, ReadPastTailError, S2Error
 
 if TYPE_CHECKING:
     from s2_spark.client import S2Client, S2Config
     from s2_spark.wire.records import DecodedBatch
 
 __all__ = ["S2Backend", "S2Settings", "seq_num_position"]
+
+log = logging.getLogger("s2_spark.s2")
 
 # One client (connection pool) per process and settings: Spark reuses Python workers, and
 # every task unpickles its own backend, so this spares a new connection per task.
@@ -136,6 +139,15 @@ class S2Backend(StreamBackend[int]):
 
     def latest(self, stream: str) -> int:
         return int(self._stream(stream).check_tail().seq_num)
+
+    def wait_for_data(self, stream: str, position: int, timeout: float) -> None:
+        """A unary read of one record at `position` with S2's `wait`: it returns as soon as
+        the record exists, or empty after `timeout` (whole seconds, rounded up)."""
+        try:
+            self._stream(stream).read(seq_num=position, count=1, wait=timeout,
+                                      include_headers=False)
+        except S2Error as exc:
+            log.debug("waiting for data in %s: %s", self.describe(stream), exc)
 
     def at_timestamp(self, stream: str, timestamp_ms: int) -> int:
         return self._first_at(stream, timestamp=timestamp_ms)

@@ -31,6 +31,8 @@ __all__ = ["RangeBatchReader", "RangeStreamReader", "stream_reader"]
 
 log = logging.getLogger("s2_spark.spark")
 
+#: Seconds the planner of an idle query waits for a record (see `_wait_if_idle`).
+IDLE_WAIT = 1.0
 _LOSS_HINT = "set the option failOnDataLoss=false to skip missing records and go on"
 
 
@@ -202,6 +204,7 @@ class RangeStreamReader(DataSourceStreamReader):
         # the next micro-batch when Spark does not pass it (PySpark < 4.2).
         self._planned: dict[str, Any] = {}
         self._initial: dict[str, Any] | None = None
+        self._idle = False  # the last plan found nothing new
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._options!r})"
@@ -259,6 +262,7 @@ class RangeStreamReader(DataSourceStreamReader):
     def _plan(self, start: dict[str, Any], *, max_records: int | None) -> dict[str, Any]:
         """The next end offset from `start`: all that is available, or a fair share of it."""
         backend = self._backend
+        self._wait_if_idle(start)
         tails = self._tails(start)
         self._reported = {**start, **tails}
         pending: dict[str, int] = {}
@@ -280,7 +284,19 @@ class RangeStreamReader(DataSourceStreamReader):
             elif n > 0:
                 end[stream] = backend.advance(begin[stream], n)
         self._planned = end
+        self._idle = end == start
         return end
+
+    def _wait_if_idle(self, start: dict[str, Any]) -> None:
+        """After a plan that found nothing new, wait up to IDLE_WAIT seconds for a record
+        before answering. Spark polls an idle query every few ms; this way the service sees
+        about one request a second instead, and a record that arrives ends the wait at once.
+        One named stream only: with several, waiting on one would delay the others."""
+        selection = self._options.selection
+        if not self._idle or self._available_now or len(start) != 1 or selection.prefix:
+            return
+        ((stream, position),) = start.items()
+        self._backend.wait_for_data(stream, position, IDLE_WAIT)
 
     def _on_truncated(
         self, stream: str, tail: Position, pos: Position, *, going_on: str
