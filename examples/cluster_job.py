@@ -29,6 +29,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--target-basin", required=True)
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--max-records-per-append", default="999")
+    parser.add_argument("--max-appends-in-flight", default="16")
     return parser.parse_args(argv)
 
 
@@ -50,6 +51,7 @@ def main(argv: list[str]) -> int:
         .option("basin", args.target_basin)
         .option("createStreams", "true")
         .option("maxRecordsPerAppend", args.max_records_per_append)
+        .option("maxAppendsInFlight", args.max_appends_in_flight)
         .option("checkpointLocation", args.checkpoint)
         .trigger(availableNow=True)
         .start()

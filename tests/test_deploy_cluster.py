@@ -104,8 +104,9 @@ def test_copy_survives_executor_kill_and_restarts_from_checkpoint(
             client.basin(source).create_stream(stream)
             fill(client, source, stream, records)
 
-        # Small appends make the batch long enough to be caught in the middle.
-        driver = submit(cluster, tmp_path, *args, "--max-records-per-append", "4")
+        # Small appends, two in flight, make the batch long enough to be caught mid-way.
+        driver = submit(cluster, tmp_path, *args, "--max-records-per-append", "4",
+                        "--max-appends-in-flight", "2")
         try:
             kill_one_executor_mid_batch(cluster, client, target, count, driver, tmp_path)
         finally:
