@@ -35,7 +35,11 @@ class ServiceError(S2SparkError):
     """A call to a service (S2 or Durable Streams) failed.
 
     `status` is the HTTP status (0 when none was received), `code` the service's error code
-    when it sent one; `retryable` says whether repeating the call may succeed.
+    when it sent one; `retryable` says whether repeating the call may succeed. For failures
+    in transit, `unsent` says the request provably never reached the server whole (so it
+    had no effect) and `stale_connection` that a pooled connection was found dead (closed
+    while idle), which says nothing about the service. `attempts` and `retried_for`
+    (seconds) tell how long the call was retried before this error was raised.
     """
 
     retryable: bool = False
@@ -45,6 +49,15 @@ class ServiceError(S2SparkError):
         self.message = message
         self.status = status
         self.code = code
+        self.unsent = False
+        self.stale_connection = False
+        self.attempts = 1
+        self.retried_for = 0.0
+
+    def amend(self, note: str) -> None:
+        """Add `note` to the message (it must never hold a credential)."""
+        self.message = f"{self.message}{note}"
+        self.args = (self.message,)
 
 
 class S2Error(ServiceError):
@@ -102,6 +115,11 @@ class RecordTooLargeError(BadRequestError):
         super().__init__(message, status=0, code="record_too_large")
         self.metered_bytes = metered_bytes
         self.limit = limit
+
+
+class TlsError(ServiceError):
+    """TLS with the service failed in a way retrying cannot fix: its certificate is not
+    trusted (a private CA: set the CA bundle option), or it refused ours."""
 
 
 class RateLimitedError(S2Error):

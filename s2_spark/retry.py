@@ -1,9 +1,12 @@
 """Retry policy and the retry loop shared by the S2 and Durable Streams clients.
 
 Protocol-neutral: an operation is retried when it failed with a `ServiceError` whose
-`retryable` flag is set, up to `RetryPolicy.max_attempts` consecutive failures, sleeping
-an exponential backoff with jitter between attempts. Resumable reads run one attempt at a
-time through `run_attempts`; whatever an attempt delivered resets the failure count.
+`retryable` flag is set, with exponential backoff and jitter, until `RetryPolicy.timeout`
+seconds have passed since its first failure without progress. Whatever an attempt
+delivers (records read, an append acknowledged) is progress and resets that budget, so a
+long read on a flaky network goes on as long as it keeps moving. A dead pooled connection
+(closed by a server or proxy while idle) is retried at once on another one and costs
+nothing. Resumable reads run one attempt at a time through `run_attempts`.
 """
 
 from __future__ import annotations
@@ -17,9 +20,17 @@ from dataclasses import dataclass
 from typing import Literal, Self, TypeVar
 
 from s2_spark._closeable import Closeable
+from s2_spark._http import POOL_LIMITS
 from s2_spark.errors import ServiceError
 
-__all__ = ["AttemptOutcome", "ResumableRead", "RetryLoop", "RetryPolicy", "run_attempts"]
+__all__ = [
+    "DEFAULT_RETRY_TIMEOUT",
+    "AttemptOutcome",
+    "ResumableRead",
+    "RetryLoop",
+    "RetryPolicy",
+    "run_attempts",
+]
 
 log = logging.getLogger("s2_spark.retry")
 
@@ -29,25 +40,38 @@ T = TypeVar("T")
 # (without backoff or counting a failure), or failed with an error to retry or raise.
 AttemptOutcome = Literal["done", "reconnect"] | ServiceError
 
+DEFAULT_RETRY_TIMEOUT = 120.0
+"""Seconds of retrying without progress before giving up (Kafka's delivery.timeout.ms)."""
+
+#: Dead pooled connections one operation may meet in a row: every idle one can be dead.
+_STALE_RETRIES = (POOL_LIMITS.max_keepalive_connections or 0) + 1
+
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """Exponential backoff with jitter: retry n waits min(initial * multiplier**n, max) plus
-    up to 50%.
+    """Retry transient failures until `timeout` seconds pass without progress.
 
-    `max_attempts` counts every attempt including the first, so 1 disables retries.
-    `initial_backoff` must be > 0 (a zero backoff would hammer a struggling server).
+    Retry n waits min(initial_backoff * multiplier**n, max_backoff) plus up to 50% jitter.
+    `timeout` counts from the first failure since the operation last made progress; 0
+    turns retries off. `max_attempts`, when set, also stops after that many consecutive
+    failed attempts (1 turns retries off). `initial_backoff` must be > 0 (a zero backoff
+    would hammer a struggling server).
     """
 
-    max_attempts: int = 5
+    max_attempts: int | None = None
     initial_backoff: float = 0.1
     max_backoff: float = 5.0
     multiplier: float = 2.0
+    timeout: float = DEFAULT_RETRY_TIMEOUT
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+        if self.max_attempts is not None and (
+            isinstance(self.max_attempts, bool)
+            or not isinstance(self.max_attempts, int)
+            or self.max_attempts < 1
+        ):
             raise ValueError(
-                f"RetryPolicy.max_attempts must be an int >= 1 (got {self.max_attempts!r})"
+                f"RetryPolicy.max_attempts must be None or an int >= 1 (got {self.max_attempts!r})"
             )
         if not self.initial_backoff > 0 or not math.isfinite(self.initial_backoff):
             raise ValueError(
@@ -63,6 +87,12 @@ class RetryPolicy:
             raise ValueError(
                 f"RetryPolicy.multiplier must be a finite number >= 1 (got {self.multiplier!r})"
             )
+        if (isinstance(self.timeout, bool) or not isinstance(self.timeout, int | float)
+                or not 0 <= self.timeout < math.inf):
+            raise ValueError(
+                f"RetryPolicy.timeout must be a finite number of seconds >= 0 "
+                f"(got {self.timeout!r})"
+            )
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait before retry number `attempt` (0 = first retry)."""
@@ -75,7 +105,7 @@ class RetryPolicy:
 
 
 class RetryLoop:
-    """Counts consecutive failures of one operation and waits out the backoff between them."""
+    """Tracks one operation's failures since its last progress and waits out the backoff."""
 
     def __init__(
         self,
@@ -86,22 +116,57 @@ class RetryLoop:
         self.policy = policy
         self.what = what
         self.failures = 0
+        self._since: float | None = None  # first failure since the last progress
+        self._stale = 0
         self._on_retry = on_retry
 
     def progressed(self) -> None:
-        """The operation delivered something: the next failure is a first failure again."""
+        """The operation delivered something: the retry budget starts over."""
         self.failures = 0
+        self._since = None
+        self._stale = 0
 
     def failed(self, err: ServiceError) -> None:
-        """Raise `err` if it may not be retried or attempts are used up; else back off."""
-        self.failures += 1
-        if not err.retryable or self.failures >= self.policy.max_attempts:
+        """Raise `err` if it may not be retried or the budget is spent; else back off."""
+        if not err.retryable:
             raise err
-        delay = self.policy.backoff(self.failures - 1)
+        if err.stale_connection and self._stale < _STALE_RETRIES:
+            self._stale += 1
+            log.debug("%s met a dead pooled connection; retrying at once", self.what)
+            if self._on_retry is not None:
+                self._on_retry(err, 0.0)
+            return
+        now = time.monotonic()
+        if self._since is None:
+            self._since = now
+        self.failures += 1
+        elapsed = now - self._since
+        policy = self.policy
+        if elapsed >= policy.timeout or (
+            policy.max_attempts is not None and self.failures >= policy.max_attempts
+        ):
+            raise self._gave_up(err, elapsed)
+        delay = min(policy.backoff(self.failures - 1), policy.timeout - elapsed)
         log.debug("%s retrying after %s in %.3fs", self.what, type(err).__name__, delay)
         if self._on_retry is not None:
             self._on_retry(err, delay)
         time.sleep(delay)
+
+    def _gave_up(self, err: ServiceError, elapsed: float) -> ServiceError:
+        """`err`, saying what was retried and for how long."""
+        err.attempts, err.retried_for = self.failures, elapsed
+        policy = self.policy
+        if policy.timeout == 0 or policy.max_attempts == 1:
+            err.amend("; not retried: retries are off (option retryTimeoutMs=0, or a "
+                      "RetryPolicy with timeout=0)")
+        elif policy.max_attempts is not None and self.failures >= policy.max_attempts:
+            err.amend(f"; gave up after {self.failures} attempts in {elapsed:.1f}s "
+                      f"(RetryPolicy.max_attempts={policy.max_attempts})")
+        else:
+            err.amend(f"; gave up after {self.failures} attempts in {elapsed:.1f}s without "
+                      f"progress (the retry timeout is {policy.timeout:g}s: raise option "
+                      "retryTimeoutMs or RetryPolicy.timeout to wait longer)")
+        return err
 
 
 def run_attempts(

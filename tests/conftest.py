@@ -10,12 +10,18 @@ import os
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+# The servers under test are on loopback: a proxy set in the machine's environment (the
+# clients honour HTTP_PROXY / HTTPS_PROXY) must not stand in between. Spark's workers
+# inherit this too.
+for _name in ("NO_PROXY", "no_proxy"):
+    os.environ[_name] = ",".join(filter(None, [os.environ.get(_name), "127.0.0.1", "localhost"]))
 
 
 @pytest.fixture(scope="session")
@@ -66,3 +72,34 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@dataclass(frozen=True)
+class Certs:
+    """PEM files made at test time: a CA, a server certificate it signed for 127.0.0.1 and
+    localhost (`server_cert`, `server_key`), a client certificate it signed (`client`: key
+    and chain in one file), and an unrelated CA."""
+
+    ca: str
+    server_cert: str
+    server_key: str
+    client: str
+    other_ca: str
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    import trustme
+
+    d = tmp_path_factory.mktemp("certs")
+    ca, other = trustme.CA(), trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    ca.cert_pem.write_to_path(str(d / "ca.pem"))
+    other.cert_pem.write_to_path(str(d / "other-ca.pem"))
+    for i, blob in enumerate(server.cert_chain_pems):
+        blob.write_to_path(str(d / "server.pem"), append=i > 0)
+    server.private_key_pem.write_to_path(str(d / "server.key"))
+    ca.issue_cert("spark-client@example.com").private_key_and_cert_chain_pem.write_to_path(
+        str(d / "client.pem"))
+    return Certs(str(d / "ca.pem"), str(d / "server.pem"), str(d / "server.key"),
+                 str(d / "client.pem"), str(d / "other-ca.pem"))

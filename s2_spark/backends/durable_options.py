@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from s2_spark._option_values import get, get_url, split_streams
+from s2_spark.backends.network_options import NetworkSettings, parse_network_options
 from s2_spark.backends.selection import StreamSelection
 from s2_spark.errors import OptionError
 
@@ -34,15 +35,18 @@ class DurableSettings:
 
     base_url: str | None = None
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    network: NetworkSettings = field(default_factory=NetworkSettings)
 
     def __repr__(self) -> str:
         names = [name for name, _ in self.headers]
-        return f"DurableSettings(base_url={self.base_url!r}, headers={names} (values hidden))"
+        return (f"DurableSettings(base_url={self.base_url!r}, headers={names} (values "
+                f"hidden), network={self.network!r})")
 
     def config(self) -> DurableConfig:
         from s2_spark.durable import DurableConfig
 
-        return DurableConfig(base_url=self.base_url, headers=dict(self.headers))
+        return DurableConfig(base_url=self.base_url, headers=dict(self.headers),
+                             retry=self.network.retry_policy(), tls=self.network.tls)
 
 
 def _secret_headers(raw: str) -> list[tuple[str, str]]:
@@ -70,7 +74,7 @@ def _secret_headers(raw: str) -> list[tuple[str, str]]:
 
 
 def parse_durable_connection(options: Mapping[str, str]) -> DurableSettings:
-    """`baseUrl` and the credential options, checked."""
+    """`baseUrl`, the credential and the network options, checked."""
     headers = dict(_secret_headers(get(options, "secretHeaders") or "{}"))
     token = get(options, "bearerToken")
     if token is not None:
@@ -85,7 +89,9 @@ def parse_durable_connection(options: Mapping[str, str]) -> DurableSettings:
             )
         headers["authorization"] = f"Bearer {token.strip()}"
     return DurableSettings(
-        base_url=get_url(options, "baseUrl"), headers=tuple(sorted(headers.items()))
+        base_url=get_url(options, "baseUrl"),
+        headers=tuple(sorted(headers.items())),
+        network=parse_network_options(options),
     )
 
 

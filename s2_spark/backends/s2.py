@@ -21,7 +21,9 @@ import pyarrow.compute as pc
 
 from s2_spark.backends._batches import coalesced, read_ahead
 from s2_spark.backends.base import DataLossHandler, ReadSettings, StreamBackend
-from s2_spark.errors import NotFoundError, ReadPastTailError, S2Error
+from s2_spark.backends.network_options import NetworkSettings
+from s2_spark.errors import NotFoundError, ReadPastTailError, S2SparkError
+from s2_spark.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from s2_spark.client import S2Client, S2Config
@@ -35,8 +37,10 @@ log = logging.getLogger("s2_spark.s2")
 # every task unpickles its own backend, so this spares a new connection per task.
 _CLIENTS: dict[S2Settings, S2Client] = {}
 _CLIENTS_LOCK = threading.Lock()
-#: Ranges up to this many records (one ReadBatch at most) start with a unary read.
+#: Ranges up to this many records (one ReadBatch at most) are read by unary reads.
 UNARY_RECORDS = 1000
+#: The idle wait's read: the planning after it retries what fails.
+_NO_RETRY = RetryPolicy(timeout=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,13 +52,14 @@ class S2Settings:
     endpoint: str | None = None
     account_endpoint: str | None = None
     basin_endpoint: str | None = None
+    network: NetworkSettings = field(default_factory=NetworkSettings)
 
     def __repr__(self) -> str:
         token = "None" if self.access_token is None else "'***'"
         return (
             f"S2Settings(basin={self.basin!r}, access_token={token}, "
             f"endpoint={self.endpoint!r}, account_endpoint={self.account_endpoint!r}, "
-            f"basin_endpoint={self.basin_endpoint!r})"
+            f"basin_endpoint={self.basin_endpoint!r}, network={self.network!r})"
         )
 
     def config(self) -> S2Config:
@@ -65,6 +70,8 @@ class S2Settings:
             endpoint=self.endpoint,
             account_endpoint=self.account_endpoint,
             basin_endpoint=self.basin_endpoint,
+            retry=self.network.retry_policy(),
+            tls=self.network.tls,
         )
 
 
@@ -142,11 +149,13 @@ class S2Backend(StreamBackend[int]):
 
     def wait_for_data(self, stream: str, position: int, timeout: float) -> None:
         """A unary read of one record at `position` with S2's `wait`: it returns as soon as
-        the record exists, or empty after `timeout` (whole seconds, rounded up)."""
+        the record exists, or empty after `timeout` (whole seconds, rounded up). Failures
+        are not retried (a dead pooled connection aside): the planning that follows
+        retries, and reports what stays broken."""
         try:
             self._stream(stream).read(seq_num=position, count=1, wait=timeout,
-                                      include_headers=False)
-        except S2Error as exc:
+                                      include_headers=False, retry=_NO_RETRY)
+        except S2SparkError as exc:
             log.debug("waiting for data in %s: %s", self.describe(stream), exc)
 
     def at_timestamp(self, stream: str, timestamp_ms: int) -> int:
@@ -185,19 +194,22 @@ class S2Backend(StreamBackend[int]):
         self, stream: str, start: int, end: int, settings: ReadSettings
     ) -> Iterator[DecodedBatch]:
         """The ReadBatches of [start, end). A small range (a streaming micro-batch near the
-        tail) takes one unary read, whose connection goes back to the pool, where a session
-        stopped at its count is closed; a session continues if S2's 1 MiB cap cut it short."""
+        tail) takes unary reads, whose connections go back to the pool, where a session
+        stopped at its count is closed; each continues after the last record the one
+        before delivered (S2's 1 MiB cap, or an answer cut short in transit)."""
         s = self._stream(stream)
         kept = {"include_command_records": settings.include_command_records,
                 "include_headers": settings.include_headers}
-        if end - start <= UNARY_RECORDS:
+        if end - start > UNARY_RECORDS:
+            with s.read_session(seq_num=start, count=end - start, **kept) as session:
+                yield from session
+            return
+        while start < end:
             decoded = s.read(seq_num=start, count=end - start, **kept)
             yield decoded
-            if decoded.last_seq_num is None or decoded.last_seq_num + 1 >= end:
+            if decoded.last_seq_num is None:
                 return
             start = decoded.last_seq_num + 1
-        with s.read_session(seq_num=start, count=end - start, **kept) as session:
-            yield from session
 
     def _frames(
         self,

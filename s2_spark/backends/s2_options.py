@@ -1,6 +1,7 @@
 """The `s2` format's connection and stream-selection options (no pyspark).
 
-Which basin, where it is served and how to authenticate; which streams to read. Shared by
+Which basin, where it is served, how to authenticate and what the network needs (retry
+budget, TLS); which streams to read. Shared by
 the reader and the writer. The token falls back to S2_ACCESS_TOKEN here, on the driver,
 so executors never depend on their environment.
 """
@@ -11,6 +12,7 @@ import os
 from collections.abc import Mapping
 
 from s2_spark._option_values import get, get_url, split_streams
+from s2_spark.backends.network_options import parse_network_options
 from s2_spark.backends.s2 import S2Settings
 from s2_spark.backends.selection import StreamSelection
 from s2_spark.errors import OptionError
@@ -50,6 +52,7 @@ def parse_s2_connection(options: Mapping[str, str], *, purpose: str) -> S2Settin
         endpoint=endpoint,
         account_endpoint=account_endpoint,
         basin_endpoint=basin_endpoint,
+        network=parse_network_options(options),
     )
 
 

@@ -49,11 +49,12 @@ from s2_spark.errors import (
     FencingTokenMismatchError,
     NotFoundError,
     RecordTooLargeError,
-    S2Error,
     S2SparkError,
     SeqNumMismatchError,
+    ServiceError,
     WriterFencedError,
 )
+from s2_spark.retry import RetryLoop
 from s2_spark.wire.appends import AppendBatch, encode_append_batches, encode_records
 
 if TYPE_CHECKING:
@@ -300,6 +301,8 @@ class StreamSink:
         self._progress = 0  # rows of this partition known to be in the stream
         self._known = False  # whether _progress is authoritative (set on first acquire)
         self.last_append = 0.0
+        # Appends per chain (halved after a chain that landed nothing, see _append_all).
+        self._window = max(1, min(settings.max_inflight_appends, MAX_INPUTS_PER_SESSION))
         # Results.
         self.appended = 0
         self.appends = 0
@@ -405,10 +408,13 @@ class StreamSink:
         Input k of a chain is conditioned on the token input k-1 sets (and on the tail),
         so nothing waits for acks: if one input fails its condition every later one does
         too. Acks say exactly which prefix landed; anything else is settled by reading
-        the token back (`_settle`), and the rest is sent again.
+        the token back (`_settle`), and the rest is sent again until the retry policy's
+        timeout passes without an append landing. A chain that fails without landing
+        anything halves the next one (a network that cuts long sessions still lets short
+        ones through); one that lands whole doubles it again, up to the in-flight bound.
         """
         done = 0
-        stalled = 0
+        loop = RetryLoop(self._stream.config.retry, f"appends to {self._what}")
         while done < len(batches):
             chain = self._chain(batches, done)
             res = self._stream.append_chain(
@@ -420,14 +426,15 @@ class StreamSink:
                 self._landed(link, ack)
             done += len(res.acks)
             if res.error is None:
+                self._window = min(self._window * 2, self.settings.max_inflight_appends)
                 continue
             settled = self._settle(chain[len(res.acks):], res.error)
             done += settled
-            stalled = 0 if res.acks or settled else stalled + 1
-            if stalled >= 5:
-                raise res.error
-            if stalled:
-                time.sleep(min(self.settings.poll_initial * 2**stalled, self.settings.poll_max))
+            if res.acks or settled:
+                loop.progressed()
+            else:
+                self._window = max(1, self._window // 2)
+                loop.failed(res.error)
 
     def _chain(self, batches: list[AppendBatch], first: int) -> list[_Link]:
         """The next appends to send together, within the in-flight bounds (at least one).
@@ -438,9 +445,7 @@ class StreamSink:
         """
         lease = self._lease
         assert lease is not None
-        limit = 1
-        if self._after_append is None:
-            limit = max(1, min(self.settings.max_inflight_appends, MAX_INPUTS_PER_SESSION))
+        limit = 1 if self._after_append is not None else self._window
         links: list[_Link] = []
         progress, condition, size = self._progress, self._last_token, 0
         for batch in batches[first:first + limit]:
@@ -474,7 +479,7 @@ class StreamSink:
         if self._after_append is not None:
             self._after_append(self)
 
-    def _settle(self, unacked: list[_Link], err: S2Error) -> int:
+    def _settle(self, unacked: list[_Link], err: ServiceError) -> int:
         """After `err` stopped a chain: how many of `unacked` landed (recorded here).
 
         The token names the last append that landed, since each sets its own. Raises
@@ -538,7 +543,7 @@ class StreamSink:
         from s2_spark.client import AppendRecord
 
         return self._stream.append([AppendRecord.fence(token, timestamp=0)],
-                                   fencing_token=current)
+                                   fencing_token=current, idempotent=True)
 
     def _probe(self) -> str:
         """The stream's current fencing token, learnt from a fence that cannot match."""

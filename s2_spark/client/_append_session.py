@@ -22,12 +22,13 @@ from urllib.parse import quote
 
 import httpx
 
+from s2_spark._http import Exchange
 from s2_spark._proto import s2_pb2
-from s2_spark.errors import FrameError, S2Error
+from s2_spark.errors import FrameError, S2Error, ServiceError
 from s2_spark.wire.frames import Compression, FrameDecoder, Message, encode_message
 
 from ._errors import error_from_body, error_from_status, error_from_transport
-from ._transport import Transport, is_unsent
+from ._transport import Transport, side_effect_free
 from ._types import AppendAck
 
 if TYPE_CHECKING:
@@ -42,14 +43,11 @@ _COMPRESSION = {"zstd": Compression.ZSTD, "gzip": Compression.GZIP, "none": Comp
 
 @dataclass(slots=True)
 class SessionResult:
-    """What one session achieved: acks for a prefix of the inputs, and the error if any.
-
-    `unsent` is true when the failure provably happened before anything was sent.
-    """
+    """What one session achieved: acks for a prefix of the inputs, and the error if any
+    (its `unsent` is true when the failure provably happened before anything was sent)."""
 
     acks: list[AppendAck]
-    error: S2Error | None = None
-    unsent: bool = False
+    error: ServiceError | None = None
 
 
 def _ack(raw: bytes) -> AppendAck:
@@ -93,26 +91,30 @@ def run_append_session(
         },
     )
     acks: list[AppendAck] = []
+    exchange = Exchange()
     try:
-        with transport.http.stream("POST", url, content=body, headers=headers) as resp:
+        with transport.http.stream("POST", url, content=body, headers=headers,
+                                   extensions=exchange.extensions) as resp:
             if resp.status_code != 200:
                 err = error_from_body(resp.status_code, resp.read(), target)
-                return SessionResult(acks, err, unsent=_no_effect(err))
+                err.unsent = side_effect_free(err)
+                return SessionResult(acks, err)
             decoder = FrameDecoder()
             for chunk in resp.iter_raw():
                 for frame in decoder.feed(chunk):
                     if isinstance(frame, Message):
                         acks.append(_ack(frame.body))
                         continue
-                    err = error_from_status(frame.status, frame.error(), target)
-                    return SessionResult(acks, err, unsent=False)
+                    return SessionResult(acks, error_from_status(frame.status, frame.error(),
+                                                                 target))
                 if len(acks) == len(batches):
                     return SessionResult(acks)
             decoder.finish()
     except httpx.TransportError as exc:
-        err = error_from_transport(exc, target, "append session")
-        err.__cause__ = exc
-        return SessionResult(acks, err, unsent=not acks and is_unsent(exc))
+        failure = error_from_transport(exc, target, "append session", exchange, streamed=True)
+        failure.__cause__ = exc
+        failure.unsent = failure.unsent and not acks
+        return SessionResult(acks, failure)
     except FrameError as exc:
         return SessionResult(
             acks, S2Error(f"append session of {target} got malformed S2S data: {exc}")
@@ -152,7 +154,3 @@ def _session_body(
         if match is not None:
             match += b.count
     return b"".join(frames)
-
-
-def _no_effect(err: S2Error) -> bool:
-    return err.status == 429 or (err.status == 502 and err.code == "hot_server")

@@ -11,9 +11,16 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from s2_spark._http import TlsConfig
 from s2_spark.retry import RetryPolicy
 
-__all__ = ["DEFAULT_ACCOUNT_ENDPOINT", "DEFAULT_BASIN_ENDPOINT", "RetryPolicy", "S2Config"]
+__all__ = [
+    "DEFAULT_ACCOUNT_ENDPOINT",
+    "DEFAULT_BASIN_ENDPOINT",
+    "RetryPolicy",
+    "S2Config",
+    "TlsConfig",
+]
 
 _ACCEPT_ENCODING = {"zstd": "zstd, gzip", "gzip": "gzip", "none": "identity"}
 DEFAULT_ACCOUNT_ENDPOINT = "https://a.s2.dev"
@@ -41,6 +48,11 @@ class S2Config:
     * otherwise S2 cloud: `account_endpoint` (default https://a.s2.dev) and
       `basin_endpoint` (default https://{basin}.b.s2.dev; "{basin}" is substituted, and
       without it the basin is sent in the `S2-Basin` header).
+    * `retry`: how transient failures are retried (until `retry.timeout` seconds pass
+      without progress; 120 s by default).
+    * `tls`: a private CA bundle or a client certificate (`TlsConfig`); by default the
+      CAs httpx trusts, `SSL_CERT_FILE` / `SSL_CERT_DIR` when set. Proxies come from
+      `HTTPS_PROXY` / `HTTP_PROXY` / `NO_PROXY`.
     * `compression`: how S2S sessions compress frames. zstd (then gzip) saves bandwidth
       to S2 cloud; on loopback it only costs CPU on both ends (a 1M-record catch-up read
       ran ~5x slower with zstd). "auto" (default): none for a loopback endpoint
@@ -56,6 +68,7 @@ class S2Config:
     session_idle_timeout: float = 20.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     compression: Literal["auto", "zstd", "gzip", "none"] = "auto"
+    tls: TlsConfig | None = None
 
     def __post_init__(self) -> None:
         if self.compression not in ("auto", "zstd", "gzip", "none"):
@@ -73,6 +86,8 @@ class S2Config:
             _check_timeout(name, getattr(self, name))
         if not isinstance(self.retry, RetryPolicy):
             raise ValueError(f"S2Config.retry must be a RetryPolicy (got {self.retry!r})")
+        if self.tls is not None and not isinstance(self.tls, TlsConfig):
+            raise ValueError(f"S2Config.tls must be a TlsConfig or None (got {self.tls!r})")
 
     def __repr__(self) -> str:
         token = "None" if self.access_token is None else "'***'"

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from s2_spark._http import Exchange, transport_error
 from s2_spark.errors import (
     AlreadyExistsError,
     BadRequestError,
@@ -21,6 +22,7 @@ from s2_spark.errors import (
     ReadPastTailError,
     S2Error,
     SeqNumMismatchError,
+    ServiceError,
     UnauthorizedError,
     UnavailableError,
 )
@@ -124,23 +126,17 @@ def error_from_status(status: int, info: dict[str, Any], target: str) -> S2Error
     return S2Error(f"S2 answered HTTP {status} for {target}{where}{said}", status=status, code=code)
 
 
-def error_from_transport(exc: Exception, target: str, what: str = "request") -> UnavailableError:
-    """Wrap an httpx transport failure (connect, timeout, reset) as retryable."""
-    kind = type(exc).__name__
-    return UnavailableError(
-        f"{what} for {target} failed in transit ({kind}); the server may be down or "
-        "unreachable: check the endpoint and retry",
-        status=0,
-        code=_transport_code(exc),
-    )
-
-
-def _transport_code(exc: Exception) -> str:
-    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-        return "connect_failed"
-    if isinstance(exc, httpx.TimeoutException):
-        return "timeout"
-    return "transport"
+def error_from_transport(
+    exc: httpx.TransportError,
+    target: str,
+    what: str = "request",
+    exchange: Exchange | None = None,
+    *,
+    streamed: bool = False,
+) -> ServiceError:
+    """An httpx transport failure: retryable `UnavailableError` (with `unsent` and
+    `stale_connection` from the exchange's trace), or `TlsError` for TLS misconfiguration."""
+    return transport_error(exc, exchange, target, what, UnavailableError, streamed=streamed)
 
 
 def is_retryable(exc: BaseException) -> bool:

@@ -4,7 +4,8 @@ Each data frame becomes one DecodedBatch. Progress (next seq_num, records and me
 delivered) is tracked per frame, so a reconnect resumes at the first undelivered record
 with count/bytes reduced by what was delivered: every record is delivered exactly once.
 Silence longer than `session_idle_timeout` (no data, no heartbeat) is a dead session; like
-transport failures and retryable terminal frames it costs one retry attempt. A frame
+transport failures and retryable terminal frames it is retried until the retry policy's
+timeout passes without a frame. A frame
 flagged "reconnect advised" is delivered, then the session reconnects without backoff.
 """
 
@@ -18,6 +19,7 @@ from urllib.parse import quote
 
 import httpx
 
+from s2_spark._http import Exchange
 from s2_spark.errors import (
     FrameError,
     Position,
@@ -122,12 +124,7 @@ class ReadSession(ResumableRead["DecodedBatch"]):
                 "accept-encoding": cfg.session_accept_encoding(self.basin),
             },
         )
-        self._timeout = httpx.Timeout(
-            connect=cfg.connect_timeout,
-            read=cfg.session_idle_timeout,
-            write=cfg.request_timeout,
-            pool=cfg.request_timeout,
-        )
+        self._timeout = self._t.timeout(cfg.session_idle_timeout)
         self._first_connect = True
         self._last_advised: float | None = None
         self._last_progress = time.monotonic()
@@ -146,9 +143,11 @@ class ReadSession(ResumableRead["DecodedBatch"]):
             return "done"
         was_first, self._first_connect = self._first_connect, False
         outcome: AttemptOutcome | Literal["ended"]
+        exchange = Exchange()
         try:
             with self._t.http.stream(
-                "GET", self._url, params=params, headers=self._headers, timeout=self._timeout
+                "GET", self._url, params=params, headers=self._headers, timeout=self._timeout,
+                extensions=exchange.extensions,
             ) as resp:
                 if resp.status_code != 200:
                     outcome = error_from_body(resp.status_code, resp.read(), self._target)
@@ -164,7 +163,7 @@ class ReadSession(ResumableRead["DecodedBatch"]):
             )
             outcome.__cause__ = exc
         except httpx.TransportError as exc:
-            outcome = error_from_transport(exc, self._target, "read session")
+            outcome = error_from_transport(exc, self._target, "read session", exchange)
             outcome.__cause__ = exc
         except FrameError as exc:
             raise S2Error(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -11,12 +10,14 @@ from s2_spark._proto import s2_pb2
 from s2_spark.errors import (
     BadRequestError,
     Position,
-    S2Error,
     SeqNumMismatchError,
+    ServiceError,
     UnavailableError,
 )
+from s2_spark.retry import RetryLoop, RetryPolicy
 
 from ._append_session import MAX_INPUTS_PER_SESSION, SessionResult, run_append_session
+from ._config import S2Config
 from ._encode import encode_append_records
 from ._params import check_u64, read_params
 from ._read_session import ReadSession
@@ -55,6 +56,11 @@ class StreamClient:
     def __repr__(self) -> str:
         return f"StreamClient(basin={self.basin!r}, stream={self.name!r})"
 
+    @property
+    def config(self) -> S2Config:
+        """The client's configuration (retry policy, timeouts, endpoints)."""
+        return self._t.config
+
     # -- reads ------------------------------------------------------------------------------
 
     def check_tail(self) -> Position:
@@ -76,14 +82,17 @@ class StreamClient:
         wait: float | None = None,
         include_command_records: bool = True,
         include_headers: bool = True,
+        retry: RetryPolicy | None = None,
     ) -> DecodedBatch:
         """One unary read (protobuf): at most 1000 records / 1 MiB, decoded to Arrow.
 
         A unary read is always bounded, so starting at the tail (or, with `clamp`, beyond
         it) raises ReadPastTailError unless `wait` (seconds, S2 caps it at 60) lets records
-        arrive; an empty batch then means none did.
+        arrive; an empty batch then means none did. An answer cut short in transit returns
+        the records that arrived whole (like the 1 MiB cap, fewer than asked for); it is
+        asked for again only when not one did. `retry` overrides the client's policy.
         """
-        from s2_spark.wire.records import decode_read_batch
+        from s2_spark.wire.records import decode_read_batch, read_batch_prefix
 
         params = read_params(
             seq_num=seq_num,
@@ -103,6 +112,8 @@ class StreamClient:
             params=params,
             headers={"accept": "application/protobuf"},
             extra_read_time=float(params.get("wait", 0)),
+            salvage=read_batch_prefix,
+            policy=retry,
         )
         return decode_read_batch(
             resp.content,
@@ -161,13 +172,16 @@ class StreamClient:
         *,
         match_seq_num: int | None = None,
         fencing_token: str | None = None,
+        idempotent: bool = False,
     ) -> AppendAck:
         """Append one batch (1-1000 records, <= 1 MiB metered) atomically.
 
-        Retries: only when a retry cannot duplicate records, i.e. the failure happened
-        before the request was sent (connect errors, 429, 502 hot_server, 503 unavailable)
-        or `match_seq_num` is set (a repeated attempt then fails with 412 instead of
-        appending twice). Other failures raise UnavailableError saying the outcome is unknown.
+        Retries: only when a retry cannot duplicate records, i.e. the request provably
+        never arrived whole (connect errors, a body cut before its end, 429, 502
+        hot_server, 503 unavailable), `match_seq_num` is set (a repeated attempt then fails
+        with 412 instead of appending twice), or `idempotent` says a repeat is harmless
+        (command records: setting a token twice, trimming twice). Other failures raise
+        UnavailableError saying the outcome is unknown.
         """
         records = list(records)
         if not records:
@@ -185,7 +199,8 @@ class StreamClient:
                 f"{MAX_BATCH_BYTES} (1 MiB): use append_many to split it"
             )
         return self.append_payload(
-            batches[0], match_seq_num=match_seq_num, fencing_token=fencing_token
+            batches[0], match_seq_num=match_seq_num, fencing_token=fencing_token,
+            idempotent=idempotent,
         )
 
     def append_payload(
@@ -194,18 +209,20 @@ class StreamClient:
         *,
         match_seq_num: int | None = None,
         fencing_token: str | None = None,
+        idempotent: bool = False,
     ) -> AppendAck:
         """Append a batch pre-encoded by `s2_spark.wire.appends` (same retry rules as
-        `append`). If a retry with `match_seq_num` meets 412 after an attempt whose outcome
-        was unknown, the records are read back: if they are ours, the append succeeded."""
+        `append`; `idempotent` says a repeat is harmless, as for command records). If a
+        retry with `match_seq_num` meets 412 after an attempt whose outcome was unknown,
+        the records are read back: if they are ours, the append succeeded."""
         if match_seq_num is not None:
             check_u64("match_seq_num", match_seq_num)
         body = batch.to_append_input(match_seq_num, fencing_token)
         ambiguous = False
 
-        def note(err: S2Error, unsent: bool) -> None:
+        def note(err: ServiceError) -> None:
             nonlocal ambiguous
-            ambiguous = ambiguous or not unsent
+            ambiguous = ambiguous or not err.unsent
 
         try:
             resp = self._t.request(
@@ -215,7 +232,7 @@ class StreamClient:
                 target=self._target,
                 content=body,
                 headers=_PROTO_HEADERS,
-                retry="always" if match_seq_num is not None else "unsent",
+                retry="always" if match_seq_num is not None or idempotent else "unsent",
                 on_retry=note,
             )
         except SeqNumMismatchError as e:
@@ -269,12 +286,11 @@ class StreamClient:
             return self.append_payload(
                 batches[0], match_seq_num=match_seq_num, fencing_token=fencing_token
             )
-        policy = self._t.config.retry
+        loop = RetryLoop(self._t.config.retry, f"append_batches to {self._target}")
         first: AppendAck | None = None
         last: AppendAck | None = None
         next_match = match_seq_num
         done = 0
-        failures = 0
         ambiguous = False
         while done < len(batches):
             chunk = batches[done : done + MAX_INPUTS_PER_SESSION]
@@ -291,7 +307,7 @@ class StreamClient:
                 last = ack
             done += len(res.acks)
             if res.acks:
-                failures = 0
+                loop.progressed()
                 if next_match is not None:
                     next_match = res.acks[-1].end.seq_num
             err = res.error
@@ -318,16 +334,12 @@ class StreamClient:
                     done += len(acks)
                     next_match = err.expected_seq_num
                     ambiguous = False
+                    loop.progressed()
                     continue
-            ambiguous = ambiguous or not res.unsent
-            failures += 1
-            safe = next_match is not None or res.unsent
-            if err.retryable and safe and failures < policy.max_attempts:
-                time.sleep(policy.backoff(failures - 1))
-                continue
-            records_done = sum(b.count for b in batches[:done])
-            total = sum(b.count for b in batches)
-            if err.retryable and not safe:
+            ambiguous = ambiguous or not err.unsent
+            if err.retryable and next_match is None and not err.unsent:
+                records_done = sum(b.count for b in batches[:done])
+                total = sum(b.count for b in batches)
                 raise UnavailableError(
                     f"{err.message}. {records_done} of {total} records were acknowledged "
                     f"before the failure; the outcome of the next batch is unknown, so it was "
@@ -336,7 +348,7 @@ class StreamClient:
                     status=err.status,
                     code=err.code,
                 ) from err
-            raise err
+            loop.failed(err)
         assert first is not None and last is not None
         return AppendAck(first.start, last.end, last.tail)
 
@@ -353,8 +365,9 @@ class StreamClient:
 
         Returns the acks of the prefix that landed and the error that stopped the rest. A
         failure provably before sending (connect error, 429, 502 hot_server) is retried
-        under the config's retry policy; any other outcome is returned, not retried: only
-        the caller knows how to settle it (for example by reading the fencing token back).
+        under the config's retry policy (raising once it gives up); any other outcome is
+        returned, not retried: only the caller knows how to settle it (for example by
+        reading the fencing token back).
         """
         if not batches or len(batches) > MAX_INPUTS_PER_SESSION:
             raise BadRequestError(
@@ -363,25 +376,28 @@ class StreamClient:
             )
         if match_seq_num is not None:
             check_u64("match_seq_num", match_seq_num)
-        policy = self._t.config.retry
-        attempt = 0
+        loop = RetryLoop(self._t.config.retry, f"append session of {self._target}")
         while True:
             res = run_append_session(
                 self._t, self.basin, self.name, batches,
                 match_seq_num=match_seq_num, fencing_tokens=fencing_tokens,
             )
-            attempt += 1
             err = res.error
-            if err is None or not (res.unsent and err.retryable) or attempt >= policy.max_attempts:
+            if err is None or not (err.unsent and err.retryable):
                 return res
-            time.sleep(policy.backoff(attempt - 1))
+            loop.failed(err)
 
     def fence(
         self, token: str, *, fencing_token: str | None = None, match_seq_num: int | None = None
     ) -> AppendAck:
-        """Set the stream's fencing token (a `fence` command record; "" clears it)."""
+        """Set the stream's fencing token (a `fence` command record; "" clears it).
+
+        Retried like a read: setting a token twice is harmless, and a repeat conditioned on
+        `fencing_token` after the first attempt landed fails with FencingTokenMismatchError
+        naming `token`."""
         return self.append(
-            [AppendRecord.fence(token)], fencing_token=fencing_token, match_seq_num=match_seq_num
+            [AppendRecord.fence(token)], fencing_token=fencing_token,
+            match_seq_num=match_seq_num, idempotent=True,
         )
 
     def trim(
@@ -391,9 +407,11 @@ class StreamClient:
         fencing_token: str | None = None,
         match_seq_num: int | None = None,
     ) -> AppendAck:
-        """Ask S2 to drop records before `earliest_seq_num` (a `trim` command record)."""
+        """Ask S2 to drop records before `earliest_seq_num` (a `trim` command record;
+        retried like a read, since trimming twice is harmless)."""
         return self.append(
             [AppendRecord.trim(earliest_seq_num)],
             fencing_token=fencing_token,
             match_seq_num=match_seq_num,
+            idempotent=True,
         )

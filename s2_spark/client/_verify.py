@@ -39,6 +39,8 @@ def landed_batches(
     tail_seq: int,
 ) -> list[AppendAck] | None:
     """Acks for the first k batches if records [start_seq, tail_seq) are exactly them."""
+    from s2_spark.wire.records import read_batch_prefix
+
     total = tail_seq - start_seq
     k, covered = 0, 0
     while covered < total and k < len(batches):
@@ -57,6 +59,7 @@ def landed_batches(
             target=target,
             params={"seq_num": start_seq + len(got), "count": min(1000, total - len(got))},
             headers={"accept": "application/protobuf"},
+            salvage=read_batch_prefix,
         )
         records = s2_pb2.ReadBatch.FromString(resp.content).records
         if not records:

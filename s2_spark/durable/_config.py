@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from s2_spark._http import TlsConfig
 from s2_spark.retry import RetryPolicy
 
 __all__ = ["DurableConfig"]
@@ -29,6 +30,11 @@ class DurableConfig:
       from repr and never quoted in errors.
     * `live_timeout`: read timeout of long-poll and SSE requests; must exceed the server's
       long-poll wait (30 s for the reference server) and its SSE keep-alive interval.
+    * `retry`: how transient failures are retried (until `retry.timeout` seconds pass
+      without progress; 120 s by default).
+    * `tls`: a private CA bundle or a client certificate (`TlsConfig`); by default the
+      CAs httpx trusts, `SSL_CERT_FILE` / `SSL_CERT_DIR` when set. Proxies come from
+      `HTTPS_PROXY` / `HTTP_PROXY` / `NO_PROXY`.
     * `compression`: ask for gzip-compressed reads. Off by default: on loopback and fast
       networks it only costs CPU on both ends.
     """
@@ -40,6 +46,7 @@ class DurableConfig:
     live_timeout: float = 75.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     compression: bool = False
+    tls: TlsConfig | None = None
 
     def __post_init__(self) -> None:
         if self.base_url is not None and (
@@ -62,6 +69,8 @@ class DurableConfig:
             _positive(name, getattr(self, name))
         if not isinstance(self.retry, RetryPolicy):
             raise ValueError(f"DurableConfig.retry must be a RetryPolicy (got {self.retry!r})")
+        if self.tls is not None and not isinstance(self.tls, TlsConfig):
+            raise ValueError(f"DurableConfig.tls must be a TlsConfig or None (got {self.tls!r})")
 
     def stream_url(self, stream: str) -> str:
         """The absolute URL of a stream given as a URL or as a path under `base_url`."""

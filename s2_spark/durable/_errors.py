@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import httpx
 
+from s2_spark._http import Exchange, transport_error
 from s2_spark.errors import (
     DurableStreamsError,
     MalformedResponseError,
     OffsetGoneError,
     SequenceGapError,
+    ServiceError,
     StaleEpochError,
     StreamBadRequestError,
     StreamClosedError,
@@ -113,13 +115,17 @@ def error_from_response(
     )
 
 
-def error_from_transport(exc: Exception, target: str, what: str) -> StreamUnavailableError:
-    """Wrap an httpx transport failure (connect, timeout, reset, truncated body)."""
-    err = StreamUnavailableError(
-        f"{what} for {target} failed in transit ({type(exc).__name__}); the server may be "
-        "down or unreachable: check the URL and retry",
-        status=0,
-        code="transport",
-    )
+def error_from_transport(
+    exc: httpx.TransportError,
+    target: str,
+    what: str,
+    exchange: Exchange | None = None,
+    *,
+    streamed: bool = False,
+) -> ServiceError:
+    """An httpx transport failure (connect, timeout, reset, truncated body): retryable
+    `StreamUnavailableError` (with `unsent` / `stale_connection`), or `TlsError`."""
+    err = transport_error(exc, exchange, target, what, StreamUnavailableError,
+                          streamed=streamed)
     err.__cause__ = exc
     return err

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import httpx
 import pyarrow as pa
 
+from s2_spark._http import Exchange
 from s2_spark.errors import DurableStreamsError, MalformedResponseError
 from s2_spark.retry import AttemptOutcome, ResumableRead, RetryLoop, run_attempts
 from s2_spark.wire.durable import (
@@ -247,9 +248,11 @@ class StreamReader(ResumableRead[ReadChunk]):
         if self.cursor:
             params["cursor"] = self.cursor
         headers = {**self._headers, "accept": "text/event-stream"}
+        exchange = Exchange()
         try:
             with self._t.stream(
-                self._url, params=params, headers=headers, read=self._t.config.live_timeout
+                self._url, params=params, headers=headers, read=self._t.config.live_timeout,
+                exchange=exchange,
             ) as resp:
                 if resp.status_code != 200:
                     resp.read()
@@ -260,7 +263,7 @@ class StreamReader(ResumableRead[ReadChunk]):
                 base64 = resp.headers.get("stream-sse-data-encoding", "").lower() == "base64"
                 yield from self._sse_events(resp, base64, loop)
         except httpx.TransportError as exc:
-            return error_from_transport(exc, self._target, "SSE read")
+            return error_from_transport(exc, self._target, "SSE read", exchange)
         return "done" if self.closed else "reconnect"
 
     def _sse_events(
@@ -380,9 +383,10 @@ class PieceReader(ResumableRead[ReadPiece]):
         """One answer, piece by piece."""
         if self.closed or self.up_to_date:
             return "done"
+        exchange = Exchange()
         try:
             with self._t.stream(self._url, params={"offset": self.offset}, headers=self._headers,
-                                read=self._t.config.request_timeout) as resp:
+                                read=self._t.config.request_timeout, exchange=exchange) as resp:
                 if resp.status_code not in (200, 204):
                     resp.read()
                     err = error_from_response(resp, self._target, self.offset)
@@ -391,7 +395,7 @@ class PieceReader(ResumableRead[ReadPiece]):
                     raise err
                 yield from self._pieces(resp, loop)
         except httpx.TransportError as exc:
-            return error_from_transport(exc, self._target, "read")
+            return error_from_transport(exc, self._target, "read", exchange)
         return "reconnect"
 
     def _pieces(self, resp: httpx.Response, loop: RetryLoop) -> Generator[ReadPiece, None, None]:

@@ -7,7 +7,8 @@ from typing import Any, Literal
 
 import httpx
 
-from s2_spark.errors import DurableStreamsError
+from s2_spark._http import Exchange, http_client
+from s2_spark.errors import ServiceError
 from s2_spark.retry import RetryLoop
 
 from ._config import DurableConfig
@@ -22,10 +23,6 @@ RetryMode = Literal["always", "unsent", "never"]
 _USER_AGENT = "s2-spark/0.1 (httpx; durable-streams)"
 
 
-def _unsent(exc: BaseException) -> bool:
-    return isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
-
-
 class Transport:
     """Sends requests to stream URLs with the config's headers, timeouts and retries."""
 
@@ -33,13 +30,11 @@ class Transport:
         self, config: DurableConfig, http_transport: httpx.BaseTransport | None = None
     ) -> None:
         self.config = config
-        self.http = httpx.Client(
-            transport=http_transport,
+        self.http = http_client(
             timeout=self.timeout(config.request_timeout),
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
             headers={"user-agent": _USER_AGENT, **config.headers},
-            follow_redirects=False,
-            trust_env=False,
+            tls=config.tls,
+            transport=http_transport,
         )
 
     def __reduce__(self) -> tuple[type[Transport], tuple[DurableConfig]]:
@@ -71,9 +66,10 @@ class Transport:
     ) -> httpx.Response:
         """Send one request, retrying retryable failures that `retry` allows."""
         loop = RetryLoop(self.config.retry, f"{method} {target}")
+        timeout = self.timeout(read_timeout or self.config.request_timeout)
         while True:
-            unsent = False
-            err: DurableStreamsError
+            err: ServiceError
+            exchange = Exchange()
             try:
                 resp = self.http.request(
                     method,
@@ -81,30 +77,37 @@ class Transport:
                     headers=headers,
                     content=content,
                     params=params,
-                    timeout=self.timeout(read_timeout or self.config.request_timeout),
+                    timeout=timeout,
+                    extensions=exchange.extensions,
                 )
             except httpx.TransportError as exc:
-                unsent = _unsent(exc)
-                err = error_from_transport(exc, target, f"{method} request")
+                err = error_from_transport(exc, target, f"{method} request", exchange)
             else:
                 if resp.status_code in ok:
                     return resp
                 err = error_from_response(resp, target, offset)
-                unsent = resp.status_code == 429
-            if retry == "never" or (retry == "unsent" and not unsent):
+                err.unsent = resp.status_code == 429
+            if retry == "never" or (retry == "unsent" and not err.unsent):
                 if err.retryable and method == "POST":
-                    err.message += (
+                    err.amend(
                         "; the append may or may not have been applied, so it was not retried "
                         "(that could duplicate data): use an IdempotentProducer for safe retries"
                     )
-                    err.args = (err.message,)
                 raise err
             loop.failed(err)
 
     def stream(
-        self, url: str, *, params: Mapping[str, Any], headers: Mapping[str, str], read: float
+        self,
+        url: str,
+        *,
+        params: Mapping[str, Any],
+        headers: Mapping[str, str],
+        read: float,
+        exchange: Exchange,
     ) -> Any:
-        """A streaming GET (the caller enters it as a context manager)."""
+        """A streaming GET (the caller enters it as a context manager), traced by
+        `exchange`."""
         return self.http.stream(
-            "GET", url, params=params, headers=headers, timeout=self.timeout(read)
+            "GET", url, params=params, headers=headers, timeout=self.timeout(read),
+            extensions=exchange.extensions,
         )

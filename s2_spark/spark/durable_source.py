@@ -98,6 +98,15 @@ class DurableStreamsDataSource(RangeDataSource):
     * ``failOnDataLoss`` (default ``true``): a planned range that is gone (410 Gone after
       retention, a deleted stream) fails the query naming the stream; ``false`` logs a
       warning and reads on from the first retained message.
+    * ``retryTimeoutMs`` (default 120000): how long a failing request is retried, with
+      backoff and jitter, without progress (records delivered, appends acknowledged start
+      it over) before the task or plan fails; ``0`` turns retries off. Dead pooled
+      connections are retried at once and never count.
+    * ``sslCaFile``: a PEM bundle of CA certificates to trust (a private CA);
+      ``sslCertFile`` / ``sslKeyFile`` / ``sslKeyPassword``: a client certificate where the
+      service requires one. Paths must be readable on every node; Spark redacts the
+      password. Proxies and CA bundles from the environment (``HTTPS_PROXY``,
+      ``NO_PROXY``, ``SSL_CERT_FILE``) are honoured on every node.
 
     Streaming reads need PySpark 4.2+ (see ``streamReader``); batch reads and writes work on
     every PySpark 4.x.

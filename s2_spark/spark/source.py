@@ -130,6 +130,15 @@ class S2DataSource(RangeDataSource):
     * ``failOnDataLoss`` (default ``true``): records of a planned range that were trimmed,
       or a stream deleted, fail the query naming the stream and missing seq_num range;
       ``false`` logs a warning and goes on.
+    * ``retryTimeoutMs`` (default 120000): how long a failing request is retried, with
+      backoff and jitter, without progress (records delivered, appends acknowledged start
+      it over) before the task or plan fails; ``0`` turns retries off. Dead pooled
+      connections are retried at once and never count.
+    * ``sslCaFile``: a PEM bundle of CA certificates to trust (a private CA);
+      ``sslCertFile`` / ``sslKeyFile`` / ``sslKeyPassword``: a client certificate where the
+      service requires one. Paths must be readable on every node; Spark redacts the
+      password. Proxies and CA bundles from the environment (``HTTPS_PROXY``,
+      ``NO_PROXY``, ``SSL_CERT_FILE``) are honoured on every node.
 
     Writing (``df.write`` with ``mode("append")``, ``df.writeStream`` with a checkpoint)
     takes input columns ``body`` (binary or string, required), ``headers`` (the reader's
@@ -143,6 +152,8 @@ class S2DataSource(RangeDataSource):
     * ``maxRecordsPerAppend`` (1..999, default 999): records per append request.
     * ``leaseTimeoutMs`` (default 120000): how long a task waits for another task of the
       same micro-batch that holds a target stream without appending before taking over.
+    * ``maxAppendsInFlight`` (1..256, default 16): appends sent in one S2S session before
+      their acknowledgements are read.
 
     Writes are exactly-once across task retries and query restarts (see the README): each
     append carries a fence record with the writer's progress, conditioned on the previous

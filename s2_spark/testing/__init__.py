@@ -13,8 +13,12 @@ serve HTTP/1.1 and h2c (HTTP/2 with prior knowledge, what s2-sdk speaks over
 The API follows S2's OpenAPI spec and s2-lite's behaviour: basins and streams, appends
 (JSON, protobuf, S2S sessions), reads (JSON, protobuf, SSE, S2S sessions), check tail,
 command records, retention and access-token checks (`token=`).
+
+`TcpProxy` sits between a client and a server and cuts or resets connections the way
+flaky networks do, for fault-injection tests.
 """
 
-from s2_spark.testing._server import LocalS2Server, ServerProcess
+from s2_spark.testing._proxy import TcpProxy
+from s2_spark.testing._server import LocalS2Server, ServerProcess, ServerTls
 
-__all__ = ["LocalS2Server", "ServerProcess"]
+__all__ = ["LocalS2Server", "ServerProcess", "ServerTls", "TcpProxy"]

@@ -1,4 +1,5 @@
-"""CLI: `python -m s2_spark.testing --host H --port P [--data-dir D] [--token T]`.
+"""CLI: `python -m s2_spark.testing --host H --port P [--data-dir D] [--token T]
+[--tls-cert CERT --tls-key KEY [--tls-client-ca CA]]`.
 
 Prints the server URL on its own line once it accepts connections. The token may also
 come from the S2_LOCAL_SERVER_TOKEN environment variable (kept out of `ps` output).
@@ -9,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from s2_spark.testing._server import serve_forever
+from s2_spark.testing._server import ServerTls, serve_forever
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -21,7 +22,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-dir", default=None, help="journal directory (default: memory)")
     parser.add_argument("--token", default=None, help="require `Authorization: Bearer TOKEN`")
     parser.add_argument("--heartbeat-interval", type=float, default=5.0)
+    parser.add_argument("--tls-cert", default=None, help="serve HTTPS with this PEM chain")
+    parser.add_argument("--tls-key", default=None, help="the private key of --tls-cert")
+    parser.add_argument("--tls-client-ca", default=None,
+                        help="require client certificates signed by a CA in this PEM file")
     args = parser.parse_args(argv)
+    if (args.tls_cert is None) != (args.tls_key is None):
+        parser.error("--tls-cert and --tls-key go together")
+    if args.tls_client_ca is not None and args.tls_cert is None:
+        parser.error("--tls-client-ca needs --tls-cert and --tls-key")
+    tls = (None if args.tls_cert is None
+           else ServerTls(args.tls_cert, args.tls_key, args.tls_client_ca))
     token = args.token if args.token is not None else os.environ.get("S2_LOCAL_SERVER_TOKEN")
     serve_forever(
         args.host,
@@ -29,6 +40,7 @@ def main(argv: list[str] | None = None) -> None:
         data_dir=args.data_dir,
         token=token,
         heartbeat_interval=args.heartbeat_interval,
+        tls=tls,
     )
 
 

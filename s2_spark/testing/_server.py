@@ -1,7 +1,8 @@
 """Running the local S2 server: in a background thread, or as a child process.
 
 Both serve HTTP/1.1 and HTTP/2 cleartext (prior knowledge) on one port through
-hypercorn, which is what s2-sdk needs over `http://`.
+hypercorn, which is what s2-sdk needs over `http://`; with `ServerTls` they serve
+HTTPS instead (HTTP/1.1 and HTTP/2 by ALPN), optionally requiring client certificates.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import os
 import select
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -24,7 +27,24 @@ from typing import IO, Any
 from s2_spark.testing._app import S2App
 from s2_spark.testing._store import Store
 
-__all__ = ["LocalS2Server", "ServerProcess", "serve_forever"]
+__all__ = ["LocalS2Server", "ServerProcess", "ServerTls", "serve_forever"]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTls:
+    """Serve HTTPS with `cert_file` (PEM chain) and `key_file`; with `client_ca_file`, also
+    require a client certificate signed by one of its CAs (mutual TLS)."""
+
+    cert_file: str
+    key_file: str
+    client_ca_file: str | None = None
+
+    def args(self) -> list[str]:
+        """The command-line flags of `python -m s2_spark.testing` that select this."""
+        out = ["--tls-cert", self.cert_file, "--tls-key", self.key_file]
+        if self.client_ca_file is not None:
+            out += ["--tls-client-ca", self.client_ca_file]
+        return out
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -36,11 +56,16 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _hypercorn_config(fd: int) -> Any:
+def _hypercorn_config(fd: int, tls: ServerTls | None) -> Any:
     from hypercorn.config import Config
 
     config = Config()
     config.bind = [f"fd://{fd}"]
+    if tls is not None:
+        config.certfile, config.keyfile = tls.cert_file, tls.key_file
+        if tls.client_ca_file is not None:
+            config.ca_certs = tls.client_ca_file
+            config.verify_mode = ssl.CERT_REQUIRED
     config.accesslog = None
     config.errorlog = logging.getLogger("s2_spark.testing.server")
     config.graceful_timeout = 1.0
@@ -53,15 +78,31 @@ def _hypercorn_config(fd: int) -> Any:
 
 
 def _quiet_exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """Drop the noise of connections cancelled at shutdown; report everything else."""
+    """Drop the noise of connections cancelled at shutdown (and of TLS connections whose
+    idle clients never answer the close); report everything else."""
     exc = context.get("exception")
-    if isinstance(exc, asyncio.CancelledError | ConnectionError):
+    if isinstance(exc, asyncio.CancelledError | ConnectionError | TimeoutError):
         return
     loop.default_exception_handler(context)
 
 
-def _url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+def _short_tls_shutdown(loop: asyncio.AbstractEventLoop) -> None:
+    """Make this loop's TLS servers give up on a closing handshake after 1 s, not asyncio's
+    30 s: pooled client connections (a Spark worker's) never answer it, and stopping the
+    server would wait that long for each. hypercorn passes no such setting itself."""
+    create_server = loop.create_server
+
+    async def with_short_shutdown(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("ssl") is not None:
+            kwargs.setdefault("ssl_shutdown_timeout", 1.0)
+        return await create_server(*args, **kwargs)
+
+    loop.create_server = with_short_shutdown  # type: ignore[method-assign]
+
+
+def _url(host: str, port: int, tls: ServerTls | None = None) -> str:
+    scheme = "https" if tls is not None else "http"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 def _tolerate_data_after_response() -> None:
@@ -95,11 +136,15 @@ def _tolerate_data_after_response() -> None:
     H2Protocol._handle_events = handle_events  # type: ignore[method-assign]
 
 
-async def _serve(sock: socket.socket, app: S2App, shutdown: asyncio.Event) -> None:
+async def _serve(
+    sock: socket.socket, app: S2App, shutdown: asyncio.Event, tls: ServerTls | None
+) -> None:
     from hypercorn.asyncio import serve
 
     _tolerate_data_after_response()
-    config = _hypercorn_config(os.dup(sock.fileno()))
+    if tls is not None:
+        _short_tls_shutdown(asyncio.get_running_loop())
+    config = _hypercorn_config(os.dup(sock.fileno()), tls)
     await serve(app, config, shutdown_trigger=shutdown.wait)  # type: ignore[arg-type]
 
 
@@ -117,12 +162,14 @@ class LocalS2Server:
         data_dir: str | Path | None = None,
         token: str | None = None,
         heartbeat_interval: float = 5.0,
+        tls: ServerTls | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.data_dir = None if data_dir is None else Path(data_dir)
         self._token = token
         self.heartbeat_interval = heartbeat_interval
+        self.tls = tls
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._shutdown: asyncio.Event | None = None
@@ -135,7 +182,7 @@ class LocalS2Server:
 
     @property
     def url(self) -> str:
-        return _url(self.host, self.port)
+        return _url(self.host, self.port, self.tls)
 
     def start(self) -> LocalS2Server:
         if self._thread is not None:
@@ -157,7 +204,7 @@ class LocalS2Server:
             ready.set()
             try:
                 assert self._sock is not None
-                loop.run_until_complete(_serve(self._sock, app, self._shutdown))
+                loop.run_until_complete(_serve(self._sock, app, self._shutdown, self.tls))
             except BaseException as e:  # surfaced by stop()
                 self._error = e
             finally:
@@ -208,6 +255,7 @@ def serve_forever(
     data_dir: str | Path | None,
     token: str | None,
     heartbeat_interval: float,
+    tls: ServerTls | None = None,
     out: IO[str] | None = None,
 ) -> None:
     """Run the server in this process until SIGTERM/SIGINT; print the URL when ready."""
@@ -222,8 +270,8 @@ def serve_forever(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, shutdown.set)
         stream = out or sys.stdout
-        print(_url(host, sock.getsockname()[1]), file=stream, flush=True)
-        await _serve(sock, app, shutdown)
+        print(_url(host, sock.getsockname()[1], tls), file=stream, flush=True)
+        await _serve(sock, app, shutdown, tls)
 
     try:
         asyncio.run(main())
@@ -247,6 +295,7 @@ class ServerProcess:
         token: str | None = None,
         heartbeat_interval: float = 5.0,
         startup_timeout: float = 30.0,
+        tls: ServerTls | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -254,6 +303,7 @@ class ServerProcess:
         self._token = token
         self.heartbeat_interval = heartbeat_interval
         self.startup_timeout = startup_timeout
+        self.tls = tls
         self._proc: subprocess.Popen[str] | None = None
 
     def __repr__(self) -> str:
@@ -261,7 +311,7 @@ class ServerProcess:
 
     @property
     def url(self) -> str:
-        return _url(self.host, self.port)
+        return _url(self.host, self.port, self.tls)
 
     @property
     def running(self) -> bool:
@@ -287,6 +337,8 @@ class ServerProcess:
         ]
         if self.data_dir is not None:
             cmd += ["--data-dir", str(self.data_dir)]
+        if self.tls is not None:
+            cmd += self.tls.args()
         env = dict(os.environ)
         if self._token is not None:
             # Through the environment, so the token never shows in `ps` output.
@@ -303,7 +355,7 @@ class ServerProcess:
                     break
                 if proc.poll() is not None:
                     break
-            if line.startswith("http://"):
+            if line.startswith(("http://", "https://")):
                 self._proc = proc
                 self.port = int(line.strip().rsplit(":", 1)[1])
                 return self

@@ -22,6 +22,7 @@ __all__ = [
     "READ_SCHEMA_NO_HEADERS",
     "DecodedBatch",
     "decode_read_batch",
+    "read_batch_prefix",
 ]
 
 HEADER_STRUCT = pa.struct([("name", pa.binary()), ("value", pa.binary())])
@@ -206,3 +207,43 @@ def _decode_python(
         last_seq_num=records[-1].seq_num if records else None,
         metered_bytes=metered,
     )
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int] | None:
+    """A protobuf varint at `pos`: (value, next position), None when it is cut off."""
+    value = shift = 0
+    while pos < len(data):
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise FrameError("a ReadBatch holds a varint longer than 10 bytes")
+    return None
+
+
+def read_batch_prefix(data: bytes) -> bytes | None:
+    """The part of a ReadBatch cut short in transit that holds whole records, or None if
+    not one record arrived whole.
+
+    A protobuf message cut at a field boundary is itself a valid message, so the records
+    that arrived whole decode as a ReadBatch of their own (without its `tail`).
+    """
+    pos = kept = records = 0
+    while pos < len(data):
+        key = _varint(data, pos)
+        if key is None:
+            break
+        tag, at = key
+        if tag & 7 != 2:  # ReadBatch has length-delimited fields only
+            raise FrameError(f"a ReadBatch holds field {tag >> 3} of wire type {tag & 7}")
+        size = _varint(data, at)
+        if size is None or size[1] + size[0] > len(data):
+            break
+        pos = size[1] + size[0]
+        if tag >> 3 == 1:
+            records += 1
+            kept = pos
+    return data[:kept] if records else None

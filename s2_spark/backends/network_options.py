@@ -1,0 +1,80 @@
+"""The network options every format shares (no pyspark): how long to retry, and TLS.
+
+Proxies need no option: both clients honour `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY`
+(and `SSL_CERT_FILE` / `SSL_CERT_DIR`) in the environment of each process, driver and
+executors alike, as every HTTP client on those machines does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from s2_spark._http import TlsConfig
+from s2_spark._option_values import get
+from s2_spark.errors import OptionError
+from s2_spark.retry import DEFAULT_RETRY_TIMEOUT, RetryPolicy
+
+__all__ = ["NetworkSettings", "parse_network_options"]
+
+_FILES = (("sslCaFile", "ca_file"), ("sslCertFile", "cert_file"), ("sslKeyFile", "key_file"))
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkSettings:
+    """Retry budget (seconds without progress) and TLS settings; the key password is
+    never shown."""
+
+    retry_timeout: float = DEFAULT_RETRY_TIMEOUT
+    tls: TlsConfig | None = None
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(timeout=self.retry_timeout)
+
+
+def _retry_timeout(options: Mapping[str, str]) -> float:
+    raw = get(options, "retryTimeoutMs")
+    if raw is None:
+        return DEFAULT_RETRY_TIMEOUT
+    value = raw.strip()
+    if not value.isdigit():
+        raise OptionError(
+            f"option retryTimeoutMs={raw!r} is not accepted: use milliseconds, an integer >= 0 "
+            f"(how long a failing request is retried without progress; default "
+            f"{DEFAULT_RETRY_TIMEOUT * 1000:.0f}, 0 turns retries off)"
+        )
+    return int(value) / 1000.0
+
+
+def _tls(options: Mapping[str, str]) -> TlsConfig | None:
+    files: dict[str, str] = {}
+    for option, field_name in _FILES:
+        raw = get(options, option)
+        if raw is not None:
+            if not raw.strip():
+                raise OptionError(f"option {option} is empty: use the path of a PEM file")
+            files[field_name] = raw.strip()
+    password = get(options, "sslKeyPassword")
+    if not files and password is None:
+        return None
+    if "cert_file" not in files and ("key_file" in files or password is not None):
+        raise OptionError(
+            "options sslKeyFile and sslKeyPassword belong to a client certificate: set "
+            "option sslCertFile too"
+        )
+    # Load the files here, on the driver, so a wrong path fails before any task runs.
+    try:
+        TlsConfig(ca_file=files.get("ca_file")).ssl_context()
+    except ValueError as exc:
+        raise OptionError(f"option sslCaFile: {exc}") from None
+    tls = TlsConfig(key_password=password or None, **files)
+    try:
+        tls.ssl_context()
+    except ValueError as exc:
+        raise OptionError(f"options sslCertFile / sslKeyFile / sslKeyPassword: {exc}") from None
+    return tls
+
+
+def parse_network_options(options: Mapping[str, str]) -> NetworkSettings:
+    """`retryTimeoutMs` and the `ssl*` options, checked (TLS files are loaded once)."""
+    return NetworkSettings(retry_timeout=_retry_timeout(options), tls=_tls(options))
