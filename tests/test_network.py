@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,7 +33,7 @@ def proxy_to(s2_server: Any) -> Iterator[Callable[..., TcpProxy]]:
     proxies: list[TcpProxy] = []
 
     def make(upstream: str | None = None, **kw: Any) -> TcpProxy:
-        proxies.append(TcpProxy(upstream or s2_server.url, **kw).start())
+        proxies.append(TcpProxy(upstream or s2_server.url, **kw))
         return proxies[-1]
 
     yield make
@@ -259,6 +260,25 @@ def test_a_client_certificate_is_presented_where_the_server_requires_one(
         with S2Client(S2Config(endpoint=server.url, tls=TlsConfig(ca_file=certs.ca),
                                retry=NO_RETRIES)) as c, pytest.raises(ServiceError):
             list(c.list_basins())
+
+
+def test_an_encrypted_client_key_needs_its_password(certs: Certs, tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    pem = Path(certs.client).read_bytes()
+    key = serialization.load_pem_private_key(pem, password=None)
+    encrypted = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"pw-SECRET-1"))
+    key_file = tmp_path / "client.key"
+    key_file.write_bytes(encrypted)
+    good = TlsConfig(cert_file=certs.client, key_file=str(key_file), key_password="pw-SECRET-1")
+    good.ssl_context()
+    for password in (None, "wrong-SECRET"):
+        tls = TlsConfig(cert_file=certs.client, key_file=str(key_file), key_password=password)
+        with pytest.raises(ValueError, match="could not be loaded") as e:
+            tls.ssl_context()  # fails, instead of prompting on a terminal
+        assert "SECRET" not in str(e.value) + repr(tls)
 
 
 def test_unreadable_tls_files_are_named() -> None:

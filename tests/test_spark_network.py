@@ -198,6 +198,28 @@ def test_a_missing_or_wrong_ca_fails_naming_the_option(
             spark.read.format("s2").options(**base, sslCaFile="/nope/ca.pem").load()
 
 
+def test_the_key_password_stays_out_of_checkpoints_and_plans(
+    spark: Any, certs: Certs, unique: Callable[[str], str], tmp_path: Path
+) -> None:
+    secret = "pw-SECRET-5150"
+    with LocalS2Server(tls=ServerTls(certs.server_cert, certs.server_key)) as server:
+        basin = unique("basin")
+        with S2Client(S2Config(endpoint=server.url, tls=TlsConfig(ca_file=certs.ca))) as c:
+            c.create_basin(basin)
+            c.basin(basin).create_stream("s")
+            c.basin(basin).stream("s").append([AppendRecord(body(0))])
+        options = {"endpoint": server.url, "basin": basin, "stream": "s",
+                   "sslCaFile": certs.ca, "sslCertFile": certs.client, "sslKeyPassword": secret}
+        df = spark.readStream.format("s2").options(**options).load()
+        q = (df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c"))
+             .trigger(availableNow=True).start())
+        q.awaitTermination()
+        plan = spark.read.format("s2").options(**options).load()._jdf.queryExecution().toString()
+    assert secret not in plan
+    for f in (tmp_path / "c").rglob("*"):
+        assert not f.is_file() or secret.encode() not in f.read_bytes(), f
+
+
 @pytest.mark.parametrize("fmt", ["s2", "durable-streams"])
 @pytest.mark.parametrize(("option", "value", "message"), [
     ("retryTimeoutMs", "-5", "option retryTimeoutMs='-5' is not accepted: use milliseconds"),

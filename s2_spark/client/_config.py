@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from s2_spark._http import TlsConfig
+from s2_spark._tls import TlsConfig
 from s2_spark.retry import RetryPolicy
 
 __all__ = [

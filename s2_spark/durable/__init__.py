@@ -3,8 +3,10 @@ DELETE, catch-up / long-poll / SSE reads to Arrow, and an idempotent producer.
 
 Offsets are opaque strings from the server ("-1" = start, "now" = tail), compared only as
 strings. Reads and idempotent appends retry 429, 5xx and connection failures with the
-shared backoff policy (`s2_spark.retry.RetryPolicy`) and resume from the last delivered
-offset; a plain append is retried only when it provably never reached the server.
+shared backoff policy (`s2_spark.retry.RetryPolicy`: until its timeout passes without
+progress) and resume from the last delivered offset; a plain append is retried only when
+it provably never reached the server whole. Proxies and CA bundles come from the
+environment; `DurableConfig.tls` (`TlsConfig`) adds a private CA or a client certificate.
 
     with DurableStreamsClient(DurableConfig(base_url="http://127.0.0.1:4437")) as client:
         s = client.stream("/events")
@@ -19,6 +21,7 @@ from __future__ import annotations
 import httpx
 
 from s2_spark._closeable import Closeable
+from s2_spark._tls import TlsConfig
 from s2_spark.retry import RetryPolicy
 
 from ._config import DurableConfig
@@ -41,6 +44,7 @@ __all__ = [
     "RetryPolicy",
     "StreamInfo",
     "StreamReader",
+    "TlsConfig",
 ]
 
 

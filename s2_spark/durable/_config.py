@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from s2_spark._http import TlsConfig
+from s2_spark._tls import TlsConfig
 from s2_spark.retry import RetryPolicy
 
 __all__ = ["DurableConfig"]

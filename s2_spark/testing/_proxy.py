@@ -22,8 +22,9 @@ import random
 import socket
 import struct
 import threading
-from types import TracebackType
 from urllib.parse import urlsplit
+
+from s2_spark._closeable import Closeable
 
 __all__ = ["TcpProxy"]
 
@@ -58,8 +59,9 @@ def _reset(sock: socket.socket) -> None:
     sock.close()
 
 
-class TcpProxy:
-    """Forwards `host:port` (`url`) to the server at `upstream` (a URL or "host:port")."""
+class TcpProxy(Closeable):
+    """Forwards `host:port` (`url`) to the server at `upstream` (a URL or "host:port"),
+    from construction until `close()` (or the end of a `with` block)."""
 
     def __init__(
         self,
@@ -88,7 +90,7 @@ class TcpProxy:
         self.connections = 0
         self.cuts = 0
         self.resets = 0
-        self._acceptor = threading.Thread(target=self._accept, name="tcp-proxy", daemon=True)
+        threading.Thread(target=self._accept, name="tcp-proxy", daemon=True).start()
 
     def __repr__(self) -> str:
         return f"TcpProxy({self.url!r} -> {self._upstream}, cut_after={self._cut_after})"
@@ -97,26 +99,10 @@ class TcpProxy:
     def url(self) -> str:
         return f"{self._scheme}://{self.host}:{self.port}"
 
-    def start(self) -> TcpProxy:
-        if not self._acceptor.is_alive():
-            self._acceptor.start()
-        return self
-
     def close(self) -> None:
         self._closed = True
         self._listener.close()
         self.sever()
-
-    def __enter__(self) -> TcpProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def sever(self) -> None:
         """Reset every live connection now."""
