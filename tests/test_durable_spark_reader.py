@@ -217,6 +217,22 @@ def test_batch_read_byte_stream_rows_are_pieces_of_its_bytes(env: Env) -> None:
     ]
 
 
+def test_many_streams_are_packed_into_few_tasks_with_exact_rows(env: Env) -> None:
+    """30 small streams named in `streams`: three tasks of ten, every message once, each
+    stream's messages in order (the shared layer packs and reads them concurrently)."""
+    paths = [env.new_stream() for _ in range(30)]
+    for k, path in enumerate(paths):
+        env.append(path, 0, k % 4 + 1)
+    df = env.read(streams=",".join(paths), maxStreamsPerPartition="10")
+    assert df.rdd.getNumPartitions() == 3
+    got = df.selectExpr("stream", "index", "value", "spark_partition_id() AS p").collect()
+    assert sorted((r["stream"], r["index"], r["value"]) for r in got) == sorted(
+        (path, i, msg(i)) for k, path in enumerate(paths) for i in range(k % 4 + 1))
+    for path in paths:
+        mine = [(r["p"], r["index"]) for r in got if r["stream"] == path]
+        assert len({p for p, _ in mine}) == 1 and mine == sorted(mine)
+
+
 @needs_stream_start
 def test_stream_reads_several_streams_micro_batch_by_micro_batch(env: Env) -> None:
     a, b = env.new_stream(), env.new_stream()

@@ -19,7 +19,7 @@ import pytest
 from s2_spark.client import AppendRecord, S2Client, S2Config
 from s2_spark.spark import S2DataSource
 from s2_spark.spark._compat import HAS_FILTER_PUSHDOWN, SPARK_VERSION
-from s2_spark.spark.planning import RangePartition
+from s2_spark.spark.planning import PackedPartition, RangePartition
 
 pytestmark = [
     pytest.mark.spark,
@@ -219,9 +219,10 @@ def test_results_with_pushdown_equal_results_without(env: Env) -> None:
 
 
 def _ranges(reader: Any) -> list[tuple[str, int, int]]:
-    parts = reader.partitions()
-    assert all(isinstance(p, RangePartition) for p in parts)
-    return [(p.stream, p.start, p.end) for p in parts if p.stream]
+    ranges = [r for p in reader.partitions()
+              for r in (p.ranges if isinstance(p, PackedPartition) else (p,))]
+    assert all(isinstance(r, RangePartition) for r in ranges)
+    return [(r.stream, r.start, r.end) for r in ranges if r.stream]
 
 
 def _push(reader: Any, filters: list[Any]) -> list[Any]:

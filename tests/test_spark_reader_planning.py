@@ -11,7 +11,16 @@ from hypothesis import strategies as st
 
 from s2_spark.backends.s2 import S2Backend, S2Settings
 from s2_spark.spark.options import parse_read_options as _parse_read_options
-from s2_spark.spark.planning import RangePartition, fair_share, split_ranges
+from s2_spark.spark.planning import (
+    DEFAULT_MAX_STREAMS_PER_PARTITION,
+    DEFAULT_PACK_RECORDS,
+    RANGE_COST,
+    PackedPartition,
+    RangePartition,
+    fair_share,
+    pack_ranges,
+    split_ranges,
+)
 from s2_spark.spark.source import S2_READ_FORMAT
 
 BACKEND = S2Backend(S2Settings(basin="unused-basin"))
@@ -88,3 +97,46 @@ def test_access_token_falls_back_to_environment(monkeypatch: pytest.MonkeyPatch)
         .connection.access_token == "from-env"
     assert parse_read_options({"basin": "b", "stream": "s", "accessToken": "given"},
                               streaming=True).connection.access_token == "given"
+
+
+@given(
+    st.lists(st.integers(1, 3000), max_size=60),
+    st.one_of(st.none(), st.integers(1, 30)),
+    st.one_of(st.none(), st.integers(1, 5000)),
+    st.integers(1, 12),
+)
+def test_pack_ranges_keeps_every_range_once_in_order_within_bounds(
+    sizes: list[int], min_parts: int | None, max_per: int | None, max_streams: int
+) -> None:
+    parts = [RangePartition(f"s{k:03d}", 0, n) for k, n in enumerate(sizes)]
+    packed = pack_ranges(BACKEND, parts, min_partitions=min_parts,
+                         max_records_per_partition=max_per, max_streams_per_partition=max_streams)
+    groups = [p.ranges if isinstance(p, PackedPartition) else (p,) for p in packed]
+    assert [r for g in groups for r in g] == parts
+    assert all(len(g) <= max_streams for g in groups)
+    for g in groups:
+        if len(g) > 1:
+            assert isinstance(g, tuple)
+            records = sum(r.end - r.start for r in g)
+            assert records + RANGE_COST * len(g) <= DEFAULT_PACK_RECORDS
+            assert max_per is None or records <= max_per
+    if min_parts:
+        assert len(packed) >= min(min_parts, len(parts))
+    assert pack_ranges(BACKEND, parts, min_partitions=min_parts, max_records_per_partition=max_per,
+                       max_streams_per_partition=max_streams) == packed  # deterministic
+
+
+def test_pack_ranges_examples() -> None:
+    small = [RangePartition(f"s{k}", 0, 100) for k in range(1000)]
+    sizes = [len(p.ranges) if isinstance(p, PackedPartition) else 1
+             for p in pack_ranges(BACKEND, small, min_partitions=None,
+                                  max_records_per_partition=None,
+                                  max_streams_per_partition=DEFAULT_MAX_STREAMS_PER_PARTITION)]
+    assert sizes == [500, 500]  # 100 records + RANGE_COST each, 100,000 per partition
+    big = [RangePartition("a", 0, 10), RangePartition("b", 0, 500_000), RangePartition("c", 0, 1)]
+    assert pack_ranges(BACKEND, big, min_partitions=None, max_records_per_partition=None,
+                       max_streams_per_partition=1000) == big  # a big range stays alone
+    assert pack_ranges(BACKEND, small[:3], min_partitions=None, max_records_per_partition=None,
+                       max_streams_per_partition=1) == small[:3]  # packing off
+    assert pack_ranges(BACKEND, big, min_partitions=3, max_records_per_partition=None,
+                       max_streams_per_partition=1000) == big  # minPartitions holds

@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 import pyarrow as pa
 
-__all__ = ["COALESCE_BYTES", "COALESCE_ROWS", "READ_AHEAD", "coalesced", "read_ahead"]
+__all__ = [
+    "COALESCE_BYTES",
+    "COALESCE_ROWS",
+    "READ_AHEAD",
+    "ReadAhead",
+    "coalesced",
+    "read_ahead",
+    "read_in_order",
+]
 
 COALESCE_ROWS = 8192
 """Rows per yielded batch (at least; one more ReadBatch may tip it over)."""
@@ -55,48 +63,104 @@ def _merge(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
-def read_ahead(produce: Callable[[], Iterator[T]], depth: int = READ_AHEAD) -> Iterator[T]:
-    """Iterate `produce()` in a daemon thread, at most `depth` items ahead of the caller.
+class ReadAhead(Iterator[T]):
+    """`produce()` iterated in a daemon thread from construction on, at most `depth` items
+    ahead of the caller. Its exceptions are raised to the caller, in order. `close()`
+    stops the thread at its next item, which closes the inner iterator (and its HTTP
+    response)."""
 
-    Its exceptions are raised here, in order. Closing this generator early stops the
-    thread at its next item, which closes the inner iterator (and its HTTP response).
-    """
-    items: queue.Queue[tuple[object, BaseException | None]] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
+    def __init__(self, produce: Callable[[], Iterator[T]], depth: int = READ_AHEAD) -> None:
+        self._items: queue.Queue[tuple[object, BaseException | None]] = queue.Queue(depth)
+        self._stop = threading.Event()
+        self._done = False
+        self._thread = threading.Thread(target=self._run, args=(produce,),
+                                        name="s2-spark-read-ahead", daemon=True)
+        self._thread.start()
 
-    def put(item: object, error: BaseException | None = None) -> bool:
-        while not stop.is_set():
+    def _put(self, item: object, error: BaseException | None = None) -> bool:
+        while not self._stop.is_set():
             try:
-                items.put((item, error), timeout=0.05)
+                self._items.put((item, error), timeout=0.05)
                 return True
             except queue.Full:
                 continue
         return False
 
-    def run() -> None:
-        it = produce()
+    def _run(self, produce: Callable[[], Iterator[T]]) -> None:
+        it: Iterator[T] | None = None
         try:
+            it = produce()
             for item in it:
-                if not put(item):
+                if not self._put(item):
                     return
-            put(_END)
+            self._put(_END)
         except BaseException as exc:  # handed to the consumer, raised there
-            put(_END, exc)
+            self._put(_END, exc)
         finally:
             close = getattr(it, "close", None)
             if close is not None:
                 close()
 
-    thread = threading.Thread(target=run, name="s2-spark-read-ahead", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item, error = items.get()
+    def __next__(self) -> T:
+        if self._done:
+            raise StopIteration
+        item, error = self._items.get()
+        if error is not None or item is _END:
+            self.close()
             if error is not None:
                 raise error
-            if item is _END:
-                return
-            yield item  # type: ignore[misc]
+            raise StopIteration
+        return item  # type: ignore[return-value]
+
+    def stop(self) -> None:
+        """Ask the thread to stop at its next item, without waiting for it."""
+        self._done = True
+        self._stop.set()
+
+    def close(self) -> None:
+        self.stop()
+        self._thread.join(timeout=5.0)
+
+
+def read_ahead(produce: Callable[[], Iterator[T]], depth: int = READ_AHEAD) -> Iterator[T]:
+    """`produce()`'s items, read `depth` ahead in a thread (see `ReadAhead`); closing
+    this generator early stops the thread."""
+    ahead = ReadAhead(produce, depth)
+    try:
+        yield from ahead
     finally:
-        stop.set()
-        thread.join(timeout=5.0)
+        ahead.close()
+
+
+def read_in_order(
+    sources: Sequence[Callable[[], Iterator[T]]],
+    *,
+    ahead: int,
+    prefetch: Callable[[int], bool],
+) -> Iterator[T]:
+    """The items of every source, source after source, as if read one by one.
+
+    Meanwhile up to `ahead` of the sources that follow the current one and that
+    `prefetch(index)` allows (small ones: each holds up to `READ_AHEAD` items) are already
+    being read, each in its own thread; the rest are read when their turn comes. Memory
+    stays bounded and the order is exactly the sources' order.
+    """
+    started: dict[int, ReadAhead[T]] = {}
+    queued = 0  # sources before this index were started or passed over
+    try:
+        for i, source in enumerate(sources):
+            queued = max(queued, i + 1)
+            while queued < len(sources) and len(started) < ahead:
+                if prefetch(queued):
+                    started[queued] = ReadAhead(sources[queued])
+                queued += 1
+            current = started.pop(i, None)
+            if current is None:
+                yield from source()
+            else:
+                yield from current
+    finally:
+        for pending in started.values():
+            pending.stop()
+        for pending in started.values():
+            pending.close()

@@ -12,13 +12,13 @@ Nothing here imports pyspark.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import pyarrow as pa
 
-__all__ = ["DataLossHandler", "PositionT", "ReadSettings", "StreamBackend"]
+__all__ = ["DataLossHandler", "PositionT", "ReadSettings", "StreamBackend", "StreamWatch"]
 
 #: A position in one stream, as stored in offsets: any non-null JSON value the backend
 #: chooses (S2: the next seq_num; Durable Streams: an object, see backends.durable).
@@ -35,6 +35,25 @@ class ReadSettings:
 
     include_headers: bool = True
     include_command_records: bool = False
+
+
+class StreamWatch(Protocol):
+    """Which streams may have new records, learnt by waiting on the service rather than
+    asking it on every plan (Spark plans an idle query every few milliseconds).
+
+    `watch` names the streams and the positions planned so far; `quiet` says which of
+    them certainly have nothing at or after those positions (a record appended a moment
+    ago may still be on its way: it shows at a later plan); `wait` returns when one of
+    `streams` stops being quiet, or after `timeout` seconds.
+    """
+
+    def watch(self, positions: Mapping[str, Any]) -> None: ...
+
+    def quiet(self, positions: Mapping[str, Any]) -> set[str]: ...
+
+    def wait(self, streams: Iterable[str], timeout: float) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class StreamBackend(ABC, Generic[PositionT]):
@@ -96,11 +115,11 @@ class StreamBackend(ABC, Generic[PositionT]):
         """
         return self.latest(stream)
 
-    def wait_for_data(self, stream: str, position: PositionT, timeout: float) -> None:
-        """Return once `stream` may hold a record at or after `position`, or after about
-        `timeout` seconds. The planner calls it when a query is idle, so that Spark's next
-        poll (every few ms) does not become a request to the service; by default it returns
-        at once. Errors are swallowed: the planning that follows reports them."""
+    def tail_watch(self) -> StreamWatch | None:
+        """A watch over many streams for an idle streaming query (driver only), or None
+        when the service offers no way to wait for records: then every plan looks up
+        every stream's tail."""
+        return None
 
     def locate(self, stream: str, value: object, start: PositionT) -> PositionT:
         """The position a user wrote (JSON) as an end bound of a range from `start`."""

@@ -20,10 +20,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from s2_spark.backends._batches import coalesced, read_ahead
-from s2_spark.backends.base import DataLossHandler, ReadSettings, StreamBackend
+from s2_spark.backends.base import DataLossHandler, ReadSettings, StreamBackend, StreamWatch
 from s2_spark.backends.network_options import NetworkSettings
-from s2_spark.errors import NotFoundError, ReadPastTailError, S2SparkError
-from s2_spark.retry import RetryPolicy
+from s2_spark.errors import NotFoundError, ReadPastTailError
 
 if TYPE_CHECKING:
     from s2_spark.client import S2Client, S2Config
@@ -39,8 +38,6 @@ _CLIENTS: dict[S2Settings, S2Client] = {}
 _CLIENTS_LOCK = threading.Lock()
 #: Ranges up to this many records (one ReadBatch at most) are read by unary reads.
 UNARY_RECORDS = 1000
-#: The idle wait's read: the planning after it retries what fails.
-_NO_RETRY = RetryPolicy(timeout=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,16 +144,9 @@ class S2Backend(StreamBackend[int]):
     def latest(self, stream: str) -> int:
         return int(self._stream(stream).check_tail().seq_num)
 
-    def wait_for_data(self, stream: str, position: int, timeout: float) -> None:
-        """A unary read of one record at `position` with S2's `wait`: it returns as soon as
-        the record exists, or empty after `timeout` (whole seconds, rounded up). Failures
-        are not retried (a dead pooled connection aside): the planning that follows
-        retries, and reports what stays broken."""
-        try:
-            self._stream(stream).read(seq_num=position, count=1, wait=timeout,
-                                      include_headers=False, retry=_NO_RETRY)
-        except S2SparkError as exc:
-            log.debug("waiting for data in %s: %s", self.describe(stream), exc)
+    def tail_watch(self) -> StreamWatch:
+        """Long-polls (S2 reads with `wait`) on every watched stream, one thread."""
+        return self._basin().watch_tails()  # type: ignore[no-any-return]
 
     def at_timestamp(self, stream: str, timestamp_ms: int) -> int:
         return self._first_at(stream, timestamp=timestamp_ms)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from s2_spark._closeable import Closeable
@@ -14,6 +14,9 @@ from ._config import S2Config
 from ._stream import StreamClient
 from ._transport import Transport
 from ._types import BasinInfo, StreamConfig, StreamInfo
+
+if TYPE_CHECKING:
+    from ._watch import TailWatch
 
 __all__ = ["BasinClient", "S2Client"]
 
@@ -156,6 +159,12 @@ class BasinClient:
 
     def stream(self, name: str) -> StreamClient:
         return StreamClient(self._transport, self.name, check_stream_name(name))
+
+    def watch_tails(self, **kw: Any) -> TailWatch:
+        """A `TailWatch` over streams of this basin (close it when done)."""
+        from ._watch import TailWatch
+
+        return TailWatch(self._transport, self.name, **kw)
 
     def _target(self, stream: str | None = None) -> str:
         if stream is None:

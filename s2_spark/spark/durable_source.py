@@ -95,6 +95,8 @@ class DurableStreamsDataSource(RangeDataSource):
     * ``maxRecordsPerTrigger`` (JSON streams) / ``maxBytesPerTrigger`` (byte streams):
       at most this many messages / bytes per micro-batch, shared fairly across streams
       (PySpark 4.2+; also paces ``trigger(availableNow=True)``).
+    * ``maxStreamsPerPartition`` (default 1000): small ranges of many streams share a task,
+      read concurrently inside it (as for format ``s2``); ``1`` gives every stream its own.
     * ``failOnDataLoss`` (default ``true``): a planned range that is gone (410 Gone after
       retention, a deleted stream) fails the query naming the stream; ``false`` logs a
       warning and reads on from the first retained message.

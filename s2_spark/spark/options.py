@@ -19,6 +19,7 @@ from s2_spark._option_values import get, get_bool, get_positive_int
 from s2_spark.backends.selection import StreamSelection
 from s2_spark.errors import OptionError
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL, SPARK_VERSION
+from s2_spark.spark.planning import DEFAULT_MAX_STREAMS_PER_PARTITION
 
 __all__ = [
     "BoundSpec",
@@ -29,6 +30,9 @@ __all__ = [
     "parse_read_options",
     "require_admission_control",
 ]
+
+#: How often a streaming query lists the streams of its streamPrefix again, by default.
+DEFAULT_DISCOVERY_INTERVAL_MS = 1000
 
 BoundKind = Literal["earliest", "latest", "timestamp", "positions"]
 
@@ -80,6 +84,8 @@ class ReadOptions:
     max_records_per_trigger: int | None = None
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
+    max_streams_per_partition: int = DEFAULT_MAX_STREAMS_PER_PARTITION
+    discovery_interval_ms: int = DEFAULT_DISCOVERY_INTERVAL_MS
     include_headers: bool = True
     include_command_records: bool = False
     fail_on_data_loss: bool = True
@@ -183,6 +189,10 @@ def parse_read_options(
         max_records_per_trigger=max_records_per_trigger,
         min_partitions=get_positive_int(options, "minPartitions"),
         max_records_per_partition=get_positive_int(options, "maxRecordsPerPartition"),
+        max_streams_per_partition=get_positive_int(options, "maxStreamsPerPartition")
+        or DEFAULT_MAX_STREAMS_PER_PARTITION,
+        discovery_interval_ms=get_positive_int(options, "discoveryIntervalMs")
+        or DEFAULT_DISCOVERY_INTERVAL_MS,
         include_headers=get_bool(options, "includeHeaders", True),
         include_command_records=get_bool(options, "includeCommandRecords", False),
         fail_on_data_loss=get_bool(options, "failOnDataLoss", True),

@@ -16,7 +16,24 @@ from pyspark.sql.datasource import InputPartition
 
 from s2_spark.backends.base import StreamBackend
 
-__all__ = ["RangePartition", "fair_share", "split_ranges"]
+__all__ = [
+    "DEFAULT_MAX_STREAMS_PER_PARTITION",
+    "DEFAULT_PACK_RECORDS",
+    "RANGE_COST",
+    "PackedPartition",
+    "RangePartition",
+    "fair_share",
+    "pack_ranges",
+    "split_ranges",
+]
+
+#: Records a packed partition holds at most when maxRecordsPerPartition is not set.
+DEFAULT_PACK_RECORDS = 100_000
+#: What one range costs beyond its records, in records: a request to the service and a
+#: fixed amount of decoding set-up, whatever the range's size.
+RANGE_COST = 100
+#: Ranges (streams) one packed partition holds at most, by default.
+DEFAULT_MAX_STREAMS_PER_PARTITION = 1000
 
 
 @dataclass(frozen=True)
@@ -35,6 +52,18 @@ class RangePartition(InputPartition):
 
     def __repr__(self) -> str:
         return f"RangePartition({self.stream!r}, [{self.start}, {self.end}))"
+
+
+@dataclass(frozen=True)
+class PackedPartition(InputPartition):
+    """Several small ranges read by one task, in this order (sorted by stream)."""
+
+    ranges: tuple[RangePartition, ...]
+
+    def __repr__(self) -> str:
+        first, last = self.ranges[0], self.ranges[-1]
+        return (f"PackedPartition({len(self.ranges)} ranges, {first.stream!r} .. "
+                f"{last.stream!r})")
 
 
 def fair_share(pending: Mapping[str, int], budget: int) -> dict[str, int]:
@@ -97,4 +126,46 @@ def split_ranges(
             nxt = end if i == parts - 1 else backend.advance(pos, n)
             out.append(RangePartition(stream, pos, nxt, from_origin))
             pos = nxt
+    return out
+
+
+def pack_ranges(
+    backend: StreamBackend[Any],
+    parts: list[RangePartition],
+    *,
+    min_partitions: int | None,
+    max_records_per_partition: int | None,
+    max_streams_per_partition: int,
+) -> list[RangePartition | PackedPartition]:
+    """Pack consecutive small ranges into shared partitions, in the order given.
+
+    A range weighs its records plus `RANGE_COST`. A partition takes ranges while their
+    weight stays within `DEFAULT_PACK_RECORDS` (`minPartitions` lowers it and the number of
+    ranges per partition so there are at least that many partitions where there are that
+    many ranges, and spreads the weight evenly), their records within
+    `maxRecordsPerPartition`, and their number within `max_streams_per_partition`; a range
+    that alone exceeds a bound stays alone. Only the ranges' sizes and the options decide,
+    so a replayed micro-batch packs the same way on any cluster. A pack of one range is
+    that range.
+    """
+    sizes = [backend.distance(p.start, p.end) for p in parts]
+    budget = DEFAULT_PACK_RECORDS
+    if min_partitions:
+        budget = min(budget, max(1, (sum(sizes) + RANGE_COST * len(sizes)) // min_partitions))
+        max_streams_per_partition = min(max_streams_per_partition,
+                                        max(1, len(parts) // min_partitions))
+    record_cap = max_records_per_partition or budget
+    out: list[RangePartition | PackedPartition] = []
+    group: list[RangePartition] = []
+    weight = records = 0
+    for part, size in zip(parts, sizes, strict=True):
+        if group and (weight + size + RANGE_COST > budget or records + size > record_cap
+                      or len(group) >= max_streams_per_partition):
+            out.append(group[0] if len(group) == 1 else PackedPartition(tuple(group)))
+            group, weight, records = [], 0, 0
+        group.append(part)
+        weight += size + RANGE_COST
+        records += size
+    if group:
+        out.append(group[0] if len(group) == 1 else PackedPartition(tuple(group)))
     return out

@@ -9,18 +9,26 @@ kept on the driver (AvailableNow target, last seen tails) is never needed by `re
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from s2_spark.backends.base import DataLossHandler, ReadSettings, StreamBackend
+from s2_spark.backends._batches import coalesced, read_in_order
+from s2_spark.backends.base import DataLossHandler, ReadSettings, StreamBackend, StreamWatch
 from s2_spark.errors import DataLossError, NotFoundError
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
 from s2_spark.spark.options import BoundSpec, OptionError, ReadOptions
-from s2_spark.spark.planning import RangePartition, fair_share, split_ranges
+from s2_spark.spark.planning import (
+    PackedPartition,
+    RangePartition,
+    fair_share,
+    pack_ranges,
+    split_ranges,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql.datasource import Filter
@@ -31,8 +39,14 @@ __all__ = ["RangeBatchReader", "RangeStreamReader", "stream_reader"]
 
 log = logging.getLogger("s2_spark.spark")
 
-#: Seconds the planner of an idle query waits for a record (see `_wait_if_idle`).
+#: Seconds a plan that finds every stream quiet waits for a record (see `_tails`).
 IDLE_WAIT = 1.0
+#: Driver lookups (tails, starting positions) sent at the same time.
+LOOKUPS_IN_FLIGHT = 32
+#: Ranges of a packed partition read at the same time, and the size (records) of a range
+#: that may be read ahead of its turn (larger ones are read when their turn comes).
+READS_IN_FLIGHT = 16
+PREFETCH_RECORDS = 1000
 _LOSS_HINT = "set the option failOnDataLoss=false to skip missing records and go on"
 
 
@@ -44,11 +58,11 @@ Backend = StreamBackend[Any]
 
 
 def _per_stream(fn: Callable[[str], _T], streams: Iterable[str]) -> dict[str, _T]:
-    """`fn` for every stream, a few at a time: one lookup per stream per trigger adds up."""
+    """`fn` for every stream, `LOOKUPS_IN_FLIGHT` at a time: one lookup per stream adds up."""
     names = list(streams)
     if len(names) <= 1:
         return {name: fn(name) for name in names}
-    with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
+    with ThreadPoolExecutor(max_workers=min(LOOKUPS_IN_FLIGHT, len(names))) as pool:
         return dict(zip(names, pool.map(fn, names), strict=True))
 
 
@@ -165,23 +179,51 @@ def loss_handler(backend: Backend, options: ReadOptions) -> DataLossHandler:
     return on_data_loss
 
 
-def read_range(
-    backend: Backend, options: ReadOptions, partition: RangePartition
+def plan_partitions(
+    backend: Backend, options: ReadOptions, ranges: Mapping[str, tuple[Position, Position, bool]]
+) -> list[RangePartition | PackedPartition]:
+    """Ranges cut (long ones) and packed (small ones) into partitions, per the options."""
+    parts = split_ranges(
+        backend,
+        ranges,
+        min_partitions=options.min_partitions,
+        max_records_per_partition=options.max_records_per_partition,
+    )
+    return pack_ranges(
+        backend,
+        parts,
+        min_partitions=options.min_partitions,
+        max_records_per_partition=options.max_records_per_partition,
+        max_streams_per_partition=options.max_streams_per_partition,
+    )
+
+
+def read_partition(
+    backend: Backend, options: ReadOptions, partition: InputPartition
 ) -> Iterator[pa.RecordBatch]:
-    """Read one planned range on an executor; data loss fails or is logged per option."""
+    """Read one planned partition on an executor; data loss fails or is logged per option.
+
+    A packed partition's ranges are read in their planned order, up to `READS_IN_FLIGHT`
+    small ones at a time, and their rows go out in batches of about `COALESCE_ROWS`."""
     on_data_loss = loss_handler(backend, options)
     settings = ReadSettings(
         include_headers=options.include_headers,
         include_command_records=options.include_command_records,
     )
-    yield from backend.read(
-        partition.stream,
-        partition.start,
-        partition.end,
-        settings,
-        on_data_loss,
-        leading_gap_ok=partition.from_origin,
-    )
+
+    def reader(r: RangePartition) -> Callable[[], Iterator[pa.RecordBatch]]:
+        return lambda: backend.read(r.stream, r.start, r.end, settings, on_data_loss,
+                                    leading_gap_ok=r.from_origin)
+
+    if isinstance(partition, RangePartition):
+        return reader(partition)()
+    assert isinstance(partition, PackedPartition)
+    ranges = partition.ranges
+    return coalesced(read_in_order(
+        [reader(r) for r in ranges],
+        ahead=READS_IN_FLIGHT,
+        prefetch=lambda i: backend.distance(ranges[i].start, ranges[i].end) <= PREFETCH_RECORDS,
+    ))
 
 
 class RangeStreamReader(DataSourceStreamReader):
@@ -204,7 +246,19 @@ class RangeStreamReader(DataSourceStreamReader):
         # the next micro-batch when Spark does not pass it (PySpark < 4.2).
         self._planned: dict[str, Any] = {}
         self._initial: dict[str, Any] | None = None
+        # Driver only (dropped when pickled for tasks): the backend's watch (False: it has
+        # none) and the last discovery (when, what).
+        self._watch: StreamWatch | Literal[False] | None = None
+        self._discovered: tuple[float, list[str]] | None = None
         self._idle = False  # the last plan found nothing new
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_watch": None, "_discovered": None}
+
+    def stop(self) -> None:
+        if self._watch:
+            self._watch.close()
+        self._watch = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._options!r})"
@@ -236,14 +290,51 @@ class RangeStreamReader(DataSourceStreamReader):
         except NotFoundError:
             return None
 
-    def _tails(self, start: dict[str, Any]) -> dict[str, Position]:
-        """Current tails of every stream being read, capped at the AvailableNow target."""
-        planner = _Planner(self._backend, self._options)
-        selection = self._options.selection
-        # Streams the options no longer select keep their position and are not read.
-        streams = {s for s in start if selection.matches(s)} | set(planner.discover())
+    def _streams(self, start: dict[str, Any]) -> set[str]:
+        """The streams this plan covers: under AvailableNow those of the target not yet
+        read to it; else those already read that the options still select (the others
+        keep their position and are not read) and those discovery finds."""
+        backend = self._backend
         if self._target is not None:
-            streams &= set(self._target)
+            return {s for s, end in self._target.items()
+                    if s not in start or _is_after(backend, end, start[s])}
+        selection = self._options.selection
+        return {s for s in start if selection.matches(s)} | set(self._discover())
+
+    def _discover(self) -> list[str]:
+        """The selected streams that exist, listed again at most every discoveryIntervalMs
+        (explicitly named streams are never listed)."""
+        now = time.monotonic()
+        if self._discovered is None or now - self._discovered[0] >= (
+                self._options.discovery_interval_ms / 1000):
+            self._discovered = (now, _Planner(self._backend, self._options).discover())
+        return self._discovered[1]
+
+    def _tail_watch(self) -> StreamWatch | None:
+        """The backend's watch, started at the first plan of a query that runs on (none
+        for AvailableNow, which plans a fixed set once)."""
+        if self._available_now:
+            return None
+        if self._watch is None:
+            self._watch = self._backend.tail_watch() or False
+        return self._watch or None
+
+    def _tails(self, start: dict[str, Any]) -> dict[str, Position]:
+        """Current tails of the streams that may have moved, capped at the AvailableNow
+        target. Streams the watch knows are quiet are not asked. After a plan that found
+        nothing new, this one first waits up to IDLE_WAIT seconds for a quiet stream to
+        get a record: Spark asks again within milliseconds, so this way the service sees
+        about one request per stream per watch wait (and per IDLE_WAIT for streams that
+        cannot be watched), and an arriving record ends the wait at once."""
+        streams = self._streams(start)
+        watch = self._tail_watch()
+        if watch is not None:
+            known = {s: start[s] for s in streams if s in start}
+            quiet = watch.quiet(known)
+            if self._idle:
+                watch.wait(quiet, IDLE_WAIT)
+                quiet = watch.quiet(known)
+            streams -= quiet
         found_tails = _per_stream(lambda s: self._tail_or_none(s, start), sorted(streams))
         if self._available_now and self._target is None:
             self._target = {s: tail for s, tail in found_tails.items() if tail is not None}
@@ -252,7 +343,7 @@ class RangeStreamReader(DataSourceStreamReader):
             if found is None:
                 if stream in start or self._options.selection.prefix is not None:
                     continue  # deleted: nothing more to plan; a planned range reports loss
-                raise planner._missing(stream)
+                raise _Planner(self._backend, self._options)._missing(stream)
             tail = found
             if self._target is not None and _is_after(self._backend, tail, self._target[stream]):
                 tail = self._target[stream]
@@ -262,7 +353,6 @@ class RangeStreamReader(DataSourceStreamReader):
     def _plan(self, start: dict[str, Any], *, max_records: int | None) -> dict[str, Any]:
         """The next end offset from `start`: all that is available, or a fair share of it."""
         backend = self._backend
-        self._wait_if_idle(start)
         tails = self._tails(start)
         self._reported = {**start, **tails}
         pending: dict[str, int] = {}
@@ -285,18 +375,10 @@ class RangeStreamReader(DataSourceStreamReader):
                 end[stream] = backend.advance(begin[stream], n)
         self._planned = end
         self._idle = end == start
+        if self._watch:
+            selection = self._options.selection
+            self._watch.watch({s: p for s, p in end.items() if selection.matches(s)})
         return end
-
-    def _wait_if_idle(self, start: dict[str, Any]) -> None:
-        """After a plan that found nothing new, wait up to IDLE_WAIT seconds for a record
-        before answering. Spark polls an idle query every few ms; this way the service sees
-        about one request a second instead, and a record that arrives ends the wait at once.
-        One named stream only: with several, waiting on one would delay the others."""
-        selection = self._options.selection
-        if not self._idle or self._available_now or len(start) != 1 or selection.prefix:
-            return
-        ((stream, position),) = start.items()
-        self._backend.wait_for_data(stream, position, IDLE_WAIT)
 
     def _on_truncated(
         self, stream: str, tail: Position, pos: Position, *, going_on: str
@@ -328,16 +410,10 @@ class RangeStreamReader(DataSourceStreamReader):
                 self._on_truncated(stream, pos, start[stream], going_on=f"reading on from {pos}")
             else:
                 ranges[stream] = (start[stream], pos, False)
-        return split_ranges(
-            backend,
-            ranges,
-            min_partitions=self._options.min_partitions,
-            max_records_per_partition=self._options.max_records_per_partition,
-        )
+        return plan_partitions(backend, self._options, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        return read_range(self._backend, self._options, partition)
+        return read_partition(self._backend, self._options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: positions live in Spark's checkpoint, not in the service."""
@@ -447,15 +523,9 @@ class RangeBatchReader(DataSourceReader):
                     f"{ending.describe()}, exclusive)"
                 )
             ranges[stream] = (lo, hi, False)
-        parts = split_ranges(
-            backend,
-            ranges,
-            min_partitions=options.min_partitions,
-            max_records_per_partition=options.max_records_per_partition,
-        )
+        parts = plan_partitions(backend, options, ranges)
         # Spark wants at least one partition; an empty range reads nothing.
         return parts or [RangePartition("", backend.origin(), backend.origin())]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        return read_range(self._backend, self._options, partition)
+        return read_partition(self._backend, self._options, partition)

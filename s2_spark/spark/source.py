@@ -124,6 +124,13 @@ class S2DataSource(RangeDataSource):
       across streams (also paces ``trigger(availableNow=True)``).
     * ``minPartitions`` / ``maxRecordsPerPartition``: split long seq_num ranges into several
       tasks (at least this many tasks in total / at most this many records per task).
+    * ``maxStreamsPerPartition`` (default 1000): small ranges of many streams share a task,
+      read concurrently inside it: up to this many streams and about 100,000 records per
+      task (each stream counting 100 extra for its request); ``1`` gives every stream its
+      own task. Packing depends only on the planned offsets and the options, so a replayed
+      micro-batch has the same rows in the same partitions on any cluster.
+    * ``discoveryIntervalMs`` (default 1000): how often a streaming query lists the streams
+      of ``streamPrefix`` again; new streams are read from their beginning.
     * ``includeHeaders`` (default ``true``): ``false`` drops the ``headers`` column.
     * ``includeCommandRecords`` (default ``false``): command records (fence, trim) are
       skipped and offsets move past them; ``true`` returns them as rows.

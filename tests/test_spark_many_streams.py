@@ -1,0 +1,209 @@
+"""Many small streams read like a few: packed partitions, ranges read concurrently inside a
+task, a tail watch instead of per-trigger lookups, and exact replay of packed micro-batches
+on a cluster of another size. Real queries on local[N] against the local S2 server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _versions import needs_admission_control
+
+from s2_spark.backends.s2 import S2Backend, S2Settings
+from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.spark.options import parse_read_options
+from s2_spark.spark.planning import PackedPartition, RangePartition
+from s2_spark.spark.reader import read_partition
+from s2_spark.spark.source import S2_READ_FORMAT, S2DataSource
+
+
+class Env:
+    """A basin of many small streams named `<prefix><k>`, and read-back helpers."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.client = S2Client(S2Config(endpoint=url))
+        self.basin = f"many-{uuid.uuid4().hex[:10]}"
+        self.client.create_basin(self.basin)
+
+    def options(self, **extra: str) -> dict[str, str]:
+        return {"endpoint": self.url, "basin": self.basin, **extra}
+
+    def fill(self, prefix: str, sizes: list[int]) -> dict[str, list[bytes]]:
+        """Streams `<prefix>000`.. with `sizes[k]` records each; their bodies."""
+        b = self.client.basin(self.basin)
+        out: dict[str, list[bytes]] = {}
+        for k, n in enumerate(sizes):
+            name = f"{prefix}{k:03d}"
+            b.create_stream(name)
+            bodies = [f"{name}/{i}".encode() for i in range(n)]
+            if bodies:
+                b.stream(name).append_many(AppendRecord(x) for x in bodies)
+            out[name] = bodies
+        return out
+
+    def append(self, stream: str, body: bytes) -> None:
+        self.client.basin(self.basin).stream(stream).append([AppendRecord(body)])
+
+
+@pytest.fixture(scope="module")
+def env(s2_server: Any) -> Iterator[Env]:
+    e = Env(s2_server.url)
+    yield e
+    e.client.close()
+
+
+def _reader_options(env: Env, **extra: str) -> Any:
+    return parse_read_options(env.options(**extra), streaming=True, fmt=S2_READ_FORMAT)
+
+
+def test_a_packed_partition_reads_each_range_exactly_in_planned_order(env: Env) -> None:
+    """Ranges of many streams in one task, small ones read ahead concurrently, a long one
+    (more than one unary read) in the middle, a range cut inside a stream: the rows are
+    exactly those ranges, stream after stream, each in seq_num order."""
+    sizes = [3, 40, 1, 2500, 7, 0, 12] + [5] * 40
+    data = env.fill("pack-", sizes)
+    backend = S2Backend(S2Settings(env.basin, endpoint=env.url))
+    ranges = tuple(
+        RangePartition(name, 1 if name == "pack-001" else 0,
+                       30 if name == "pack-001" else len(bodies))
+        for name, bodies in sorted(data.items()) if bodies
+    )
+    rows = [row for batch in read_partition(backend, _reader_options(env, streamPrefix="pack-"),
+                                            PackedPartition(ranges))
+            for row in zip(batch.column("stream").to_pylist(),
+                           batch.column("seq_num").to_pylist(),
+                           batch.column("body").to_pylist(), strict=True)]
+    expected = [(r.stream, i, data[r.stream][i]) for r in ranges for i in range(r.start, r.end)]
+    assert rows == expected
+
+
+def test_a_batch_read_of_many_streams_packs_them_into_few_tasks(env: Env, spark: Any) -> None:
+    data = env.fill("few-", [4] * 120)
+    reader = S2DataSource(env.options(streamPrefix="few-", maxStreamsPerPartition="50")).reader(
+        None)  # type: ignore[arg-type]
+    parts = list(reader.partitions())
+    assert [len(p.ranges) for p in parts] == [50, 50, 20]  # type: ignore[attr-defined]
+    df = spark.read.format("s2").options(**env.options(streamPrefix="few-",
+                                                      maxStreamsPerPartition="50")).load()
+    assert df.rdd.getNumPartitions() == 3
+    got = sorted((r.stream, r.seq_num, r.body) for r in df.collect())
+    assert got == [(s, i, b) for s, bodies in sorted(data.items()) for i, b in enumerate(bodies)]
+
+
+def _latest(reader: Any, start: dict[str, Any]) -> dict[str, Any]:
+    from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
+
+    if HAS_ADMISSION_CONTROL:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+        return reader.latestOffset(start, ReadAllAvailable())  # type: ignore[no-any-return]
+    return reader.latestOffset()  # type: ignore[no-any-return]
+
+
+def test_idle_plans_wait_on_the_watch_and_see_an_append_to_any_stream(
+    env: Env, s2_server: Any
+) -> None:
+    """Over 60 idle streams, plans after the first ask the service nothing about quiet
+    streams; an append to one of them is planned, exactly, by the next plan that sees it."""
+    env.fill("idle-", [2] * 60)
+    reader = S2DataSource(env.options(streamPrefix="idle-")).streamReader(
+        None)  # type: ignore[arg-type]
+    try:
+        start = reader.initialOffset()
+        end = _latest(reader, start)
+        assert end == {f"idle-{k:03d}": 2 for k in range(60)}
+        watch = reader._watch
+        deadline = time.monotonic() + 30
+        while watch.quiet(end) != set(end):
+            assert time.monotonic() < deadline, "the watch never settled"
+            time.sleep(0.05)
+        assert _latest(reader, end) == end  # nothing new, nothing asked
+        appender = threading.Timer(0.3, env.append, ("idle-041", b"late"))
+        appender.start()
+        latest = end
+        deadline = time.monotonic() + 30
+        while latest == end:
+            assert time.monotonic() < deadline, "the append never showed"
+            latest = _latest(reader, end)
+        appender.join()
+        assert latest == {**end, "idle-041": 3}
+        assert list(reader.partitions(end, latest)) == [RangePartition("idle-041", 2, 3)]
+    finally:
+        reader.stop()
+
+
+REPLAY_CHILD = textwrap.dedent("""
+    import json, os, sys
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+    from pyspark.sql.functions import spark_partition_id
+    url, basin, ckpt, out, cores = sys.argv[1:6]
+    spark = (SparkSession.builder.master(f"local[{cores}]")
+             .config("spark.ui.enabled", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    df = (spark.readStream.format("s2").option("endpoint", url).option("basin", basin)
+          .option("streamPrefix", "rp-").option("maxRecordsPerTrigger", "400")
+          .option("maxStreamsPerPartition", "7").load())
+
+    def dump(batch, batch_id):
+        rows = batch.select(spark_partition_id().alias("p"), "stream", "seq_num").collect()
+        with open(os.path.join(out, f"{batch_id}.json"), "w") as f:
+            json.dump([[r.p, r.stream, r.seq_num] for r in rows], f)
+
+    q = (df.writeStream.foreachBatch(dump).option("checkpointLocation", ckpt)
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+""")
+
+
+@needs_admission_control
+def test_packed_micro_batches_replay_identically_on_another_cluster_size(
+    env: Env, tmp_path: Path
+) -> None:
+    """Run a paced query over 40 streams on local[1]; forget its last micro-batch's commit;
+    restart it on local[3]: the replayed batch has the same rows in the same partitions."""
+    data = env.fill("rp-", [13 + (k * 7) % 31 for k in range(40)])
+    script = tmp_path / "child.py"
+    script.write_text(REPLAY_CHILD)
+    ckpt, first, second = tmp_path / "ckpt", tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+
+    def run(out: Path, cores: int) -> None:
+        done = subprocess.run([sys.executable, str(script), env.url, env.basin, str(ckpt),
+                               str(out), str(cores)], timeout=300, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    run(first, 1)
+    batches = sorted(int(p.stem) for p in first.glob("*.json"))
+    total = sum(len(v) for v in data.values())
+    assert len(batches) == -(-total // 400)
+    seen = [tuple(r[1:]) for b in batches for r in json.loads((first / f"{b}.json").read_text())]
+    assert sorted(seen) == sorted((s, i) for s, v in data.items() for i in range(len(v)))
+    last = batches[-1]
+    for name in (str(last), f".{last}.crc"):
+        (ckpt / "commits" / name).unlink(missing_ok=True)
+    run(second, 3)
+    assert [p.name for p in second.glob("*.json")] == [f"{last}.json"]
+    before = json.loads((first / f"{last}.json").read_text())
+    after = json.loads((second / f"{last}.json").read_text())
+    assert after == before
+    assert len({p for p, _, _ in after}) > 1  # the batch was packed into several tasks
+
+
+@pytest.mark.parametrize("option", ["maxStreamsPerPartition", "discoveryIntervalMs"])
+def test_packing_and_discovery_options_take_positive_integers(env: Env, option: str) -> None:
+    from s2_spark.errors import OptionError
+
+    with pytest.raises(OptionError, match=f"option {option}='0' is not accepted: use a positive"):
+        _reader_options(env, stream="x", **{option: "0"})
