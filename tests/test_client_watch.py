@@ -1,0 +1,83 @@
+"""TailWatch against the local S2 server: quiet while a long-poll waits, not quiet once a
+record arrives, after a failure, or before it was watched; moving a position re-arms it."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from s2_spark.client import AppendRecord, BasinClient, S2Client, S2Config
+from s2_spark.client._watch import TailWatch
+
+
+@pytest.fixture
+def basin(s2_server: Any) -> Iterator[BasinClient]:
+    with S2Client(S2Config(endpoint=s2_server.url)) as client:
+        name = f"watch-{uuid.uuid4().hex[:10]}"
+        client.create_basin(name)
+        yield client.basin(name)
+
+
+def until(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.02)
+
+
+def test_quiet_until_a_record_arrives_then_rearmed_from_the_new_position(
+    basin: BasinClient,
+) -> None:
+    for name in ("a", "b", "c"):
+        basin.create_stream(name)
+    basin.stream("b").append([AppendRecord(b"x")])
+    watch = basin.watch_tails(wait=5)
+    try:
+        positions = {"a": 0, "b": 1, "c": 0}
+        assert watch.quiet(positions) == set()  # nothing known before watching
+        watch.watch(positions)
+        until(lambda: watch.quiet(positions) == {"a", "b", "c"}, "all three are quiet")
+        assert watch.quiet({"a": 0, "b": 0}) == {"a"}  # quiet only at the watched position
+        basin.stream("c").append([AppendRecord(b"y")])
+        watch.wait({"a", "b", "c"}, timeout=20)
+        assert watch.quiet(positions) == {"a", "b"}
+        positions["c"] = 1
+        watch.watch(positions)
+        until(lambda: watch.quiet(positions) == {"a", "b", "c"}, "c is quiet at its new end")
+    finally:
+        watch.close()
+
+
+def test_a_deleted_stream_is_not_quiet_and_the_others_stay_so(
+    basin: BasinClient,
+) -> None:
+    basin.create_stream("here")
+    basin.create_stream("gone")
+    watch = basin.watch_tails(wait=5)
+    try:
+        positions = {"here": 0, "gone": 0}
+        watch.watch(positions)
+        until(lambda: watch.quiet(positions) == {"here", "gone"}, "both are quiet")
+        basin.delete_stream("gone")
+        until(lambda: watch.quiet(positions) == {"here"}, "the deleted stream is not quiet")
+        watch.wait({"here"}, timeout=0.5)  # nothing arrives: it times out
+        assert watch.quiet(positions) == {"here"}
+    finally:
+        watch.close()
+
+
+def test_streams_past_the_limit_are_not_watched(basin: BasinClient) -> None:
+    for name in ("a", "b"):
+        basin.create_stream(name)
+    watch = TailWatch(basin._transport, basin.name, wait=5, limit=1)
+    try:
+        watch.watch({"a": 0, "b": 0})
+        until(lambda: watch.quiet({"a": 0}) == {"a"}, "a is quiet")
+        assert watch.quiet({"a": 0, "b": 0}) == {"a"}
+    finally:
+        watch.close()
+    assert watch.quiet({"a": 0}) == set()  # closed: nothing is known any more
