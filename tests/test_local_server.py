@@ -711,3 +711,42 @@ def test_unimplemented_and_unknown_routes(s2_server: Any) -> None:
     )
     r = httpx.get(s2_server.url + "/v1/nothing-here")
     assert r.status_code == 404
+
+
+# ------------------------------------------------------------------ request counter (not S2)
+
+
+@pytest.mark.parametrize("server_type", [LocalS2Server, ServerProcess])
+def test_request_counts_per_kind(server_type: Any) -> None:
+    from s2_spark.client import AppendRecord, S2Client, S2Config
+
+    with server_type() as server, S2Client(S2Config(endpoint=server.url)) as client:
+        assert server.request_counts() == {}
+        client.create_basin("counted-basin")
+        basin = client.basin("counted-basin")
+        basin.create_stream("a")
+        basin.create_stream("b")
+        stream = basin.stream("a")
+        stream.append([AppendRecord(b"x")])
+        stream.append_many([AppendRecord(b"y")] * 1500)  # two batches: one S2S session
+        for _ in range(3):
+            stream.check_tail()
+        assert [s.name for s in basin.list_streams()] == ["a", "b"]
+        assert stream.read(seq_num=0, count=1).batch.num_rows == 1
+        assert sum(b.batch.num_rows for b in stream.read_session(seq_num=0, count=10)) == 10
+        assert httpx.get(server.url + "/v1/nothing-here").status_code == 404
+        expected = {
+            "append": 1,
+            "append_session": 1,
+            "check_tail": 3,
+            "create_basin": 1,
+            "create_stream": 2,
+            "list_streams": 1,
+            "read": 1,
+            "read_session": 1,
+            "unrouted": 1,
+        }
+        assert server.request_counts() == expected
+        # Asking for the counts is not counted, and the path answers plain JSON.
+        r = httpx.get(server.url + "/_local/stats")
+        assert (r.status_code, r.json()) == (200, {"requests": expected})

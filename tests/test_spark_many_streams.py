@@ -127,7 +127,11 @@ def test_idle_plans_wait_on_the_watch_and_see_an_append_to_any_stream(
         while watch.quiet(end) != set(end):
             assert time.monotonic() < deadline, "the watch never settled"
             time.sleep(0.05)
-        assert _latest(reader, end) == end  # nothing new, nothing asked
+        before = s2_server.request_counts()
+        assert _latest(reader, end) == end  # nothing new, and no stream asked
+        asked = s2_server.request_counts()
+        assert asked.get("check_tail", 0) == before.get("check_tail", 0)
+        assert asked.get("read", 0) == before.get("read", 0)
         appender = threading.Timer(0.3, env.append, ("idle-041", b"late"))
         appender.start()
         latest = end

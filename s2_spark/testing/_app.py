@@ -3,6 +3,12 @@
 One `/v1` endpoint serves account and basin operations; the basin comes from the
 `S2-Basin` header, as in s2-lite. Unary calls speak JSON or protobuf; reads also speak
 SSE and S2S; appends also run as S2S sessions (full duplex on HTTP/2).
+
+Not S2: the app counts the requests it receives per kind (`RequestCounter`; kinds are the
+handler names, e.g. `check_tail`, `read`, `read_session`, `append_session`,
+`list_streams`), and answers them as JSON at `GET /_local/stats`, a testing-only path
+outside `/v1` that no S2 client calls (it needs the access token when one is set and is
+not counted itself). Tests and benchmarks use it to see how many requests a client made.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import base64
 import binascii
 import hmac
 import json
+import threading
 import time
 import zlib
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -44,7 +51,7 @@ from s2_spark.wire.frames import (
     encode_terminal,
 )
 
-__all__ = ["S2App"]
+__all__ = ["STATS_PATH", "RequestCounter", "S2App"]
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -55,6 +62,11 @@ MAX_UNARY_WAIT = 60.0
 LIST_LIMIT = 1000
 FLUSH_BYTES = 4 * 1024 * 1024
 _JSON = [(b"content-type", b"application/json")]
+#: The testing-only path answering the request counts (not part of S2's API).
+STATS_PATH = "/_local/stats"
+#: The kind of requests answered before reaching a handler: failed authorization, unknown
+#: routes, 501s, a bad basin name in the path, a path that is not UTF-8.
+UNROUTED = "unrouted"
 _PROTO = [(b"content-type", b"application/protobuf")]
 
 
@@ -69,9 +81,10 @@ def _pos(p: tuple[int, int]) -> dict[str, int]:
 class Request:
     """The parts of an ASGI HTTP scope the handlers use."""
 
-    __slots__ = ("headers", "method", "query", "receive", "scope", "segments")
+    __slots__ = ("counted", "headers", "method", "query", "receive", "scope", "segments")
 
     def __init__(self, scope: Scope, receive: Receive) -> None:
+        self.counted = False  # set once the request counter has seen it
         self.scope = scope
         self.receive = receive
         self.method: str = scope["method"]
@@ -250,6 +263,36 @@ def _is_proto(mime: str) -> bool:
     return mime in ("application/protobuf", "application/x-protobuf")
 
 
+def _records_kind(req: Request, base: str) -> str:
+    """`read` / `append` refined by format: S2S sessions and SSE are kinds of their own."""
+    s2s = req.mime("content-type") == "s2s/proto" or (
+        base == "read" and req.mime("accept") == "s2s/proto"
+    )
+    if s2s:
+        return f"{base}_session"
+    if base == "read" and req.mime("accept") == "text/event-stream":
+        return "read_sse"
+    return base
+
+
+class RequestCounter:
+    """Requests received per kind, counted on arrival (a long-poll or session counts when
+    it starts). Thread-safe: the app runs on its event loop, readers may be elsewhere."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def add(self, kind: str) -> None:
+        with self._lock:
+            self._counts[kind] = self._counts.get(kind, 0) + 1
+
+    def snapshot(self) -> dict[str, int]:
+        """Kind -> requests so far, sorted by kind."""
+        with self._lock:
+            return dict(sorted(self._counts.items()))
+
+
 class S2App:
     """ASGI app over a `Store`. Token comparison is constant-time; tokens are never logged."""
 
@@ -259,6 +302,7 @@ class S2App:
         self.store = store
         self._token = token
         self.heartbeat_interval = heartbeat_interval
+        self.requests = RequestCounter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -279,21 +323,32 @@ class S2App:
                 started = True
             await send(message)
 
+        req: Request | None = None
+
+        def count_unrouted() -> None:
+            # Before answering, so a client that has its answer sees the count.
+            if req is None or not req.counted:
+                self.requests.add(UNROUTED)
+
         try:
             req = Request(scope, receive)
             self._authorize(req)
             await self._route(req, tracking_send)
         except ApiError as e:
+            count_unrouted()
             if not started:
                 await _respond_json(send, e.status, e.body)
         except UnicodeDecodeError:
+            count_unrouted()
             if not started:
                 await _respond_json(
                     send, 400, {"code": "bad_path", "message": "path is not valid UTF-8"}
                 )
         except (ConnectionError, asyncio.CancelledError):
+            count_unrouted()
             raise
         except Exception as e:  # pragma: no cover - a bug; answer 500 rather than hang
+            count_unrouted()
             if not started:
                 await _respond_json(
                     send, 500, {"code": "other", "message": f"{type(e).__name__}: {e}"}
@@ -312,9 +367,27 @@ class S2App:
         if not hmac.compare_digest(value.strip().encode(), self._token.encode()):
             raise ApiError.standard(403, "permission_denied", "invalid access token")
 
+    async def _dispatch(
+        self, handler: Callable[..., Awaitable[None]], req: Request, send: Send, *args: str
+    ) -> None:
+        """Count the request under its handler's name (refined by format), then run it."""
+        kind = handler.__name__
+        if kind in ("read", "append"):
+            kind = _records_kind(req, kind)
+        self.requests.add(kind)
+        req.counted = True
+        await handler(req, send, *args)
+
+    async def _stats(self, req: Request, send: Send) -> None:
+        """`GET /_local/stats`: {"requests": {kind: count}}. Testing only, not S2."""
+        req.counted = True  # not counted: reading the counts leaves them as they were
+        await _respond_json(send, 200, {"requests": self.requests.snapshot()})
+
     async def _route(self, req: Request, send: Send) -> None:
         seg = req.segments
         m = req.method
+        if seg == ["_local", "stats"] and m == "GET":
+            return await self._stats(req, send)
         if len(seg) < 2 or seg[0] != "v1":
             raise ApiError.standard(404, "not_found", f"no route for {m} {req.scope['path']}")
         kind, rest = seg[1], seg[2:]
@@ -324,9 +397,9 @@ class S2App:
         if kind == "basins":
             if not rest:
                 if m == "GET":
-                    return await self.list_basins(req, send)
+                    return await self._dispatch(self.list_basins, req, send)
                 if m == "POST":
-                    return await self.create_basin(req, send)
+                    return await self._dispatch(self.create_basin, req, send)
             elif len(rest) == 1:
                 name = _checked(validate_basin_name, rest[0], "bad_path", "basin")
                 handler = {
@@ -336,13 +409,13 @@ class S2App:
                     "PATCH": self.reconfigure_basin,
                 }.get(m)
                 if handler is not None:
-                    return await handler(req, send, name)
+                    return await self._dispatch(handler, req, send, name)
         elif kind == "streams":
             if not rest:
                 if m == "GET":
-                    return await self.list_streams(req, send)
+                    return await self._dispatch(self.list_streams, req, send)
                 if m == "POST":
-                    return await self.create_stream(req, send)
+                    return await self._dispatch(self.create_stream, req, send)
             else:
                 name = rest[0]
                 if len(rest) == 1:
@@ -353,14 +426,14 @@ class S2App:
                         "PATCH": self.reconfigure_stream,
                     }.get(m)
                     if handler is not None:
-                        return await handler(req, send, name)
+                        return await self._dispatch(handler, req, send, name)
                 elif rest[1:] == ["records"]:
                     if m == "GET":
-                        return await self.read(req, send, name)
+                        return await self._dispatch(self.read, req, send, name)
                     if m == "POST":
-                        return await self.append(req, send, name)
+                        return await self._dispatch(self.append, req, send, name)
                 elif rest[1:] == ["records", "tail"] and m == "GET":
-                    return await self.check_tail(req, send, name)
+                    return await self._dispatch(self.check_tail, req, send, name)
         raise ApiError.standard(404, "not_found", f"no route for {m} {req.scope['path']}")
 
     # ------------------------------------------------------------ listing

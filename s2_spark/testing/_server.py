@@ -3,6 +3,9 @@
 Both serve HTTP/1.1 and HTTP/2 cleartext (prior knowledge) on one port through
 hypercorn, which is what s2-sdk needs over `http://`; with `ServerTls` they serve
 HTTPS instead (HTTP/1.1 and HTTP/2 by ALPN), optionally requiring client certificates.
+
+Both count the requests they receive per kind: `request_counts()` (over the testing-only
+path `GET /_local/stats` for a `ServerProcess`; not part of S2's API).
 """
 
 from __future__ import annotations
@@ -24,10 +27,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from s2_spark.testing._app import S2App
+from s2_spark.testing._app import STATS_PATH, S2App
 from s2_spark.testing._store import Store
 
-__all__ = ["LocalS2Server", "ServerProcess", "ServerTls", "serve_forever"]
+__all__ = [
+    "LocalS2Server",
+    "ServerProcess",
+    "ServerTls",
+    "fetch_request_counts",
+    "serve_forever",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +114,26 @@ def _url(host: str, port: int, tls: ServerTls | None = None) -> str:
     return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
+def fetch_request_counts(
+    url: str, *, token: str | None = None, timeout: float = 10.0
+) -> dict[str, int]:
+    """The request counts of the local server at `url` (`GET /_local/stats`; not S2):
+    kind (`check_tail`, `read`, `read_session`, `append`, `list_streams`, ...) -> requests
+    received since it started, the stats request itself not counted.
+
+    Over HTTPS the server's certificate is not verified: this is for a local test server
+    (a server requiring client certificates cannot be asked this way)."""
+    import httpx
+
+    headers = {} if token is None else {"authorization": f"Bearer {token}"}
+    # trust_env=False: no proxy from the environment between us and a loopback server.
+    with httpx.Client(timeout=timeout, verify=False, trust_env=False) as client:
+        resp = client.get(url + STATS_PATH, headers=headers)
+    resp.raise_for_status()
+    counts: dict[str, int] = resp.json()["requests"]
+    return counts
+
+
 def _tolerate_data_after_response() -> None:
     """Patch hypercorn's HTTP/2 protocol to drop DATA for streams it already closed.
 
@@ -176,6 +205,7 @@ class LocalS2Server:
         self._sock: socket.socket | None = None
         self._error: BaseException | None = None
         self.store: Store | None = None
+        self._app: S2App | None = None
 
     def __repr__(self) -> str:
         return f"LocalS2Server(url={self.url if self._sock else None!r})"
@@ -193,6 +223,7 @@ class LocalS2Server:
         self.port = self._sock.getsockname()[1]
         self.store = Store(self.data_dir)
         app = S2App(self.store, token=self._token, heartbeat_interval=self.heartbeat_interval)
+        self._app = app
         ready = threading.Event()
 
         def run() -> None:
@@ -217,6 +248,11 @@ class LocalS2Server:
         self._thread.start()
         ready.wait(10)
         return self
+
+    def request_counts(self) -> dict[str, int]:
+        """Requests received per kind since `start()` (see `fetch_request_counts`); empty
+        before the first start. Read in process: no request is made."""
+        return {} if self._app is None else self._app.requests.snapshot()
 
     def stop(self) -> None:
         thread, loop, shutdown = self._thread, self._loop, self._shutdown
@@ -368,6 +404,13 @@ class ServerProcess:
                     f"(exit code {proc.returncode})"
                 )
             time.sleep(0.2)
+
+    def request_counts(self) -> dict[str, int]:
+        """Requests the running process received per kind since it (re)started, asked over
+        `GET /_local/stats` (see `fetch_request_counts`; that request is not counted)."""
+        if not self.running:
+            raise RuntimeError("ServerProcess is not running")
+        return fetch_request_counts(self.url, token=self._token)
 
     def kill(self) -> None:
         """SIGKILL: the process gets no chance to flush or clean up."""

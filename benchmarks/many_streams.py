@@ -1,0 +1,428 @@
+"""Many streams: the reader and writer over N streams against the same work on one stream.
+
+One local server process (`ServerProcess`), `local[2]`, 100 B records; every ratio is
+against a single stream measured in the same run:
+
+* read: `readStream.format("s2")` with `streamPrefix` over N streams of R records each,
+  `trigger(availableNow=True)` into the `noop` sink, against the same query over one
+  stream of N*R records (option `stream`); for each (N, R) of `--streams` / `--records`
+  (default (1000, 100) and (10000, 10)). Seconds are the query's triggers
+  (`durationMs.triggerExecution` summed: listing, tails, planning and reading, all that
+  grows with N), not its start-up (the same for any N; wall time is printed too); the
+  queries alternate and the best of `--repeat` counts. Ratio: single seconds / many
+  seconds (higher is better, 1.00x is as fast as one stream).
+* write: a batch `df.write.format("s2")` of N*R rows (the first (N, R)) from `spark.range`
+  (2 partitions, body 100 B), routed by a `stream` column (row i to stream i % N, so every
+  partition writes to every stream), against the same rows all to one stream (option
+  `stream`, which overrides the column). Seconds of `save()`; ratio as for reads.
+* idle: a default-trigger query over `--idle-streams` empty streams (`streamPrefix`) into
+  `foreachBatch`. After `--settle` s, for `--window` s (10, or the client's tail-watch
+  long-poll wait if longer, so that every idle stream's long-poll is re-armed once in the
+  window rather than all or none of them): the median `durationMs.latestOffset`
+  of its progress events (every idle trigger reports one here: the session sets
+  `spark.sql.streaming.noDataProgressEventInterval=0`) and the requests that reach the
+  server (its request counter, `GET /_local/stats`), per second and per stream. Then one
+  record every `--interval` ms to a random one of the streams for `--duration` s, each
+  record's body its wall-clock time (ns), and `foreachBatch` records `now - stamp` per row
+  as `latency.py` does (records stamped in the first `--warmup` s left out): p50 and p99.
+  The same is measured for one stream (latency.py's single-stream query: option `stream`,
+  startingPosition latest) in the same run; ratio: many p50 / single p50 (lower is better).
+
+Streams are created and filled by concurrent requests before any timing. Ends with:
+`many_streams: read <r1>x single at <N1>, <r2>x at <N2>, write <w>x single,
+idle <q> req/s per stream, p50 <x>x single`.
+For a smoke run: `--streams 100,200 --records 10,5 --idle-streams 100 --window 5
+--duration 5 --repeat 1`; `--skip read,write,idle` leaves parts out (printed as n/a).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+from _streams import fill  # benchmarks/ is on sys.path
+from latency import report
+from pyspark.sql import SparkSession
+
+from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.testing import ServerProcess
+
+try:  # an idle stream's long-poll lasts this long: a window as long sees each re-armed once
+    from s2_spark.client._watch import WATCH_WAIT
+except ImportError:  # no tail watch: requests come at least every few seconds
+    WATCH_WAIT = 0
+
+RECORD = 100
+STAMP = "CAST(CAST(body AS STRING) AS BIGINT) AS ns"
+PARTS = ("read", "write", "idle")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def names(prefix: str, n: int) -> list[str]:
+    width = len(str(max(n - 1, 0)))
+    return [f"{prefix}{i:0{width}d}" for i in range(n)]
+
+
+def create_streams(client: S2Client, basin: str, streams: Sequence[str], records: int,
+                   workers: int) -> float:
+    """Create `basin` and `streams` in it, each with `records` records of RECORD random
+    bytes, `workers` requests at a time; return the seconds it took."""
+    body = os.urandom(RECORD)
+    t0 = time.perf_counter()
+    client.ensure_basin(basin)
+    b = client.basin(basin)
+
+    def one(name: str) -> None:
+        b.create_stream(name)
+        if records:
+            batch = [AppendRecord(body)] * records
+            s = b.stream(name)
+            if records <= 1000:
+                s.append(batch)  # one request
+            else:
+                s.append_many(batch)
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(one, streams))
+    return time.perf_counter() - t0
+
+
+def tails(client: S2Client, basin: str, streams: Sequence[str], workers: int) -> int:
+    """The sum of the streams' tails (records and command records appended)."""
+    b = client.basin(basin)
+    with ThreadPoolExecutor(workers) as pool:
+        return sum(pool.map(lambda s: b.stream(s).check_tail().seq_num, streams))
+
+
+def session() -> Any:
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("s2-spark-bench-many-streams")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.shuffle.partitions", "2")
+        # Every idle trigger reports progress (by default one in 10 s), all kept, so the
+        # idle window's latestOffset durations can be read from recentProgress.
+        .config("spark.sql.streaming.noDataProgressEventInterval", "0")
+        .config("spark.sql.streaming.numRecentProgressUpdates", "2000")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def source(spark: Any, url: str, basin: str, *, stream: str | None = None,
+           prefix: str | None = None, latest: bool = False) -> Any:
+    r = (spark.readStream.format("s2").option("endpoint", url).option("basin", basin)
+         .option("includeHeaders", "false"))
+    r = r.option("streamPrefix", prefix) if prefix is not None else r.option("stream", stream)
+    if latest:
+        r = r.option("startingPosition", "latest")
+    return r.load()
+
+
+def _durations(progress: list[dict[str, Any]]) -> str:
+    """Sums of the main `durationMs` entries over the query's batches."""
+    keys = ("latestOffset", "queryPlanning", "addBatch", "triggerExecution")
+    sums = {k: sum(p["durationMs"].get(k, 0) for p in progress) for k in keys}
+    return ", ".join(f"{k} {v / 1000:.2f}s" for k, v in sums.items())
+
+
+def read_once(df: Any, label: str, expected: int) -> float:
+    """Run an AvailableNow query into noop; return the seconds its triggers took (the sum of
+    `durationMs.triggerExecution`: listing, tails, planning, reading; not the query's
+    start-up, which is the same for any number of streams)."""
+    with tempfile.TemporaryDirectory() as ckpt:
+        t0 = time.perf_counter()
+        q = (df.writeStream.format("noop").option("checkpointLocation", ckpt)
+             .trigger(availableNow=True).start())
+        q.awaitTermination()
+        wall = time.perf_counter() - t0
+        progress = q.recentProgress
+    rows = sum(p["numInputRows"] for p in progress)
+    assert rows == expected, f"{label}: read {rows} rows, expected {expected}"
+    batches = sum(1 for p in progress if p["numInputRows"])
+    busy = sum(p["durationMs"].get("triggerExecution", 0) for p in progress) / 1000
+    print(f"  {label}: {rows:,} rows in {busy:.2f}s of triggers, {wall:.2f}s wall incl. "
+          f"start-up ({batches} batch(es); {_durations(progress)})")
+    return busy
+
+
+def best_of(repeat: int, runs: dict[str, Callable[[], float]]) -> dict[str, float]:
+    """The least seconds of each run over `repeat` rounds, alternating their order."""
+    best = dict.fromkeys(runs, float("inf"))
+    order = list(runs)
+    for i in range(repeat):
+        for label in order if i % 2 == 0 else order[::-1]:
+            best[label] = min(best[label], runs[label]())
+    return best
+
+
+def bench_read(spark: Any, client: S2Client, url: str, tag: str, n: int, r: int,
+               args: argparse.Namespace) -> float:
+    basin = f"bench-many-r{n}-{tag}"
+    many = names("s-", n)
+    took = create_streams(client, basin, many, r, args.workers)
+    print(f"read, {n:,} streams x {r:,} records: created and filled in {took:.1f}s "
+          f"({n / took:,.0f} streams/s)")
+    took = fill(url, basin, "single", n * r, RECORD)
+    print(f"  one stream of {n * r:,} records filled in {took:.1f}s")
+    best = best_of(args.repeat, {
+        "many": lambda: read_once(source(spark, url, basin, prefix="s-"),
+                                  f"{n:,} streams (streamPrefix)", n * r),
+        "single": lambda: read_once(source(spark, url, basin, stream="single"),
+                                    "one stream", n * r),
+    })
+    ratio = best["single"] / best["many"]
+    print(f"read at {n:,} streams: {best['many']:.2f}s, one stream {best['single']:.2f}s "
+          f"-> {ratio:.2f}x single")
+    return ratio
+
+
+def bench_write(spark: Any, client: S2Client, url: str, tag: str, n: int, r: int,
+                args: argparse.Namespace) -> float:
+    basin = f"bench-many-w{n}-{tag}"
+    many = names("w-", n)
+    took = create_streams(client, basin, [*many, "single"], 0, args.workers)
+    print(f"write, {n * r:,} rows to {n:,} streams: {n + 1:,} empty streams created in "
+          f"{took:.1f}s")
+    width = len(str(n - 1))
+    rows = n * r
+
+    def frame(total: int, streams: int) -> Any:
+        return spark.range(total, numPartitions=2).selectExpr(
+            f"CAST(lpad(CAST(id AS STRING), {RECORD}, 'x') AS BINARY) AS body",
+            f"concat('w-', lpad(CAST(id % {streams} AS STRING), {width}, '0')) AS stream",
+        )
+
+    def write(label: str, total: int, streams: int, **options: str) -> float:
+        t0 = time.perf_counter()
+        (frame(total, streams).write.format("s2").option("endpoint", url)
+         .option("basin", basin).options(**options).mode("append").save())
+        wall = time.perf_counter() - t0
+        print(f"  {label}: {total:,} rows in {wall:.2f}s")
+        return wall
+
+    # Warm-up (Python workers load the writer): a small write of each kind, not measured.
+    write("warm-up, routed", min(rows, 1000), min(n, 10))
+    write("warm-up, one stream", min(rows, 1000), 1, stream="single")
+    best = best_of(args.repeat, {
+        "many": lambda: write(f"{n:,} streams (stream column)", rows, n),
+        "single": lambda: write("one stream (option stream)", rows, n, stream="single"),
+    })
+    landed = tails(client, basin, many, args.workers)
+    print(f"  tails of the {n:,} streams add up to {landed:,} (rows written, warm-up included, "
+          f"plus any command records)")
+    ratio = best["single"] / best["many"]
+    print(f"write to {n:,} streams: {best['many']:.2f}s, one stream {best['single']:.2f}s "
+          f"-> {ratio:.2f}x single")
+    return ratio
+
+
+class Producer(threading.Thread):
+    """One record every `interval` s to a random one of `streams`, its body the wall-clock
+    time (ns) taken just before the append (as latency.py's producer)."""
+
+    def __init__(self, url: str, basin: str, streams: Sequence[str], interval: float) -> None:
+        super().__init__(daemon=True)
+        self.client = S2Client(S2Config(endpoint=url))
+        self.streams = [self.client.basin(basin).stream(s) for s in streams]
+        self.interval = interval
+        self.rng = random.Random(7)
+        self.stopping = threading.Event()
+        self.sent = 0
+
+    def run(self) -> None:
+        tick = time.monotonic()
+        while not self.stopping.is_set():
+            self.rng.choice(self.streams).append([AppendRecord(str(time.time_ns()).encode())])
+            self.sent += 1
+            tick += self.interval
+            self.stopping.wait(max(0.0, tick - time.monotonic()))
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join()
+        self.client.close()
+
+
+@dataclass
+class Followed:
+    latest_offset_ms: float  # median durationMs.latestOffset of idle triggers
+    triggers: int  # idle triggers in the window
+    requests_per_s: float  # requests reaching the server, per second and per stream
+    p50: float
+    p99: float
+
+
+def _epoch(timestamp: str) -> float:
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+def follow(spark: Any, server: ServerProcess, basin: str, streams: Sequence[str], df: Any,
+           label: str, args: argparse.Namespace) -> Followed:
+    """Run `df` (column `ns`) into foreachBatch: idle window, then appends; see the top."""
+    latencies: list[float] = []
+    seen = [0]
+    started = [0]  # stamps from this time (ns) on count; 0: none yet
+
+    def sink(batch: Any, _batch_id: int) -> None:
+        stamps = [row.ns for row in batch.select("ns").collect()]
+        now = time.time_ns()
+        seen[0] += len(stamps)
+        if started[0]:
+            latencies.extend((now - ns) / 1e6 for ns in stamps if ns >= started[0])
+
+    progress: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def collect(q: Any) -> None:
+        for p in q.recentProgress:
+            progress[(p["timestamp"], p["batchId"])] = p
+
+    with tempfile.TemporaryDirectory() as ckpt:
+        q = df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
+        try:
+            deadline = time.monotonic() + 600
+            while not q.recentProgress:
+                if q.exception() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{label}: the query did not start: {q.exception()}")
+                time.sleep(0.2)
+            time.sleep(args.settle)
+            before, t0 = server.request_counts(), time.time()
+            while time.time() < t0 + args.window:
+                collect(q)
+                time.sleep(0.5)
+            after, t1 = server.request_counts(), time.time()
+            collect(q)
+            if q.exception() is not None:
+                raise RuntimeError(f"{label}: the query failed: {q.exception()}")
+            delta = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+            total = sum(delta.values())
+            idle = [p["durationMs"]["latestOffset"] for p in progress.values()
+                    if t0 <= _epoch(p["timestamp"]) <= t1 and not p["numInputRows"]
+                    and "latestOffset" in p["durationMs"]]
+            latest = statistics.median(idle) if idle else float("nan")
+            per_stream = total / (t1 - t0) / len(streams)
+            print(f"{label}, idle {t1 - t0:.1f}s: {len(idle)} triggers, latestOffset median "
+                  f"{latest:.0f} ms; {total} requests ({per_stream:.3f}/s per stream): {delta}")
+
+            producer = Producer(server.url, basin, streams, args.interval / 1000)
+            started[0] = time.time_ns() + int(args.warmup * 1e9)
+            producer.start()
+            time.sleep(args.warmup + args.duration)
+            producer.stop()
+            deadline = time.monotonic() + 10
+            while seen[0] < producer.sent and time.monotonic() < deadline:
+                time.sleep(0.1)  # let the last records arrive, so the tail counts too
+            if q.exception() is not None:
+                raise RuntimeError(f"{label}: the query failed: {q.exception()}")
+        finally:
+            q.stop()
+    print(f"  {producer.sent} records appended, {seen[0]} seen")
+    p50, p99 = report(f"{label}, append-to-visible", latencies)
+    return Followed(latest, len(idle), per_stream, p50, p99)
+
+
+def bench_idle(spark: Any, client: S2Client, server: ServerProcess, tag: str, n: int,
+               args: argparse.Namespace) -> tuple[Followed, Followed]:
+    basin = f"bench-many-idle-{tag}"
+    many = names("i-", n)
+    took = create_streams(client, basin, [*many, "single"], 0, args.workers)
+    print(f"idle: {n + 1:,} empty streams created in {took:.1f}s")
+    url = server.url
+    ours = follow(spark, server, basin, many,
+                  source(spark, url, basin, prefix="i-", latest=True).selectExpr(STAMP),
+                  f"{n:,} streams", args)
+    single = follow(spark, server, basin, ["single"],
+                    source(spark, url, basin, stream="single", latest=True).selectExpr(STAMP),
+                    "one stream", args)
+    print(f"idle latestOffset median: {ours.latest_offset_ms:.0f} ms at {n:,} streams, "
+          f"{single.latest_offset_ms:.0f} ms at one; requests/s per stream "
+          f"{ours.requests_per_s:.3f} vs {single.requests_per_s:.3f}")
+    print(f"append-to-visible p50 {ours.p50:.0f} ms vs {single.p50:.0f} ms one stream "
+          f"({ours.p50 / single.p50:.2f}x), p99 {ours.p99:.0f} ms vs {single.p99:.0f} ms "
+          f"({ours.p99 / single.p99:.2f}x)")
+    return ours, single
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--streams", type=_ints, default=[1000, 10000],
+                    help="read cases: streams (comma-separated); the first is also the write's")
+    ap.add_argument("--records", type=_ints, default=[100, 10],
+                    help="records per stream of each read case (comma-separated)")
+    ap.add_argument("--idle-streams", type=int, default=1000)
+    ap.add_argument("--repeat", type=int, default=2, help="runs of each read/write (best counts)")
+    ap.add_argument("--settle", type=float, default=5.0,
+                    help="seconds the idle query runs before its window")
+    ap.add_argument("--window", type=float, default=max(10.0, WATCH_WAIT),
+                    help="seconds of the idle window (default: 10, or the tail watch's "
+                         "long-poll wait if longer, so each stream's poll is counted once)")
+    ap.add_argument("--duration", type=float, default=10.0, help="seconds of appends measured")
+    ap.add_argument("--warmup", type=float, default=2.0,
+                    help="seconds of appends before those measured")
+    ap.add_argument("--interval", type=float, default=50.0, help="ms between appends")
+    ap.add_argument("--workers", type=int, default=16, help="requests at a time when filling")
+    ap.add_argument("--skip", type=lambda s: set(s.split(",")), default=set(),
+                    help=f"parts to leave out, comma-separated: {','.join(PARTS)}")
+    args = ap.parse_args()
+    if len(args.streams) != len(args.records):
+        ap.error("--streams and --records need as many values each")
+    if args.skip - set(PARTS):
+        ap.error(f"--skip takes {','.join(PARTS)}")
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+
+    spark = session()
+    tag = uuid.uuid4().hex[:8]
+    reads: list[float] = []
+    write = float("nan")
+    idle: tuple[Followed, Followed] | None = None
+    with ServerProcess() as server, S2Client(S2Config(endpoint=server.url)) as client:
+        url = server.url
+        if "read" not in args.skip:
+            # Warm up Python workers and the JVM on small reads of each kind.
+            basin = f"bench-many-warm-{tag}"
+            create_streams(client, basin, names("s-", 10), 10, args.workers)
+            fill(url, basin, "single", 100, RECORD)
+            read_once(source(spark, url, basin, prefix="s-"), "warm-up, 10 streams", 100)
+            read_once(source(spark, url, basin, stream="single"), "warm-up, one stream", 100)
+            for n, r in zip(args.streams, args.records, strict=True):
+                reads.append(bench_read(spark, client, url, tag, n, r, args))
+        if "write" not in args.skip:
+            write = bench_write(spark, client, url, tag, args.streams[0], args.records[0], args)
+        if "idle" not in args.skip:
+            idle = bench_idle(spark, client, server, tag, args.idle_streams, args)
+    spark.stop()
+
+    def fmt(x: float) -> str:
+        return "n/a" if x != x else f"{x:.2f}"
+
+    r1, r2 = (reads + [float("nan")] * 2)[:2]
+    n1, n2 = ([*args.streams, 0])[:2]
+    q = "n/a" if idle is None else f"{idle[0].requests_per_s:.3f}"
+    x = float("nan") if idle is None else idle[0].p50 / idle[1].p50
+    print(f"many_streams: read {fmt(r1)}x single at {n1}, {fmt(r2)}x at {n2}, write "
+          f"{fmt(write)}x single, idle {q} req/s per stream, p50 {fmt(x)}x single")
+
+
+if __name__ == "__main__":
+    main()
