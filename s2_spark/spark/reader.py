@@ -265,8 +265,16 @@ class RangeStreamReader(DataSourceStreamReader):
 
     def initialOffset(self) -> dict[str, Any]:
         """Resolved once per query: Spark asks again when it plans the first batch, and
-        `latest` or a timestamp resolved anew would then start after the end it planned."""
+        `latest` or a timestamp resolved anew would then start after the end it planned.
+
+        `earliest` without a per-trigger limit is `{}`: every stream is then new to the
+        first plan and read from its origin (records trimmed before are no loss), which
+        spares one request per stream. A limit needs the true first positions to pace by."""
         if self._initial is None:
+            options = self._options
+            if options.starting.kind == "earliest" and options.max_records_per_trigger is None:
+                self._initial = self._planned = {}
+                return {}
             planner = _Planner(self._backend, self._options)
             self._initial = self._planned = _per_stream(
                 lambda stream: planner.resolve(self._options.starting, stream, default="earliest"),
