@@ -16,15 +16,24 @@ has: the stream's fencing token and `match_seq_num`.
   conditioned on the token the one before sets, so if one fails every later one fails
   too. Acks name the prefix that landed; after an error the token names the last append
   that landed, and the writer resumes after it.
+* A writer's last append to a stream (`PartitionWriter`) releases the lease in its own
+  fence (the token `release` would set), so a small stream costs two appends: taking the
+  lease and the data. If its ack is lost and another writer takes the freed stream
+  meanwhile, the writer finds its releasing fence behind the other's fence records.
+* One writer routes its rows to many streams (`PartitionWriter`): grouped by stream in
+  one pass per input batch, each stream's rows in input order. Streams whose rows are
+  all buffered when the input ends (most small ones) are written several at once, with
+  at most `max_inflight_appends` appends in flight in total across the writer's streams.
 * A writer takes the stream by a compare-and-set on the token. What it finds decides where
   it resumes: its own partition's latest progress, zero for a fresh batch, or a backward
   scan of the batch's fence records (after a restart or a stolen lease). Finding a newer
   generation or attempt of its own partition means it is stale: `WriterFencedError`.
 * Partitions of one batch writing the same stream take turns: a writer waits while
-  another partition of the same generation holds the lease (releasing its own leases
-  first, so two writers never wait on each other) and steals it only after
-  `lease_timeout` seconds without progress. Leases of older generations (a killed or
-  restarted query) are taken over at once.
+  another partition of the same generation holds the lease and steals it only after
+  `lease_timeout` seconds without progress. Before waiting it releases the leases it
+  holds that none of its threads is using; a thread using a lease never waits for
+  another, so writers never wait on each other in a cycle. Leases of older generations
+  (a killed or restarted query) are taken over at once.
 
 The lease token is at most 36 bytes: ``w<state><mode><query>.<gen>.<batch>.<part>.<attempt>
 .<progress>`` with numbers in base 36. Fence records stay in the stream (readers skip
@@ -36,13 +45,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import threading
 import time
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 
+from s2_spark.backends._sink_rows import drop_command_rows, group_by_stream
 from s2_spark.client._append_session import MAX_INPUTS_PER_SESSION
 from s2_spark.errors import (
     AlreadyExistsError,
@@ -65,6 +79,8 @@ __all__ = [
     "DATA_MAX_RECORDS",
     "DEFAULT_APPENDS_IN_FLIGHT",
     "MAX_INPUTS_PER_SESSION",
+    "MAX_STREAM_WORKERS",
+    "AppendBudget",
     "ForeignFenceError",
     "LeaseToken",
     "PartitionWriter",
@@ -83,12 +99,47 @@ DATA_MAX_RECORDS = 999
 #: Appends a writer sends before reading their acks (about 1.7 MB of 100 B rows).
 DEFAULT_APPENDS_IN_FLIGHT = 16
 DATA_MAX_BYTES = 1024 * 1024 - FENCE_RESERVE
+#: Streams one writer works on at once (its appends in flight are bounded separately).
+MAX_STREAM_WORKERS = 32
 _PROBE = "w-probe"
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+_T = TypeVar("_T")
 
 
 class ForeignFenceError(S2SparkError):
     """The target stream is fenced with a token that s2-spark did not set."""
+
+
+class _Cancelled(S2SparkError):
+    """Another stream of the same writer failed first; this one stops (never reported)."""
+
+
+class AppendBudget:
+    """Appends one writer has in flight, across all its streams, at most `limit`.
+
+    A stream takes permits for one request (a fence, or a chain of appends) and gives
+    them back when its response is read; permits are never held while waiting for
+    anything else, so holding them cannot deadlock.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self._free = self.limit
+        self._cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, want: int) -> Iterator[int]:
+        """Wait for a free permit, then take up to `want`; yields how many were taken."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._free > 0)
+            taken = min(max(1, want), self._free)
+            self._free -= taken
+        try:
+            yield taken
+        finally:
+            with self._cond:
+                self._free += taken
+                self._cond.notify_all()
 
 
 def _b36(n: int) -> str:
@@ -186,8 +237,9 @@ class SinkSettings:
     go without progress before it is taken over. `idle_release`: a held lease with no
     append for this long is released between input chunks, so waiters are not starved.
     `flush_records` / `flush_bytes`: rows buffered before they are encoded and appended.
-    `max_inflight_appends` / `max_inflight_bytes` (metered): appends sent in one session
-    before their acks are read, so a writer never holds more than that unacknowledged.
+    `max_inflight_appends`: appends one writer has sent and not yet seen acknowledged,
+    in total across its streams (one stream's go out as one session). `max_inflight_bytes`
+    (metered): the most one stream sends in one session before reading the acks.
     """
 
     create_streams: bool = False
@@ -266,7 +318,9 @@ class StreamSink:
 
     Feed rows with `add` (Arrow arrays: bodies, optional headers and timestamps), then
     `close`. `on_wait` is called before blocking on another writer's lease so the caller
-    can release the leases it holds on other streams.
+    can release the leases it holds on other streams. `budget` bounds the appends in
+    flight across the streams of one writer (one sink alone: its own); once `cancel` is
+    set the sink stops at its next request (another stream of the writer failed).
     """
 
     def __init__(
@@ -278,6 +332,8 @@ class StreamSink:
         *,
         on_wait: Callable[[StreamSink], None] | None = None,
         after_append: Callable[[StreamSink], None] | None = None,
+        budget: AppendBudget | None = None,
+        cancel: threading.Event | None = None,
     ) -> None:
         self.name = name
         self.writer = writer
@@ -286,6 +342,8 @@ class StreamSink:
         self._stream: StreamClient = basin.stream(name)
         self._on_wait = on_wait
         self._after_append = after_append
+        self._budget = budget or AppendBudget(settings.max_inflight_appends)
+        self._cancel = cancel
         self._what = f"stream {name!r} in basin {basin.name!r}"
         # Buffered rows: chunks of (bodies, headers, timestamps); global row index of the
         # first buffered row; rows of this partition seen so far.
@@ -322,20 +380,35 @@ class StreamSink:
     def add(self, bodies: pa.Array, headers: pa.Array | None = None,
             timestamps: pa.Array | None = None) -> None:
         """Buffer rows (in order); appends whenever enough are buffered."""
-        n = len(bodies)
-        if n == 0:
-            return
-        self._chunks.append((bodies, headers, timestamps))
-        self._buffered_rows += n
-        self._buffered_bytes += bodies.nbytes + (headers.nbytes if headers is not None else 0)
-        self._seen += n
-        if (self._buffered_rows >= self.settings.flush_records
-                or self._buffered_bytes >= self.settings.flush_bytes):
-            self._flush(final=False)
+        if self.buffer(bodies, headers, timestamps):
+            self.flush()
 
-    def close(self) -> StreamWriteResult:
-        """Append everything buffered and release the stream."""
-        self._flush(final=True)
+    def buffer(self, bodies: pa.Array, headers: pa.Array | None = None,
+               timestamps: pa.Array | None = None) -> bool:
+        """Buffer rows (in order) without appending; whether enough are buffered to
+        `flush` (the caller may flush several streams at once)."""
+        n = len(bodies)
+        if n:
+            self._chunks.append((bodies, headers, timestamps))
+            self._buffered_rows += n
+            self._buffered_bytes += bodies.nbytes + (headers.nbytes if headers is not None
+                                                     else 0)
+            self._seen += n
+        return (self._buffered_rows >= self.settings.flush_records
+                or self._buffered_bytes >= self.settings.flush_bytes)
+
+    def flush(self) -> None:
+        """Append the full appends buffered; a short last one waits for more rows."""
+        self._flush(final=False)
+
+    def close(self, *, release_in_last_append: bool = False) -> StreamWriteResult:
+        """Append everything buffered and release the stream.
+
+        `release_in_last_append`: the last data append's fence sets the released lease
+        itself (the token `release` would set), saving a round trip per stream. Off by
+        default so a lone sink leaves the same records as always (a release fence).
+        """
+        self._flush(final=True, release=release_in_last_append)
         if self._known and self._progress > self._seen:
             raise S2SparkError(
                 f"{self._what} already holds {self._progress} rows of partition "
@@ -360,7 +433,9 @@ class StreamSink:
         self._buffered_bytes = bodies.nbytes + (headers.nbytes if headers is not None else 0)
         self._start = start
 
-    def _flush(self, *, final: bool) -> None:
+    def _flush(self, *, final: bool, release: bool = False) -> None:
+        """Append the buffered rows an earlier attempt has not; `final`: all of them, the
+        last append releasing the lease when `release` is set."""
         if not self._chunks:
             return
         if self._lease is None:
@@ -396,14 +471,15 @@ class StreamSink:
             keep_from = batches[-1].first_index
             batches = batches[:-1]
         if batches:
-            self._append_all(batches)
+            self._append_all(batches, release_last=final and release)
         self._set_buffer(bodies.slice(keep_from),
                          headers.slice(keep_from) if headers is not None else None,
                          timestamps.slice(keep_from) if timestamps is not None else None,
                          start + keep_from)
 
-    def _append_all(self, batches: list[AppendBatch]) -> None:
-        """Append `batches` in order, each with its progress fence, a chain per session.
+    def _append_all(self, batches: list[AppendBatch], *, release_last: bool = False) -> None:
+        """Append `batches` in order, each with its progress fence, a chain per session;
+        with `release_last` the last one's fence releases the lease.
 
         Input k of a chain is conditioned on the token input k-1 sets (and on the tail),
         so nothing waits for acks: if one input fails its condition every later one does
@@ -416,12 +492,18 @@ class StreamSink:
         done = 0
         loop = RetryLoop(self._stream.config.retry, f"appends to {self._what}")
         while done < len(batches):
-            chain = self._chain(batches, done)
-            res = self._stream.append_chain(
-                [link.payload for link in chain],
-                fencing_tokens=[link.condition for link in chain],
-                match_seq_num=self._tail,
-            )
+            self._check_cancel()
+            # With an `after_append` hook each append is acknowledged before the next is
+            # sent, so the hook sees the stream exactly as after that append (the
+            # fault-injection tests stop a writer there).
+            want = 1 if self._after_append is not None else self._window
+            with self._budget.hold(want) as most:
+                chain = self._chain(batches, done, most, release_last=release_last)
+                res = self._stream.append_chain(
+                    [link.payload for link in chain],
+                    fencing_tokens=[link.condition for link in chain],
+                    match_seq_num=self._tail,
+                )
             for link, ack in zip(chain, res.acks, strict=False):
                 self._landed(link, ack)
             done += len(res.acks)
@@ -436,23 +518,22 @@ class StreamSink:
                 self._window = max(1, self._window // 2)
                 loop.failed(res.error)
 
-    def _chain(self, batches: list[AppendBatch], first: int) -> list[_Link]:
-        """The next appends to send together, within the in-flight bounds (at least one).
-
-        With an `after_append` hook each append is acknowledged before the next is sent,
-        so the hook sees the stream exactly as after that append (the fault-injection
-        tests stop a writer there).
-        """
+    def _chain(self, batches: list[AppendBatch], first: int, limit: int, *,
+               release_last: bool) -> list[_Link]:
+        """The next appends to send together: at most `limit`, within the in-flight byte
+        bound (at least one). With `release_last` the fence of the last of `batches` sets
+        the released lease (as `release` would), so no release append follows."""
         lease = self._lease
         assert lease is not None
-        limit = 1 if self._after_append is not None else self._window
         links: list[_Link] = []
         progress, condition, size = self._progress, self._last_token, 0
-        for batch in batches[first:first + limit]:
+        for i in range(first, min(first + limit, len(batches))):
+            batch = batches[i]
             if links and size + batch.metered_bytes > self.settings.max_inflight_bytes:
                 break
             progress += batch.count
-            new = dataclasses.replace(lease, progress=progress)
+            held = not (release_last and i == len(batches) - 1)
+            new = dataclasses.replace(lease, progress=progress, held=held)
             token = new.encode()
             entry, metered = _fence_entry(token)
             payload = AppendBatch(batch.records_payload + entry, batch.count + 1,
@@ -462,14 +543,14 @@ class StreamSink:
         return links
 
     def _landed(self, link: _Link, ack: AppendAck | None) -> None:
-        """Record one append as in the stream (`ack` None: known from the token only)."""
-        self._lease = link.lease
+        """Record one append as in the stream (`ack` None: known from the token only). An
+        append whose fence released the lease leaves the stream free, as `release` does."""
+        held = link.lease.held
+        self._lease = link.lease if held else None
         self._last_token = link.token
         self._progress = link.lease.progress
-        if ack is None:
-            self._tail = None
-        else:
-            self._tail = ack.end.seq_num
+        self._tail = ack.end.seq_num if ack is not None and held else None
+        if ack is not None:
             if self._first_seq is None:
                 self._first_seq = ack.start.seq_num
             self._end_seq = ack.end.seq_num - 1
@@ -498,6 +579,12 @@ class StreamSink:
                 self._landed(link, None)
             return landed
         if current != self._last_token:
+            if not unacked[-1].lease.held and self._released_before_takeover(tokens):
+                # The whole chain landed, the last append freed the stream and another
+                # writer has taken it since: done, not fenced.
+                for link in unacked:
+                    self._landed(link, None)
+                return len(unacked)
             self._lease = None
             raise self._fenced(current) from None
         if isinstance(err, SeqNumMismatchError):
@@ -539,11 +626,16 @@ class StreamSink:
 
     def _fence(self, token: str, current: str) -> AppendAck:
         """Set the token if it is `current`. Timestamp 0: S2 keeps timestamps monotonic, so
-        the fence takes the previous record's time instead of moving the stream's clock."""
-        from s2_spark.client import AppendRecord
+        the fence takes the previous record's time instead of moving the stream's clock.
+        Encoded directly (a one-record Arrow encode costs 20x more, once per stream)."""
+        entry, metered = _fence_entry(token)
+        with self._budget.hold(1):
+            return self._stream.append_payload(AppendBatch(entry, 1, metered, 0),
+                                               fencing_token=current, idempotent=True)
 
-        return self._stream.append([AppendRecord.fence(token, timestamp=0)],
-                                   fencing_token=current, idempotent=True)
+    def _check_cancel(self) -> None:
+        if self._cancel is not None and self._cancel.is_set():
+            raise _Cancelled(f"{self._what}: stopped, another stream of this task failed")
 
     def _probe(self) -> str:
         """The stream's current fencing token, learnt from a fence that cannot match."""
@@ -613,6 +705,7 @@ class StreamSink:
         seen_at = time.monotonic()
         delay = self.settings.poll_initial
         while True:
+            self._check_cancel()
             stolen = (not guessed) and (time.monotonic() - seen_at >= self.settings.lease_timeout)
             d = self._decide(raw, stolen=stolen)
             if d.kind == "stale":
@@ -657,38 +750,51 @@ class StreamSink:
             self.last_append = time.monotonic()
             return
 
-    def _scan(self) -> int:
-        """This partition's progress, from the fence records of this logical batch.
+    def _released_before_takeover(self, chain: list[str]) -> bool:
+        """Whether the last of `chain` (tokens of appends sent after the token we knew,
+        the last one releasing the lease) is in the stream: the newest of them, or of the
+        token we knew, found in the fence records read backwards from the tail."""
+        for raw in self._tokens_backwards():
+            if raw in chain:
+                return raw == chain[-1]
+            if raw == self._last_token:
+                return False
+        return False
 
-        Reads backwards from the tail, a window at a time, until a fence record of an
-        earlier batch (or another writer) marks where this batch began.
-        """
+    def _scan(self) -> int:
+        """This partition's progress, from the fence records of this logical batch, read
+        backwards until one of an earlier batch (or another writer) marks where this
+        batch began."""
         me = self.writer
-        hi = self._stream.check_tail().seq_num
         progress = 0
+        for raw in self._tokens_backwards():
+            t = LeaseToken.parse(raw)
+            if (t is None or t.query != me.query or t.streaming != me.streaming
+                    or (me.streaming and t.batch != me.batch)
+                    or (not me.streaming and t.generation != me.generation)):
+                return progress
+            if t.partition != me.partition:
+                continue
+            if t.generation > me.generation or (
+                    t.generation == me.generation and t.attempt > me.attempt):
+                raise WriterFencedError(
+                    f"{self._what}: a newer attempt of partition {me.partition} of batch "
+                    f"{me.batch} already wrote it; this attempt is stale and stops",
+                    stream=self.name,
+                )
+            progress = max(progress, t.progress)
+        return progress
+
+    def _tokens_backwards(self) -> Iterator[str]:
+        """The stream's fence tokens, newest first: read a window at a time (doubling)
+        backwards from the tail."""
+        hi = self._stream.check_tail().seq_num
         window = 1000
         while hi > 0:
             lo = max(0, hi - window)
-            tokens = self._fence_tokens(lo, hi)
-            for raw in reversed(tokens):
-                t = LeaseToken.parse(raw)
-                if (t is None or t.query != me.query or t.streaming != me.streaming
-                        or (me.streaming and t.batch != me.batch)
-                        or (not me.streaming and t.generation != me.generation)):
-                    return progress
-                if t.partition != me.partition:
-                    continue
-                if t.generation > me.generation or (
-                        t.generation == me.generation and t.attempt > me.attempt):
-                    raise WriterFencedError(
-                        f"{self._what}: a newer attempt of partition {me.partition} of batch "
-                        f"{me.batch} already wrote it; this attempt is stale and stops",
-                        stream=self.name,
-                    )
-                progress = max(progress, t.progress)
+            yield from reversed(self._fence_tokens(lo, hi))
             hi = lo
             window = min(window * 2, 64000)
-        return progress
 
     def _fence_tokens(self, lo: int, hi: int) -> list[str]:
         """Bodies of the fence records in [lo, hi), in order."""
@@ -715,10 +821,18 @@ class StreamSink:
 class PartitionWriter:
     """All of one writer's rows: routed to per-stream sinks, in input order per stream.
 
-    Rows that are S2 command records (exactly one header, with an empty name) are dropped:
-    appending them would fence or trim the target instead of storing data. Before waiting
-    for a lease this writer releases the leases it holds, so writers never wait on each
-    other in a cycle; leases idle for `idle_release` seconds are released between chunks.
+    Rows are grouped by stream in one pass per input batch. Streams whose buffers fill up
+    during `add` are flushed then; `close` flushes and releases the rest, several streams
+    at once (at most `max_inflight_appends` appends in flight in total), each stream's
+    last append releasing its lease. Rows that are S2 command records (exactly one header,
+    with an empty name) are dropped: appending them would fence or trim the target
+    instead of storing data.
+
+    Before a sink waits for another writer's lease, the leases this writer holds and no
+    thread of it is using are released; a thread holding a lease never waits for another
+    one, so writers never wait on each other in a cycle. Leases idle for `idle_release`
+    seconds are released between chunks. The first failure stops the other streams' work
+    and is raised; `abort` then releases the leases still held.
     """
 
     def __init__(self, basin: BasinClient, writer: WriterId, settings: SinkSettings, *,
@@ -729,82 +843,134 @@ class PartitionWriter:
         self._after_append = after_append
         self.sinks: dict[str, StreamSink] = {}
         self.dropped_commands = 0
+        self._budget = AppendBudget(settings.max_inflight_appends)
+        # With the test-only `after_append` hook, one stream at a time in the caller's
+        # thread, in a fixed order: the hook counts appends across streams, and its
+        # "exactly N appends landed" must not depend on thread timing.
+        self._workers = 1 if after_append is not None else min(
+            settings.max_inflight_appends, MAX_STREAM_WORKERS)
+        self._pool: ThreadPoolExecutor | None = None
+        self._cancel = threading.Event()
+        self._busy: set[StreamSink] = set()  # sinks a thread of this writer is using
+        self._idle = threading.Condition()
 
     def _sink(self, name: str) -> StreamSink:
         sink = self.sinks.get(name)
         if sink is None:
             sink = StreamSink(self._basin, name, self.writer, self.settings,
-                              on_wait=self._release_others, after_append=self._after_append)
+                              on_wait=self._release_others, after_append=self._after_append,
+                              budget=self._budget, cancel=self._cancel)
             self.sinks[name] = sink
         return sink
-
-    def _release_others(self, waiting: StreamSink) -> None:
-        for sink in self.sinks.values():
-            if sink is not waiting and sink.holding:
-                sink.release()
 
     def add(self, bodies: pa.Array, headers: pa.Array | None, timestamps: pa.Array | None,
             streams: pa.Array | str) -> None:
         """Add rows; `streams` is one stream name for all rows, or a string array."""
-        import pyarrow.compute as pc
-
         if len(bodies) == 0:
             return
-        if headers is not None:
-            lengths = pc.list_value_length(headers)
-            single = pc.fill_null(pc.equal(lengths, 1), False)
-            if pc.any(single).as_py():
-                first = pc.list_element(pc.if_else(single, headers, pa.nulls(len(headers),
-                                                                             headers.type)), 0)
-                names = pc.struct_field(first, [0])
-                command = pc.fill_null(pc.equal(pc.binary_length(names), 0), False)
-                if pc.any(command).as_py():
-                    keep = pc.invert(command)
-                    self.dropped_commands += len(bodies) - pc.sum(keep).as_py()
-                    bodies = pc.filter(bodies, keep)
-                    headers = pc.filter(headers, keep)
-                    timestamps = pc.filter(timestamps, keep) if timestamps is not None else None
-                    if not isinstance(streams, str):
-                        streams = pc.filter(streams, keep)
+        columns, streams, dropped = drop_command_rows((bodies, headers, timestamps), streams)
+        self.dropped_commands += dropped
         if isinstance(streams, str):
-            self._sink(streams).add(bodies, headers, timestamps)
+            groups = [(streams, columns)]
         else:
             if streams.null_count:
+                import pyarrow.compute as pc
+
                 i = int(pc.index(pc.is_null(streams), True).as_py())
                 raise S2SparkError(
                     f"row {i} of this batch has a null `stream` column: every row needs the "
                     "target stream name, or set the writer option stream"
                 )
-            names = pc.unique(streams).to_pylist()
-            if len(names) == 1:
-                self._sink(names[0]).add(bodies, headers, timestamps)
-            else:
-                for name in names:
-                    mask = pc.equal(streams, name)
-                    self._sink(name).add(
-                        pc.filter(bodies, mask),
-                        pc.filter(headers, mask) if headers is not None else None,
-                        pc.filter(timestamps, mask) if timestamps is not None else None,
-                    )
+            groups = group_by_stream(columns, streams) if len(streams) else []
+        full = [sink for name, cols in groups if (sink := self._sink(name)).buffer(*cols)]
+        self._each(full, StreamSink.flush)
         now = time.monotonic()
         for sink in self.sinks.values():
             if sink.holding and now - sink.last_append >= self.settings.idle_release:
                 sink.release()
 
     def close(self) -> list[StreamWriteResult]:
-        """Flush every stream (in first-seen order) and release all leases."""
-        results = []
+        """Flush every stream and release all leases; results in first-seen order.
+
+        Streams are taken in an order of this partition's own (a hash of partition and
+        name): partitions that share streams, and often meet them in the same order, then
+        seldom want the same stream at the same time, so they rarely wait for each other.
+        """
+        part = self.writer.partition
+        order = sorted(self.sinks.values(),
+                       key=lambda sink: zlib.crc32(f"{part}/{sink.name}".encode()))
         try:
-            for sink in self.sinks.values():
-                results.append(sink.close())
+            done = self._each(order, lambda sink: sink.close(release_in_last_append=True))
         finally:
             self.abort()
-        return results
+        by_name = {result.stream: result for result in done}
+        return [by_name[name] for name in self.sinks]
 
     def abort(self) -> None:
-        """Release every lease still held (after a failure: errors here are dropped, the
-        first one is the one to report)."""
+        """Stop every stream's work and release every lease still held (after a failure:
+        errors here are dropped, the first one is the one to report)."""
+        self._cancel.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
         for sink in self.sinks.values():
             if sink.holding:
                 with contextlib.suppress(Exception):
                     sink.release()
+
+    # -- several streams at once ---------------------------------------------------------
+
+    def _each(self, sinks: list[StreamSink], op: Callable[[StreamSink], _T]) -> list[_T]:
+        """`op` on every sink, up to `_workers` at once; results in `sinks` order. The
+        first failure cancels the others (they stop at their next request) and is
+        raised once every thread is done with its sink."""
+        if self._workers == 1 or len(sinks) <= 1:
+            return [self._claimed(sink, op) for sink in sinks]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="s2-sink")
+        first: list[BaseException] = []
+        lock = threading.Lock()
+
+        def run(sink: StreamSink) -> _T:
+            try:
+                return self._claimed(sink, op)
+            except BaseException as exc:
+                with lock:
+                    if not first:
+                        first.append(exc)
+                        self._cancel.set()
+                raise
+
+        futures = [self._pool.submit(run, sink) for sink in sinks]
+        wait_all(futures)
+        if first:
+            raise first[0]
+        return [f.result() for f in futures]
+
+    def _claimed(self, sink: StreamSink, op: Callable[[StreamSink], _T]) -> _T:
+        """`op(sink)` with the sink marked busy, so no other thread releases its lease."""
+        with self._idle:
+            self._idle.wait_for(lambda: sink not in self._busy)
+            sink._check_cancel()
+            self._busy.add(sink)
+        try:
+            return op(sink)
+        finally:
+            with self._idle:
+                self._busy.discard(sink)
+                self._idle.notify_all()
+
+    def _release_others(self, waiting: StreamSink) -> None:
+        """Before `waiting` waits for a lease: release the leases of this writer that no
+        thread is using (a thread using one never waits for another, so no cycle)."""
+        with self._idle:
+            idle = [s for s in self.sinks.values()
+                    if s is not waiting and s.holding and s not in self._busy]
+            self._busy.update(idle)
+        try:
+            for sink in idle:
+                sink.release()
+        finally:
+            with self._idle:
+                self._busy.difference_update(idle)
+                self._idle.notify_all()

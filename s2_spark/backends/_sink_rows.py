@@ -1,0 +1,78 @@
+"""Input rows of the S2 sink: command rows dropped, the rest grouped by target stream.
+
+Pure Arrow and numpy (no I/O, no pyspark). Grouping takes one pass whatever the number of
+streams (a mask per stream would cost rows x streams), and keeps each stream's rows in
+input order: exactly-once replays skip a prefix of them, so their order must not change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["Columns", "drop_command_rows", "group_by_stream"]
+
+#: bodies, headers, timestamps (headers and timestamps optional).
+Columns = tuple[pa.Array, pa.Array | None, pa.Array | None]
+
+
+def drop_command_rows(
+    columns: Columns, streams: pa.Array | str
+) -> tuple[Columns, pa.Array | str, int]:
+    """`columns` and `streams` without the rows that are S2 command records (exactly one
+    header, with an empty name), and how many were dropped: appending them would fence
+    or trim the target instead of storing data."""
+    bodies, headers, timestamps = columns
+    if headers is None:
+        return columns, streams, 0
+    single = pc.fill_null(pc.equal(pc.list_value_length(headers), 1), False)
+    if not pc.any(single).as_py():
+        return columns, streams, 0
+    first = pc.list_element(pc.if_else(single, headers, pa.nulls(len(headers), headers.type)), 0)
+    names = pc.struct_field(first, [0])
+    command = pc.fill_null(pc.equal(pc.binary_length(names), 0), False)
+    if not pc.any(command).as_py():
+        return columns, streams, 0
+    keep = pc.invert(command)
+    dropped = len(bodies) - pc.sum(keep).as_py()
+    kept = (pc.filter(bodies, keep), pc.filter(headers, keep),
+            pc.filter(timestamps, keep) if timestamps is not None else None)
+    return kept, streams if isinstance(streams, str) else pc.filter(streams, keep), dropped
+
+
+def group_by_stream(columns: Columns, streams: pa.Array) -> list[tuple[str, Columns]]:
+    """The rows of each target stream, streams in first-seen order, rows in input order.
+
+    Dictionary-encodes `streams` (codes in first-seen order), sorts the row indices by
+    code with a stable sort, takes each column once in that order and slices it per
+    stream. `streams` must have no nulls.
+    """
+    encoded = pc.dictionary_encode(streams)
+    names: list[str] = encoded.dictionary.to_pylist()
+    if len(names) == 1:
+        return [(names[0], columns)]
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    order = np.argsort(codes, kind="stable")
+    counts = np.bincount(codes, minlength=len(names)).tolist()
+    taken = [_take(c, order) for c in columns]
+    groups: list[tuple[str, Columns]] = []
+    start = 0
+    for name, n in zip(names, counts, strict=True):
+        if n:
+            groups.append((name, _slice(taken, start, n)))
+        start += n
+    return groups
+
+
+def _take(column: pa.Array | None, order: np.ndarray) -> pa.Array | None:
+    return None if column is None else column.take(order)
+
+
+def _slice(columns: Sequence[pa.Array | None], start: int, n: int) -> Columns:
+    bodies, headers, timestamps = (c.slice(start, n) if c is not None else None
+                                   for c in columns)
+    assert bodies is not None
+    return bodies, headers, timestamps

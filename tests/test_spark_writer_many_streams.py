@@ -1,0 +1,460 @@
+"""One writer routing rows to many S2 streams (s2_spark.backends.s2_sink), without Spark.
+
+Rows are grouped by stream in one pass, streams are written several at once within a
+writer (a bounded number of appends in flight in total), and each stream's last append
+releases its lease. Real appends against the local server; every test reads back exact
+records: each row once, in input order per stream and partition, and every lease
+released. Waits have deadlines; nothing depends on timing.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from test_spark_writer_sink import bodies, data_rows, wid
+
+from s2_spark.backends._sink_rows import drop_command_rows, group_by_stream
+from s2_spark.backends.s2_sink import LeaseToken, PartitionWriter, SinkSettings, StreamSink
+from s2_spark.client import S2Client, S2Config
+from s2_spark.errors import FencingTokenMismatchError, S2SparkError, WriterFencedError
+from s2_spark.testing import TcpProxy
+from s2_spark.wire.records import HEADER_TYPE
+
+DEADLINE = 60.0
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.fixture
+def basin(s2_server: Any, unique: Callable[[str], str]) -> Iterator[Any]:
+    with S2Client(S2Config(endpoint=s2_server.url)) as client:
+        name = unique("manybasin")
+        client.create_basin(name)
+        yield client.basin(name)
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+Hook = Callable[[str, str, int], None]
+
+
+class SpyBasin:
+    """A basin whose streams count the appends in flight across all of them (`most`: the
+    highest count seen) and call `hook(stream, kind, n)` before the n-th (from 1) append
+    of a kind ("fence": a one-record append, "chain": a session) on a stream."""
+
+    def __init__(self, basin: Any, hook: Hook | None = None) -> None:
+        self._basin = basin
+        self.name = basin.name
+        self.hook = hook
+        self.most = 0
+        self._in_flight = 0
+        self._calls: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def stream(self, name: str) -> SpyStream:
+        return SpyStream(self, self._basin.stream(name))
+
+    def create_stream(self, name: str) -> Any:
+        return self._basin.create_stream(name)
+
+    def calls(self, stream: str) -> dict[str, int]:
+        """Appends of each kind made to `stream` so far."""
+        with self._lock:
+            return {kind: n for (s, kind), n in self._calls.items() if s == stream}
+
+    def call(self, stream: str, kind: str, n: int, op: Callable[[], Any]) -> Any:
+        with self._lock:
+            k = self._calls[(stream, kind)] = self._calls.get((stream, kind), 0) + 1
+        if self.hook is not None:
+            self.hook(stream, kind, k)
+        with self._lock:
+            self._in_flight += n
+            self.most = max(self.most, self._in_flight)
+        try:
+            return op()
+        finally:
+            with self._lock:
+                self._in_flight -= n
+
+
+class SpyStream:
+    def __init__(self, spy: SpyBasin, stream: Any) -> None:
+        self._spy = spy
+        self._stream = stream
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def append_payload(self, batch: Any, **kw: Any) -> Any:
+        return self._spy.call(self._stream.name, "fence", 1,
+                              lambda: self._stream.append_payload(batch, **kw))
+
+    def append_chain(self, batches: Any, **kw: Any) -> Any:
+        return self._spy.call(self._stream.name, "chain", len(batches),
+                              lambda: self._stream.append_chain(batches, **kw))
+
+
+def token(basin: Any, name: str) -> LeaseToken | None:
+    """The stream's fencing token (None: none, or not one of s2-spark's)."""
+    try:
+        basin.stream(name).fence("never-set", fencing_token="never-set")
+    except FencingTokenMismatchError as exc:
+        return LeaseToken.parse(exc.expected_token)
+    raise AssertionError("the probe token matched")
+
+
+Plan = list[tuple[bytes, list[tuple[bytes, bytes]], str]]
+
+
+def plan_rows(n: int, target: Callable[[int], str], pad: int = 0) -> Plan:
+    """`n` rows (body, headers, stream), bodies padded to `pad` bytes; odd rows carry a
+    header."""
+    return [(f"r{i}".encode().ljust(pad, b"."), [(b"i", str(i).encode())] if i % 2 else [],
+             target(i)) for i in range(n)]
+
+
+def feed(writer: PartitionWriter, plan: Plan, sizes: list[int]) -> None:
+    """Add `plan` in chunks of the given sizes (cycled), as Arrow columns."""
+    pos, k = 0, 0
+    while pos < len(plan):
+        chunk = plan[pos:pos + sizes[k % len(sizes)]]
+        writer.add(
+            pa.array([b for b, _, _ in chunk], pa.binary()),
+            pa.array([[{"name": n, "value": v} for n, v in h] for _, h, _ in chunk],
+                     HEADER_TYPE),
+            None,
+            pa.array([s for _, _, s in chunk], pa.string()),
+        )
+        pos, k = pos + len(chunk), k + 1
+
+
+def per_stream(plan: Plan) -> dict[str, list[tuple[bytes, list[tuple[bytes, bytes]]]]]:
+    out: dict[str, list[tuple[bytes, list[tuple[bytes, bytes]]]]] = {}
+    for body, headers, stream in plan:
+        out.setdefault(stream, []).append((body, headers))
+    return out
+
+
+def assert_written_once(basin: Any, plan: Plan) -> None:
+    """Every stream holds exactly its rows of `plan`, in order, and is released."""
+    for stream, want in per_stream(plan).items():
+        assert data_rows(basin, stream) == want, stream
+        t = token(basin, stream)
+        assert t is not None and not t.held, (stream, t)
+
+
+def new_streams(basin: Any, unique: Callable[[str], str], n: int) -> list[str]:
+    names = [unique(f"m{k:02d}") for k in range(n)]
+    for name in names:
+        basin.create_stream(name)
+    return names
+
+
+# -- grouping (no server) -----------------------------------------------------------------
+
+
+def test_grouping_keeps_input_order_per_stream() -> None:
+    """500 streams, 20,000 rows in random order: one group per stream, streams in
+    first-seen order, each group's rows (all three columns) in input order."""
+    rng = random.Random(5)
+    names = [f"s{k}" for k in range(500)]
+    targets = [rng.choice(names) for _ in range(20_000)]
+    bodies = pa.array([f"b{i}".encode() for i in range(len(targets))], pa.binary())
+    headers = pa.array([[{"name": b"i", "value": str(i).encode()}] if i % 3 else None
+                        for i in range(len(targets))], HEADER_TYPE)
+    stamps = pa.array([i if i % 5 else None for i in range(len(targets))], pa.int64())
+    groups = group_by_stream((bodies, headers, stamps), pa.array(targets, pa.string()))
+    assert [g for g, _ in groups] == list(dict.fromkeys(targets))
+    for name, (b, h, t) in groups:
+        rows = [i for i, s in enumerate(targets) if s == name]
+        assert b.to_pylist() == [f"b{i}".encode() for i in rows]
+        assert h is not None and h.to_pylist() == headers.take(rows).to_pylist()
+        assert t is not None and t.to_pylist() == stamps.take(rows).to_pylist()
+    one = group_by_stream((bodies, None, None), pa.array(["x"] * len(targets), pa.string()))
+    assert len(one) == 1 and one[0][0] == "x" and one[0][1][0] is bodies
+
+
+def test_command_rows_are_dropped_with_their_streams() -> None:
+    fence = [{"name": b"", "value": b"fence"}]
+    headers = pa.array([None, fence, [{"name": b"k", "value": b"v"}], fence], HEADER_TYPE)
+    bodies = pa.array([b"a", b"tok", b"c", b""], pa.binary())
+    streams = pa.array(["s1", "s2", "s2", "s1"], pa.string())
+    (b, h, t), s, dropped = drop_command_rows((bodies, headers, None), streams)
+    assert dropped == 2 and b.to_pylist() == [b"a", b"c"] and t is None
+    assert isinstance(s, pa.Array) and s.to_pylist() == ["s1", "s2"]
+    assert h is not None and h.to_pylist() == [None, [{"name": b"k", "value": b"v"}]]
+
+
+def test_null_stream_is_named(basin: Any) -> None:
+    w = PartitionWriter(basin, wid(), SinkSettings())
+    with pytest.raises(S2SparkError, match="row 2 of this batch has a null `stream` column"):
+        w.add(pa.array([b"a", b"b", b"c"]), None, None, pa.array(["s", "s", None]))
+
+
+# -- one writer, many streams ---------------------------------------------------------------
+
+
+def test_many_streams_once_in_order_released(basin: Any, unique: Callable[[str], str]) -> None:
+    """5000 interleaved rows to 50 streams: one big stream flushes while rows come in,
+    49 small ones are written at close, several at once within a bound of 4 appends in
+    flight. Each stream: its rows once, in order, lease released; a small stream costs
+    an acquire fence and one data append whose fence releases the lease."""
+    names = new_streams(basin, unique, 50)
+    plan = plan_rows(5000, lambda i: names[0] if i % 5 == 0 else names[1 + (i * 31) % 49])
+    spy = SpyBasin(basin)
+    settings = SinkSettings(max_records=100, flush_records=300, max_inflight_appends=4)
+    w = PartitionWriter(spy, wid(), settings)  # type: ignore[arg-type]
+    feed(w, plan, [1, 999, 1500, 700])
+    results = w.close()
+    assert [r.stream for r in results] == list(dict.fromkeys(s for _, _, s in plan))
+    assert sum(r.appended for r in results) == 5000
+    assert all(r.skipped == 0 for r in results)
+    assert_written_once(basin, plan)
+    for name, want in per_stream(plan).items():
+        t = token(basin, name)
+        assert t is not None and t.progress == len(want) and t.partition == 0
+        if name != names[0]:
+            assert spy.calls(name) == {"fence": 1, "chain": 1}, name
+            assert basin.stream(name).check_tail().seq_num == len(want) + 2
+    assert spy.most <= 4
+
+
+def test_close_writes_streams_at_once(basin: Any, unique: Callable[[str], str]) -> None:
+    """Three buffered streams are flushed by three threads at once: each stream's first
+    fence waits at a barrier that only opens when all three are there."""
+    names = new_streams(basin, unique, 3)
+    barrier = threading.Barrier(3, timeout=DEADLINE)
+
+    def meet(stream: str, kind: str, n: int) -> None:
+        if kind == "fence" and n == 1:
+            barrier.wait()
+
+    w = PartitionWriter(SpyBasin(basin, meet), wid(),  # type: ignore[arg-type]
+                        SinkSettings(max_inflight_appends=3))
+    plan = plan_rows(30, lambda i: names[i % 3])
+    feed(w, plan, [30])
+    w.close()
+    assert_written_once(basin, plan)
+
+
+# -- partitions of one micro-batch sharing streams ----------------------------------------
+
+
+def _run_partitions(basin: Any, plans: list[Plan], settings: SinkSettings,
+                    sizes: list[int]) -> None:
+    """Write each plan as its own partition of one micro-batch, all from their own
+    threads started together; raise the first error."""
+    start = threading.Barrier(len(plans), timeout=DEADLINE)
+    errors: list[BaseException] = []
+
+    def run(p: int) -> None:
+        try:
+            w = PartitionWriter(basin, wid(partition=p), settings)
+            start.wait()
+            feed(w, plans[p], sizes)
+            w.close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(p,)) for p in range(len(plans))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(DEADLINE)
+    assert not any(t.is_alive() for t in threads), "the partitions did not finish"
+    if errors:
+        raise errors[0]
+
+
+def _check_partitions(basin: Any, plans: list[Plan], *, contiguous: bool) -> None:
+    """Every row once; per stream, each partition's rows in input order (and one block)."""
+    for stream in {s for plan in plans for _, _, s in plan}:
+        got = [b for b, _ in data_rows(basin, stream)]
+        assert sorted(got) == sorted(b for plan in plans for b, _, s in plan if s == stream)
+        for p, plan in enumerate(plans):
+            want = [b for b, _, s in plan if s == stream]
+            at = [i for i, b in enumerate(got) if b.startswith(f"p{p}-".encode())]
+            assert [got[i] for i in at] == want, (stream, p)
+            if contiguous and at:
+                assert at[-1] - at[0] + 1 == len(at), (stream, p)
+        t = token(basin, stream)
+        assert t is not None and not t.held
+
+
+def test_partitions_share_streams_in_turns(basin: Any, unique: Callable[[str], str]) -> None:
+    """Partitions 0 and 1 write streams 0-19 and 10-29 (10 shared) at the same time,
+    everything flushed at close in 3 appends per shared stream: both finish, every row
+    once, each partition's rows one block in input order."""
+    names = new_streams(basin, unique, 30)
+    mine = [names[:20], names[10:][::-1]]
+    plans: list[Plan] = []
+    for p in (0, 1):
+        counts = {s: 250 if s in names[10:20] else 40 for s in mine[p]}
+        order = [s for k in range(250) for s in mine[p] if k < counts[s]]
+        plans.append([(f"p{p}-{i}".encode(), [], s) for i, s in enumerate(order)])
+    _run_partitions(basin, plans, SinkSettings(max_records=100, lease_timeout=300.0),
+                    [777])
+    _check_partitions(basin, plans, contiguous=True)
+
+
+def test_partitions_flushing_while_adding_never_deadlock(
+    basin: Any, unique: Callable[[str], str]
+) -> None:
+    """Both partitions flush the same 6 streams while rows come in, in opposite orders,
+    so each waits for leases the other holds: every waiting thread releases its writer's
+    idle leases, so both finish (a cycle would last the 300 s lease timeout)."""
+    names = new_streams(basin, unique, 6)
+    plans: list[Plan] = []
+    for p, order in ((0, names), (1, names[::-1])):
+        plans.append([(f"p{p}-{i}".encode(), [], order[i % 6]) for i in range(6000)])
+    settings = SinkSettings(max_records=100, flush_records=200, lease_timeout=300.0,
+                            max_inflight_appends=3)
+    _run_partitions(basin, plans, settings, [1200])
+    _check_partitions(basin, plans, contiguous=False)
+
+
+# -- failures and replays -----------------------------------------------------------------
+
+
+def test_failed_stream_stops_the_others_and_replay_is_exact(
+    basin: Any, unique: Callable[[str], str]
+) -> None:
+    """A stream's second data append fails while 20 streams are written at once: close
+    raises that error, the others stop, every lease is released; attempt 1 with the same
+    input skips what landed and writes the rest, each row once."""
+    names = new_streams(basin, unique, 20)
+    plan = plan_rows(6000, lambda i: names[i % 20])
+    victim = names[7]
+
+    def fail(stream: str, kind: str, n: int) -> None:
+        if stream == victim and kind == "chain" and n == 2:
+            raise Boom()
+
+    settings = SinkSettings(max_records=100, max_inflight_appends=2)
+    w = PartitionWriter(SpyBasin(basin, fail), wid(), settings)  # type: ignore[arg-type]
+    feed(w, plan, [1000])
+    with pytest.raises(Boom):
+        w.close()
+    landed = {s: len(data_rows(basin, s)) for s in names}
+    assert 100 <= landed[victim] < 300
+    assert sum(landed.values()) < 6000
+    for s in names:
+        t = token(basin, s)
+        assert t is None or not t.held, (s, t)
+    retry = PartitionWriter(basin, wid(attempt=1), settings)
+    feed(retry, plan, [1000])
+    results = retry.close()
+    assert sum(r.skipped for r in results) == sum(landed.values())
+    assert sum(r.appended for r in results) == 6000 - sum(landed.values())
+    assert_written_once(basin, plan)
+
+
+def test_frozen_attempt_is_replayed_and_fenced_out(
+    basin: Any, unique: Callable[[str], str]
+) -> None:
+    """Attempt 0 freezes holding a stream, part of it appended (a hung or killed task);
+    attempt 1 takes the stream over at once and writes everything exactly once; when
+    attempt 0 wakes up its next append fails and it stops without writing."""
+    names = new_streams(basin, unique, 10)
+    plan = plan_rows(3000, lambda i: names[i % 10])
+    victim = names[3]
+    frozen, wake = threading.Event(), threading.Event()
+
+    def freeze(stream: str, kind: str, n: int) -> None:
+        if stream == victim and kind == "chain" and n == 2:
+            frozen.set()
+            assert wake.wait(DEADLINE)
+
+    settings = SinkSettings(max_records=100, max_inflight_appends=2)
+    zombie = PartitionWriter(SpyBasin(basin, freeze), wid(), settings)  # type: ignore[arg-type]
+    errors: list[BaseException] = []
+
+    def run_zombie() -> None:
+        try:
+            feed(zombie, plan, [3000])
+            zombie.close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=run_zombie)
+    t.start()
+    try:
+        assert frozen.wait(DEADLINE), "attempt 0 never reached its second append"
+        assert 100 <= len(data_rows(basin, victim)) < 300
+        newer = PartitionWriter(basin, wid(attempt=1), settings)
+        feed(newer, plan, [3000])
+        newer.close()
+    finally:
+        wake.set()
+        t.join(DEADLINE)
+    assert not t.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], WriterFencedError), errors
+    assert_written_once(basin, plan)
+
+
+def test_lost_ack_of_the_releasing_append_after_a_takeover(
+    s2_server: Any, basin: Any, unique: Callable[[str], str]
+) -> None:
+    """Partition 0's last chain (its last append releasing the lease) lands but its acks
+    never arrive; partition 1 takes the free stream and writes meanwhile. Partition 0
+    finds its releasing fence behind partition 1's in the stream: done, not fenced."""
+    from test_spark_writer_pipeline import SessionGate, wait_until
+
+    name = unique("s")
+    basin.create_stream(name)
+    gate = SessionGate(s2_server.url, "mute")
+    errors: list[BaseException] = []
+    results: list[Any] = []
+    with S2Client(S2Config(endpoint=gate.url)) as client:
+        first = StreamSink(client.basin(basin.name), name, wid(), SinkSettings())
+        first.add(bodies(2500, "a"))
+
+        def run() -> None:
+            try:
+                results.append(first.close(release_in_last_append=True))
+            except BaseException as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=run)
+        try:
+            t.start()
+            tail = basin.stream(name).check_tail
+            wait_until("the muted chain to land", lambda: tail().seq_num == 1 + 2500 + 3)
+            second = StreamSink(basin, name, wid(partition=1), SinkSettings())
+            second.add(bodies(100, "b"))
+            second.close(release_in_last_append=True)
+        finally:
+            gate.release.set()
+            t.join(DEADLINE)
+            gate.close()
+    assert not t.is_alive() and not errors, errors
+    assert results[0].appended == 2500 and results[0].appends == 3
+    got = [b for b, _ in data_rows(basin, name)]
+    assert got == bodies(2500, "a").to_pylist() + bodies(100, "b").to_pylist()
+    t1 = token(basin, name)
+    assert t1 is not None and not t1.held and (t1.partition, t1.progress) == (1, 100)
+
+
+def test_cutting_network_many_streams_exactly_once(
+    s2_server: Any, basin: Any, unique: Callable[[str], str]
+) -> None:
+    """Connections cut every 4-32 KiB while 40 streams are written at once: appends whose
+    outcome is unknown are settled by their tokens, so each row lands once, in order."""
+    names = new_streams(basin, unique, 40)
+    plan = plan_rows(8000, lambda i: names[(i * 7) % 40], pad=100)
+    with TcpProxy(s2_server.url, cut_after=(4 << 10, 32 << 10), seed=11) as proxy, \
+            S2Client(S2Config(endpoint=proxy.url)) as client:
+        w = PartitionWriter(client.basin(basin.name), wid(),
+                            SinkSettings(max_records=50, flush_records=150))
+        feed(w, plan, [2000])
+        w.close()
+        assert proxy.cuts >= 3
+    assert_written_once(basin, plan)
