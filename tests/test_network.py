@@ -338,3 +338,21 @@ def test_no_proxy_is_honoured(
         assert s.check_tail().seq_num == 1000
     assert len(http_proxy.request_lines) == before
 
+
+
+def test_finished_append_sessions_leave_their_connection_to_the_next(
+    filled: str, proxy_to: Callable[..., TcpProxy]
+) -> None:
+    """A session whose every input was acknowledged is read to its end, so the next
+    request (a session or a unary call) reuses the connection instead of opening one."""
+    from s2_spark.wire.appends import encode_records
+
+    proxy = proxy_to()
+    client, stream = s2_stream(proxy.url, filled)
+    with client:
+        for i in range(5):
+            batches = encode_records([AppendRecord(body(2000 + i))])
+            result = stream.append_chain(batches, fencing_tokens=[None])
+            assert result.error is None and len(result.acks) == 1
+        assert stream.check_tail().seq_num == 1005
+    assert proxy.connections == 1

@@ -15,7 +15,7 @@ waiting for acks and still never duplicates records.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -100,7 +100,8 @@ def run_append_session(
                 err.unsent = side_effect_free(err)
                 return SessionResult(acks, err)
             decoder = FrameDecoder()
-            for chunk in resp.iter_raw():
+            chunks = resp.iter_raw()
+            for chunk in chunks:
                 for frame in decoder.feed(chunk):
                     if isinstance(frame, Message):
                         acks.append(_ack(frame.body))
@@ -108,6 +109,7 @@ def run_append_session(
                     return SessionResult(acks, error_from_status(frame.status, frame.error(),
                                                                  target))
                 if len(acks) == len(batches):
+                    _drain(chunks)
                     return SessionResult(acks)
             decoder.finish()
     except httpx.TransportError as exc:
@@ -154,3 +156,14 @@ def _session_body(
         if match is not None:
             match += b.count
     return b"".join(frames)
+
+
+def _drain(chunks: Iterator[bytes]) -> None:
+    """Read a finished session's response to its end (the server ends it once the input
+    has ended), so its connection goes back to the pool instead of being closed. Every
+    ack is in already: a failure here only costs the connection."""
+    try:
+        for _ in chunks:
+            pass
+    except httpx.TransportError:
+        pass
