@@ -336,8 +336,14 @@ def follow(spark: Any, server: ServerProcess, basin: str, streams: Sequence[str]
             if q.exception() is not None:
                 raise RuntimeError(f"{label}: the query failed: {q.exception()}")
         finally:
+            collect(q)
             q.stop()
-    print(f"  {producer.sent} records appended, {seen[0]} seen")
+    busy = [p["durationMs"] for p in progress.values() if p["numInputRows"]]
+    keys = ("latestOffset", "walCommit", "queryPlanning", "addBatch", "commitOffsets",
+            "triggerExecution")
+    medians = {k: statistics.median(d.get(k, 0) for d in busy) for k in keys} if busy else {}
+    print(f"  {producer.sent} records appended, {seen[0]} seen; {len(busy)} batches, median "
+          f"ms: {medians}")
     p50, p99 = report(f"{label}, append-to-visible", latencies)
     return Followed(latest, len(idle), per_stream, p50, p99)
 

@@ -164,6 +164,18 @@ class TailWatch:
                 self._tasks[stream] = self._loop.create_task(self._poll(stream))
 
     async def _poll(self, stream: str) -> None:
+        """Long-poll `stream` (see `_poll_until_news`); when the task ends, for whatever
+        reason, the stream stops being quiet."""
+        try:
+            await self._poll_until_news(stream)
+        except Exception as exc:
+            log.warning("tail watch of stream %r stopped: %r", stream, exc)
+        finally:
+            with self._news:  # a stream no read waits on is never quiet
+                self._quiet.pop(stream, None)
+                self._news.notify_all()
+
+    async def _poll_until_news(self, stream: str) -> None:
         """Long-poll `stream` from its wanted position until it has a record there.
 
         An answer for a position the caller has moved on from is dropped, and the next

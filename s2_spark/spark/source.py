@@ -159,8 +159,9 @@ class S2DataSource(RangeDataSource):
     * ``maxRecordsPerAppend`` (1..999, default 999): records per append request.
     * ``leaseTimeoutMs`` (default 120000): how long a task waits for another task of the
       same micro-batch that holds a target stream without appending before taking over.
-    * ``maxAppendsInFlight`` (1..256, default 16): appends sent in one S2S session before
-      their acknowledgements are read.
+    * ``maxAppendsInFlight`` (1..256, default 16): appends a task has sent and not yet
+      seen acknowledged, in total across its target streams (one stream's go out in one
+      S2S session).
 
     Writes are exactly-once across task retries and query restarts (see the README): each
     append carries a fence record with the writer's progress, conditioned on the previous
