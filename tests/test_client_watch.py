@@ -81,3 +81,19 @@ def test_streams_past_the_limit_are_not_watched(basin: BasinClient) -> None:
     finally:
         watch.close()
     assert watch.quiet({"a": 0}) == set()  # closed: nothing is known any more
+
+
+def test_many_streams_spread_over_small_pools_and_each_is_seen(basin: BasinClient) -> None:
+    names = [f"m{k:03d}" for k in range(120)]
+    for name in names:
+        basin.create_stream(name)
+    watch = basin.watch_tails(wait=5)
+    try:
+        positions = dict.fromkeys(names, 0)
+        watch.watch(positions)
+        until(lambda: watch.quiet(positions) == set(names), "all 120 are quiet")
+        assert [s.streams for s in watch._shards] == [50, 50, 20]
+        basin.stream("m077").append([AppendRecord(b"z")])
+        until(lambda: watch.quiet(positions) == set(names) - {"m077"}, "m077 has news")
+    finally:
+        watch.close()

@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import resource
+import ssl
 import threading
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from urllib.parse import quote
 
 import httpx
 
 from s2_spark._proto import s2_pb2
-from s2_spark._tls import TlsConfig
 
 from ._transport import Transport
 
@@ -33,11 +35,22 @@ __all__ = ["WATCH_WAIT", "TailWatch", "watch_limit"]
 
 log = logging.getLogger("s2_spark.client")
 
-#: Seconds each long-poll waits server-side (S2 allows up to 60).
+#: Seconds a long-poll waits server-side at most (S2 allows up to 60); each waits between
+#: half that and that.
 WATCH_WAIT = 20
 #: Streams one watch long-polls at most (each holds a connection); see `watch_limit`.
 MAX_WATCHED = 2000
+#: Connections per pool (see `TailWatch._client_for`).
+SHARD_CONNECTIONS = 50
 _RETRY_DELAYS = (0.1, 0.5, 1.0, 2.0, 5.0)
+
+
+@dataclass(eq=False)
+class _Shard:
+    """One connection pool of a watch, and how many streams use it."""
+
+    client: httpx.AsyncClient
+    streams: int = 0
 
 
 def watch_limit() -> int:
@@ -66,7 +79,10 @@ class TailWatch:
         self._closed = False
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
-        self._client: httpx.AsyncClient | None = None
+        # Loop thread only: pools of connections, and which one each stream uses.
+        self._shards: list[_Shard] = []
+        self._shard_of: dict[str, _Shard] = {}
+        self._verify: ssl.SSLContext | bool | None = None
         self._thread = threading.Thread(target=self._run, name="s2-spark-tail-watch",
                                         daemon=True)
         self._thread.start()
@@ -129,23 +145,41 @@ class TailWatch:
         self._loop.close()
 
     async def _main(self) -> None:
+        self._stopped = asyncio.Event()
+        self._ready.set()
+        await self._stopped.wait()
+        for task in self._tasks.values():
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        for shard in self._shards:
+            await shard.client.aclose()
+
+    def _client_for(self, stream: str) -> httpx.AsyncClient:
+        """(Loop thread) the client whose pool `stream`'s polls use. httpcore looks at
+        every connection of a pool on each request and response, so the polls are spread
+        over pools of at most `SHARD_CONNECTIONS` connections: the cost of one stream's
+        poll then does not grow with the number of streams watched."""
+        shard = self._shard_of.get(stream)
+        if shard is None:
+            free = [s for s in self._shards if s.streams < SHARD_CONNECTIONS]
+            if not free:
+                free = [self._new_shard()]
+            shard = self._shard_of[stream] = free[0]
+            shard.streams += 1
+        return shard.client
+
+    def _new_shard(self) -> _Shard:
         cfg = self._transport.config
-        tls: TlsConfig | None = cfg.tls
-        limits = httpx.Limits(max_connections=self.limit + 8,
-                              max_keepalive_connections=self.limit + 8)
+        if self._verify is None:
+            self._verify = cfg.tls.ssl_context() if cfg.tls is not None else True
+        limits = httpx.Limits(max_connections=SHARD_CONNECTIONS,
+                              max_keepalive_connections=SHARD_CONNECTIONS)
         timeout = httpx.Timeout(connect=cfg.connect_timeout, read=self._wait + cfg.request_timeout,
                                 write=cfg.request_timeout, pool=None)
-        self._stopped = asyncio.Event()
-        async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=True,
-                                     follow_redirects=False,
-                                     verify=tls.ssl_context() if tls is not None else True
-                                     ) as client:
-            self._client = client
-            self._ready.set()
-            await self._stopped.wait()
-            for task in self._tasks.values():
-                task.cancel()
-            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        client = httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=True,
+                                   follow_redirects=False, verify=self._verify)
+        self._shards.append(_Shard(client))
+        return self._shards[-1]
 
     def _sync(self) -> None:
         """(Loop thread) start and cancel polls to match what is wanted."""
@@ -159,6 +193,8 @@ class TailWatch:
             if stream not in want or task.done():
                 task.cancel()
                 del self._tasks[stream]
+            if stream not in want and stream in self._shard_of:
+                self._shard_of.pop(stream).streams -= 1
         for stream in want:
             if stream not in self._tasks:
                 self._tasks[stream] = self._loop.create_task(self._poll(stream))
@@ -181,7 +217,7 @@ class TailWatch:
         An answer for a position the caller has moved on from is dropped, and the next
         poll starts from the new one. A failure makes the stream not quiet until a later
         poll (after a pause) waits again; a deleted stream keeps failing, slowly."""
-        assert self._client is not None
+        client = self._client_for(stream)
         url = self._transport.url(self._basin, f"/streams/{quote(stream, safe='')}/records")
         headers = self._transport.headers(self._basin, {"accept": "application/protobuf"})
         failures = 0
@@ -191,9 +227,12 @@ class TailWatch:
                 if pos is None or stream in self._changed:
                     return
                 self._quiet[stream] = pos
-            params = {"seq_num": pos, "count": 1, "wait": self._wait}
+            # Spread over [wait/2, wait]: polls started together would otherwise all end,
+            # and be sent again, at the same moment every `wait` seconds.
+            wait = random.randint(max(1, self._wait // 2), max(1, self._wait))
+            params = {"seq_num": pos, "count": 1, "wait": wait}
             try:
-                resp = await self._client.get(url, params=params, headers=headers)
+                resp = await client.get(url, params=params, headers=headers)
                 ok = resp.status_code == 200
                 got = ok and bool(s2_pb2.ReadBatch.FromString(resp.content).records)
             except (httpx.HTTPError, ValueError) as exc:
