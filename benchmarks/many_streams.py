@@ -13,7 +13,9 @@ against a single stream measured in the same run:
 * write: a batch `df.write.format("s2")` of N*R rows (the first (N, R)) from `spark.range`
   (2 partitions, body 100 B), routed by a `stream` column (row i to stream i % N, so every
   partition writes to every stream), against the same rows all to one stream (option
-  `stream`, which overrides the column). Seconds of `save()`; ratio as for reads.
+  `stream`, which overrides the column). Seconds of `save()`; ratio as for reads. Also
+  printed: the routed write after `repartition(2, "stream")` and a sort within partitions
+  (the README's advice for tasks that share streams), against the same single stream.
 * idle: a default-trigger query over `--idle-streams` empty streams (`streamPrefix`) into
   `foreachBatch`. After `--settle` s, for `--window` s (10, or the client's tail-watch
   long-poll wait if longer, so that every idle stream's long-poll is re-armed once in the
@@ -214,9 +216,13 @@ def bench_write(spark: Any, client: S2Client, url: str, tag: str, n: int, r: int
             f"concat('w-', lpad(CAST(id % {streams} AS STRING), {width}, '0')) AS stream",
         )
 
-    def write(label: str, total: int, streams: int, **options: str) -> float:
+    def write(label: str, total: int, streams: int, *, by_stream: bool = False,
+              **options: str) -> float:
+        df = frame(total, streams)
+        if by_stream:  # each stream's rows in one task, in a replayable order
+            df = df.repartition(2, "stream").sortWithinPartitions("stream", "body")
         t0 = time.perf_counter()
-        (frame(total, streams).write.format("s2").option("endpoint", url)
+        (df.write.format("s2").option("endpoint", url)
          .option("basin", basin).options(**options).mode("append").save())
         wall = time.perf_counter() - t0
         print(f"  {label}: {total:,} rows in {wall:.2f}s")
@@ -228,13 +234,16 @@ def bench_write(spark: Any, client: S2Client, url: str, tag: str, n: int, r: int
     best = best_of(args.repeat, {
         "many": lambda: write(f"{n:,} streams (stream column)", rows, n),
         "single": lambda: write("one stream (option stream)", rows, n, stream="single"),
+        "by_stream": lambda: write(f"{n:,} streams, repartition('stream')", rows, n,
+                                   by_stream=True),
     })
     landed = tails(client, basin, many, args.workers)
     print(f"  tails of the {n:,} streams add up to {landed:,} (rows written, warm-up included, "
           f"plus any command records)")
     ratio = best["single"] / best["many"]
     print(f"write to {n:,} streams: {best['many']:.2f}s, one stream {best['single']:.2f}s "
-          f"-> {ratio:.2f}x single")
+          f"-> {ratio:.2f}x single; after repartition('stream') {best['by_stream']:.2f}s "
+          f"-> {best['single'] / best['by_stream']:.2f}x single")
     return ratio
 
 

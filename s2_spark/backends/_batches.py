@@ -10,9 +10,11 @@ fixed number of batches, so a task's memory does not grow with the length of its
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import pyarrow as pa
@@ -64,18 +66,22 @@ def _merge(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
 
 
 class ReadAhead(Iterator[T]):
-    """`produce()` iterated in a daemon thread from construction on, at most `depth` items
-    ahead of the caller. Its exceptions are raised to the caller, in order. `close()`
-    stops the thread at its next item, which closes the inner iterator (and its HTTP
-    response)."""
+    """`produce()` iterated in another thread from construction on, at most `depth` items
+    ahead of the caller: a daemon thread of its own, or one `spawn` provides (a pool's).
+    Its exceptions are raised to the caller, in order. `close()` stops it at its next
+    item, which closes the inner iterator (and its HTTP response)."""
 
-    def __init__(self, produce: Callable[[], Iterator[T]], depth: int = READ_AHEAD) -> None:
+    def __init__(self, produce: Callable[[], Iterator[T]], depth: int = READ_AHEAD, *,
+                 spawn: Callable[[Callable[[], None]], object] | None = None) -> None:
         self._items: queue.Queue[tuple[object, BaseException | None]] = queue.Queue(depth)
         self._stop = threading.Event()
+        self._finished = threading.Event()
         self._done = False
-        self._thread = threading.Thread(target=self._run, args=(produce,),
-                                        name="s2-spark-read-ahead", daemon=True)
-        self._thread.start()
+        run = functools.partial(self._run, produce)
+        if spawn is None:
+            threading.Thread(target=run, name="s2-spark-read-ahead", daemon=True).start()
+        else:
+            spawn(run)
 
     def _put(self, item: object, error: BaseException | None = None) -> bool:
         while not self._stop.is_set():
@@ -89,6 +95,8 @@ class ReadAhead(Iterator[T]):
     def _run(self, produce: Callable[[], Iterator[T]]) -> None:
         it: Iterator[T] | None = None
         try:
+            if self._stop.is_set():
+                return  # closed before a pool thread got to it
             it = produce()
             for item in it:
                 if not self._put(item):
@@ -100,6 +108,7 @@ class ReadAhead(Iterator[T]):
             close = getattr(it, "close", None)
             if close is not None:
                 close()
+            self._finished.set()
 
     def __next__(self) -> T:
         if self._done:
@@ -119,7 +128,7 @@ class ReadAhead(Iterator[T]):
 
     def close(self) -> None:
         self.stop()
-        self._thread.join(timeout=5.0)
+        self._finished.wait(timeout=5.0)
 
 
 def read_ahead(produce: Callable[[], Iterator[T]], depth: int = READ_AHEAD) -> Iterator[T]:
@@ -142,17 +151,20 @@ def read_in_order(
 
     Meanwhile up to `ahead` of the sources that follow the current one and that
     `prefetch(index)` allows (small ones: each holds up to `READ_AHEAD` items) are already
-    being read, each in its own thread; the rest are read when their turn comes. Memory
-    stays bounded and the order is exactly the sources' order.
+    being read by a pool of `ahead` threads (a thread started per source would cost more
+    than a small source's read); the rest are read when their turn comes. Memory stays
+    bounded and the order is exactly the sources' order. The pool runs sources in the
+    order they were queued, so the current one is always running or done.
     """
     started: dict[int, ReadAhead[T]] = {}
     queued = 0  # sources before this index were started or passed over
+    pool = ThreadPoolExecutor(max_workers=max(1, ahead), thread_name_prefix="s2-spark-read")
     try:
         for i, source in enumerate(sources):
             queued = max(queued, i + 1)
             while queued < len(sources) and len(started) < ahead:
                 if prefetch(queued):
-                    started[queued] = ReadAhead(sources[queued])
+                    started[queued] = ReadAhead(sources[queued], spawn=pool.submit)
                 queued += 1
             current = started.pop(i, None)
             if current is None:
@@ -164,3 +176,4 @@ def read_in_order(
             pending.stop()
         for pending in started.values():
             pending.close()
+        pool.shutdown(wait=False)

@@ -9,6 +9,7 @@ between the asked and the first returned seq_num is data loss; a read session bo
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import threading
@@ -33,9 +34,15 @@ __all__ = ["S2Backend", "S2Settings", "seq_num_position"]
 log = logging.getLogger("s2_spark.s2")
 
 # One client (connection pool) per process and settings: Spark reuses Python workers, and
-# every task unpickles its own backend, so this spares a new connection per task.
-_CLIENTS: dict[S2Settings, S2Client] = {}
+# every task unpickles its own backend, so this spares a new connection per task. Each
+# thread keeps to one of `CLIENT_SHARDS` clients: httpcore takes a pool-wide lock and looks
+# at every pooled connection on each request, which made 16-32 threads sharing one pool
+# spend more on the pool than on their requests.
+CLIENT_SHARDS = 8
+_CLIENTS: dict[tuple[S2Settings, int], S2Client] = {}
 _CLIENTS_LOCK = threading.Lock()
+_THREAD = threading.local()
+_NEXT_SHARD = itertools.count()
 #: Ranges up to this many records (one ReadBatch at most) are read by unary reads.
 UNARY_RECORDS = 1000
 
@@ -93,12 +100,16 @@ class S2Backend(StreamBackend[int]):
         return f"S2Backend({self.settings!r})"
 
     def _basin(self) -> Any:
+        shard = getattr(_THREAD, "shard", None)
+        if shard is None:
+            shard = _THREAD.shard = next(_NEXT_SHARD) % CLIENT_SHARDS
+        key = (self.settings, shard)
         with _CLIENTS_LOCK:
-            client = _CLIENTS.get(self.settings)
+            client = _CLIENTS.get(key)
             if client is None:
                 from s2_spark.client import S2Client
 
-                client = _CLIENTS[self.settings] = S2Client(self.settings.config())
+                client = _CLIENTS[key] = S2Client(self.settings.config())
         return client.basin(self.settings.basin)
 
     def _stream(self, stream: str) -> Any:
