@@ -276,3 +276,21 @@ def _data_only(basin: Any, name: str) -> Iterator[bytes]:
             return
         yield from batch.batch.column("body").to_pylist()
         pos = int(batch.last_seq_num) + 1
+
+
+def test_a_plan_that_finds_nothing_new_lists_the_prefix_again(env: Env) -> None:
+    """However long discoveryIntervalMs, a plan does not report "nothing new" without a
+    fresh listing: a stream created a moment ago is planned from its beginning."""
+    env.fill("late-", [2])
+    reader = S2DataSource(env.options(streamPrefix="late-", discoveryIntervalMs="600000")
+                          ).streamReader(None)  # type: ignore[arg-type]
+    try:
+        end = _latest(reader, reader.initialOffset())
+        assert end == {"late-000": 2}
+        env.client.basin(env.basin).create_stream("late-new")
+        env.append("late-new", b"first")
+        latest = _latest(reader, end)
+        assert latest == {"late-000": 2, "late-new": 1}
+        assert list(reader.partitions(end, latest)) == [RangePartition("late-new", 0, 1, True)]
+    finally:
+        reader.stop()

@@ -309,14 +309,29 @@ class RangeStreamReader(DataSourceStreamReader):
         selection = self._options.selection
         return {s for s in start if selection.matches(s)} | set(self._discover())
 
-    def _discover(self) -> list[str]:
+    def _discover(self, *, fresh: bool = False) -> list[str]:
         """The selected streams that exist, listed again at most every discoveryIntervalMs
-        (explicitly named streams are never listed)."""
+        unless `fresh` (explicitly named streams are never listed)."""
         now = time.monotonic()
-        if self._discovered is None or now - self._discovered[0] >= (
+        if fresh or self._discovered is None or now - self._discovered[0] >= (
                 self._options.discovery_interval_ms / 1000):
             self._discovered = (now, _Planner(self._backend, self._options).discover())
         return self._discovered[1]
+
+    def _tails_of_new_streams(self, start: dict[str, Any], tails: dict[str, Position],
+                              plan_began: float) -> dict[str, Position]:
+        """Before a prefix plan reports nothing new, the streams a listing made now finds
+        that it has not seen: `processAllAvailable()` and idle queries see a stream
+        created a moment ago, while busy plans list only every discoveryIntervalMs."""
+        backend = self._backend
+        if (self._options.selection.prefix is None or self._target is not None
+                or (self._discovered is not None and self._discovered[0] >= plan_began)
+                or any(s not in start or _is_after(backend, t, start[s])
+                       for s, t in tails.items())):
+            return {}
+        new = [s for s in self._discover(fresh=True) if s not in start and s not in tails]
+        found = _per_stream(lambda s: self._tail_or_none(s, start), new)
+        return {s: tail for s, tail in found.items() if tail is not None}
 
     def _tail_watch(self) -> StreamWatch | None:
         """The backend's watch, started at the first plan of a query that runs on (none
@@ -361,7 +376,9 @@ class RangeStreamReader(DataSourceStreamReader):
     def _plan(self, start: dict[str, Any], *, max_records: int | None) -> dict[str, Any]:
         """The next end offset from `start`: all that is available, or a fair share of it."""
         backend = self._backend
+        began = time.monotonic()
         tails = self._tails(start)
+        tails.update(self._tails_of_new_streams(start, tails, began))
         self._reported = {**start, **tails}
         pending: dict[str, int] = {}
         begin: dict[str, Position] = {}
