@@ -106,7 +106,8 @@ class S2DataSource(RangeDataSource):
     * ``basin`` (required): the basin to read from.
     * exactly one of ``stream`` (a stream name), ``streams`` (comma-separated names) or
       ``streamPrefix`` (every stream whose name starts with it; streams created while a
-      query runs are picked up at the next trigger and read from their beginning).
+      query runs are found by the next listing, see ``discoveryIntervalMs``, and read from
+      their beginning).
     * ``endpoint``: one URL for account and basin operations (s2-lite, the local server).
       Or, for S2 cloud, ``accountEndpoint`` / ``basinEndpoint`` (defaults
       https://a.s2.dev and https://{basin}.b.s2.dev). Env: S2_ENDPOINT etc.
@@ -129,8 +130,9 @@ class S2DataSource(RangeDataSource):
       task (each stream counting 100 extra for its request); ``1`` gives every stream its
       own task. Packing depends only on the planned offsets and the options, so a replayed
       micro-batch has the same rows in the same partitions on any cluster.
-    * ``discoveryIntervalMs`` (default 1000): how often a streaming query lists the streams
-      of ``streamPrefix`` again; new streams are read from their beginning.
+    * ``discoveryIntervalMs`` (default 1000): how often a streaming query whose plans keep
+      finding data lists the streams of ``streamPrefix`` again (a plan that would find
+      nothing new lists them first); new streams are read from their beginning.
     * ``includeHeaders`` (default ``true``): ``false`` drops the ``headers`` column.
     * ``includeCommandRecords`` (default ``false``): command records (fence, trim) are
       skipped and offsets move past them; ``true`` returns them as rows.
