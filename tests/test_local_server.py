@@ -733,6 +733,7 @@ def test_request_counts_per_kind(server_type: Any) -> None:
             stream.check_tail()
         assert [s.name for s in basin.list_streams()] == ["a", "b"]
         assert stream.read(seq_num=0, count=1).batch.num_rows == 1
+        assert stream.read(seq_num=0, count=1, wait=1).batch.num_rows == 1
         assert sum(b.batch.num_rows for b in stream.read_session(seq_num=0, count=10)) == 10
         assert httpx.get(server.url + "/v1/nothing-here").status_code == 404
         expected = {
@@ -744,6 +745,7 @@ def test_request_counts_per_kind(server_type: Any) -> None:
             "list_streams": 1,
             "read": 1,
             "read_session": 1,
+            "read_wait": 1,
             "unrouted": 1,
         }
         assert server.request_counts() == expected

@@ -131,7 +131,7 @@ def test_idle_plans_wait_on_the_watch_and_see_an_append_to_any_stream(
         assert _latest(reader, end) == end  # nothing new, and no stream asked
         asked = s2_server.request_counts()
         assert asked.get("check_tail", 0) == before.get("check_tail", 0)
-        assert asked.get("read", 0) == before.get("read", 0)
+        assert asked.get("read", 0) == before.get("read", 0)  # the watch polls: read_wait
         appender = threading.Timer(0.3, env.append, ("idle-041", b"late"))
         appender.start()
         latest = end

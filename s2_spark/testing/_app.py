@@ -264,7 +264,8 @@ def _is_proto(mime: str) -> bool:
 
 
 def _records_kind(req: Request, base: str) -> str:
-    """`read` / `append` refined by format: S2S sessions and SSE are kinds of their own."""
+    """`read` / `append` refined by format: S2S sessions and SSE are kinds of their own,
+    and so is a unary read that long-polls (`wait` > 0), the way a tail watch asks."""
     s2s = req.mime("content-type") == "s2s/proto" or (
         base == "read" and req.mime("accept") == "s2s/proto"
     )
@@ -272,6 +273,8 @@ def _records_kind(req: Request, base: str) -> str:
         return f"{base}_session"
     if base == "read" and req.mime("accept") == "text/event-stream":
         return "read_sse"
+    if base == "read" and req.query.get("wait", "0") not in ("", "0"):
+        return "read_wait"
     return base
 
 

@@ -118,8 +118,8 @@ def fetch_request_counts(
     url: str, *, token: str | None = None, timeout: float = 10.0
 ) -> dict[str, int]:
     """The request counts of the local server at `url` (`GET /_local/stats`; not S2):
-    kind (`check_tail`, `read`, `read_session`, `append`, `list_streams`, ...) -> requests
-    received since it started, the stats request itself not counted.
+    kind (`check_tail`, `read`, `read_wait`, `read_session`, `append`, `list_streams`,
+    ...) -> requests received since it started, the stats request itself not counted.
 
     Over HTTPS the server's certificate is not verified: this is for a local test server
     (a server requiring client certificates cannot be asked this way)."""
