@@ -23,7 +23,7 @@ from s2_spark.client import AppendRecord, S2Client, S2Config
 from s2_spark.spark.options import parse_read_options
 from s2_spark.spark.planning import PackedPartition, RangePartition
 from s2_spark.spark.reader import read_partition
-from s2_spark.spark.source import S2_READ_FORMAT, S2DataSource
+from s2_spark.spark.s2_source import S2_READ_FORMAT, S2DataSource
 
 
 class Env:

@@ -21,7 +21,7 @@ from s2_spark.spark.planning import (
     pack_ranges,
     split_ranges,
 )
-from s2_spark.spark.source import S2_READ_FORMAT
+from s2_spark.spark.s2_source import S2_READ_FORMAT
 
 BACKEND = S2Backend(S2Settings(basin="unused-basin"))
 pending_maps = st.dictionaries(st.text("abcdef", min_size=1, max_size=3),

@@ -18,8 +18,8 @@ from s2_spark.backends.durable import DurableBackend, StreamKind, check_offset_p
 from s2_spark.backends.durable_options import parse_durable_connection, parse_durable_selection
 from s2_spark.errors import NotFoundError, OptionError
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL, SPARK_VERSION
+from s2_spark.spark.datasource import RangeDataSource
 from s2_spark.spark.options import ReadFormat, ReadOptions, require_admission_control
-from s2_spark.spark.source import RangeDataSource
 
 __all__ = ["DURABLE_READ_FORMAT", "DurableStreamsDataSource", "durable_read_schema"]
 

@@ -32,6 +32,12 @@ from s2_spark.backends.s2_sink import (
 )
 from s2_spark.errors import NotFoundError
 from s2_spark.spark._compat import HAS_STREAM_ARROW_WRITER
+from s2_spark.spark._s2_writer_options import (
+    InputLayout,
+    WriteOptions,
+    check_input,
+    parse_write_options,
+)
 from s2_spark.spark._write_common import (
     ArrowInput,
     MicroBatchCommits,
@@ -40,12 +46,6 @@ from s2_spark.spark._write_common import (
     as_bytes,
     chunk_rows,
     fault_hook,
-)
-from s2_spark.spark._writer_options import (
-    InputLayout,
-    WriteOptions,
-    check_input,
-    parse_write_options,
 )
 from s2_spark.spark.options import OptionError
 from s2_spark.wire.records import HEADER_TYPE

@@ -1,16 +1,10 @@
-"""The `s2` data source, and the reading half every format shares (`RangeDataSource`)."""
+"""The `s2` data source: S2 records as rows, exactly-once writes."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    DataSourceStreamReader,
-    DataSourceStreamWriter,
-    DataSourceWriter,
-)
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -24,10 +18,10 @@ from pyspark.sql.types import (
 from s2_spark.backends.base import StreamBackend
 from s2_spark.backends.s2 import seq_num_position
 from s2_spark.backends.s2_options import parse_s2_connection, parse_s2_selection
-from s2_spark.spark.options import OptionError, ReadFormat, ReadOptions, parse_read_options
-from s2_spark.spark.reader import RangeBatchReader, stream_reader
+from s2_spark.spark.datasource import RangeDataSource
+from s2_spark.spark.options import ReadFormat, ReadOptions
 
-__all__ = ["RangeDataSource", "S2DataSource", "read_schema"]
+__all__ = ["S2_READ_FORMAT", "S2DataSource", "read_schema"]
 
 
 def read_schema(include_headers: bool = True) -> StructType:
@@ -42,46 +36,6 @@ def read_schema(include_headers: bool = True) -> StructType:
         fields.append(StructField("headers", ArrayType(header)))
     fields.append(StructField("body", BinaryType()))
     return StructType(fields)
-
-
-class RangeDataSource(DataSource):
-    """The reading half every format shares: options, schema check, batch and stream
-    readers over the format's `StreamBackend`. Subclasses name the format, its option
-    parsing (`read_format`), its backend and its rows."""
-
-    read_format: ClassVar[ReadFormat]
-
-    def _read_options(self, *, streaming: bool) -> ReadOptions:
-        return parse_read_options(self.options, streaming=streaming, fmt=self.read_format)
-
-    def _backend(self, options: ReadOptions) -> StreamBackend[Any]:
-        raise NotImplementedError
-
-    def _read_schema(self, options: ReadOptions) -> StructType:
-        raise NotImplementedError
-
-    def schema(self) -> StructType:
-        return self._read_schema(self._read_options(streaming=False))
-
-    def _check_schema(self, schema: Any, options: ReadOptions) -> StructType:
-        expected = self._read_schema(options)
-        if schema is not None and schema != expected:
-            raise OptionError(
-                f"format {self.name()} has a fixed schema and does not accept a "
-                f"user-specified one: expected {expected.simpleString()}, got "
-                f"{schema.simpleString()}"
-            )
-        return expected
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        options = self._read_options(streaming=False)
-        self._check_schema(schema, options)
-        return RangeBatchReader(self._backend(options), options)
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        options = self._read_options(streaming=True)
-        self._check_schema(schema, options)
-        return stream_reader(self._backend(options), options)
 
 
 S2_READ_FORMAT = ReadFormat(
@@ -186,13 +140,13 @@ class S2DataSource(RangeDataSource):
         return read_schema(options.include_headers)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        """`df.write.format("s2")`: exactly-once appends (see s2_spark.spark._writer)."""
-        from s2_spark.spark._writer import batch_writer
+        """`df.write.format("s2")`: exactly-once appends (see s2_spark.spark._s2_writer)."""
+        from s2_spark.spark._s2_writer import batch_writer
 
         return batch_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """`df.writeStream.format("s2")`: exactly-once across retries and restarts."""
-        from s2_spark.spark._writer import stream_writer
+        from s2_spark.spark._s2_writer import stream_writer
 
         return stream_writer(self.options, schema, overwrite)

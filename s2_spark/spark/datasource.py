@@ -1,0 +1,54 @@
+"""The reading half every format shares: a `DataSource` over a format's `StreamBackend`."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from s2_spark.backends.base import StreamBackend
+from s2_spark.spark.options import OptionError, ReadFormat, ReadOptions, parse_read_options
+from s2_spark.spark.reader import RangeBatchReader, stream_reader
+
+__all__ = ["RangeDataSource"]
+
+
+class RangeDataSource(DataSource):
+    """The reading half every format shares: options, schema check, batch and stream
+    readers over the format's `StreamBackend`. Subclasses name the format, its option
+    parsing (`read_format`), its backend and its rows."""
+
+    read_format: ClassVar[ReadFormat]
+
+    def _read_options(self, *, streaming: bool) -> ReadOptions:
+        return parse_read_options(self.options, streaming=streaming, fmt=self.read_format)
+
+    def _backend(self, options: ReadOptions) -> StreamBackend[Any]:
+        raise NotImplementedError
+
+    def _read_schema(self, options: ReadOptions) -> StructType:
+        raise NotImplementedError
+
+    def schema(self) -> StructType:
+        return self._read_schema(self._read_options(streaming=False))
+
+    def _check_schema(self, schema: Any, options: ReadOptions) -> StructType:
+        expected = self._read_schema(options)
+        if schema is not None and schema != expected:
+            raise OptionError(
+                f"format {self.name()} has a fixed schema and does not accept a "
+                f"user-specified one: expected {expected.simpleString()}, got "
+                f"{schema.simpleString()}"
+            )
+        return expected
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = self._read_options(streaming=False)
+        self._check_schema(schema, options)
+        return RangeBatchReader(self._backend(options), options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        options = self._read_options(streaming=True)
+        self._check_schema(schema, options)
+        return stream_reader(self._backend(options), options)
