@@ -29,6 +29,7 @@ from ._producer import IdempotentProducer
 from ._reads import LiveMode, PieceReader, ReadChunk, ReadPiece, StreamReader
 from ._stream import AppendResult, CreateResult, DurableStream, StreamInfo
 from ._transport import Transport
+from ._watch import REPOLL_PAUSE, DurableTailWatch
 
 __all__ = [
     "AppendResult",
@@ -36,6 +37,7 @@ __all__ = [
     "DurableConfig",
     "DurableStream",
     "DurableStreamsClient",
+    "DurableTailWatch",
     "IdempotentProducer",
     "LiveMode",
     "PieceReader",
@@ -72,6 +74,13 @@ class DurableStreamsClient(Closeable):
     def stream(self, stream: str, *, content_type: str | None = None) -> DurableStream:
         """A handle on a stream given as an absolute URL or a path under base_url."""
         return DurableStream(self._t, self.config.stream_url(stream), content_type)
+
+    def watch_tails(
+        self, *, limit: int | None = None, repoll_pause: float = REPOLL_PAUSE
+    ) -> DurableTailWatch:
+        """A `DurableTailWatch` over streams named as `stream` takes them, with this
+        client's headers, TLS, proxies and timeouts (close it when done)."""
+        return DurableTailWatch(self._t, limit=limit, repoll_pause=repoll_pause)
 
     def close(self) -> None:
         self._t.close()

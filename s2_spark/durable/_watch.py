@@ -1,0 +1,142 @@
+"""DurableTailWatch: learn which of many Durable Streams got data, without asking each one
+on every plan.
+
+A long-poll read (`GET <stream>?offset=O&live=long-poll[&cursor=C]`) answers at once with
+data at or after O, or waits up to the server's long-poll timeout and answers 204; a closed
+stream read at its end answers 204 with `Stream-Closed: true` at once. The engine
+(`s2_spark._tail_watch`) keeps one such read outstanding per stream and tracks which
+streams are quiet; this module only builds the read and tells what its answer means.
+
+Positions are the Durable backend's: `{"offset": O, "skip": k, ...}` (k units after
+server offset O), with `"closed": true` at the end of a closed stream. Only `skip == 0` can
+be waited at (a server offset); a closed position can never get data, so it is quiet for
+good without a request, and so is a position a poll finds at a closed stream's end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from s2_spark._tail_watch import Answer, ClientSettings, LongPollWatch, Poll
+
+from ._reads import flag, is_json
+from ._transport import _USER_AGENT, Transport
+
+__all__ = ["REPOLL_PAUSE", "DurableTailWatch"]
+
+#: The server fixes how long a long-poll waits, so re-polls are spread by pausing up to
+#: this many seconds after one that timed out (a record appended meanwhile is seen late
+#: by at most that).
+REPOLL_PAUSE = 0.5
+
+#: A position as the Durable backend writes it (JSON object).
+Position = Mapping[str, Any]
+
+
+class DurableTailWatch(LongPollWatch[Position]):
+    """Long-polls the Durable Streams given to `watch` (named as
+    `DurableStreamsClient.stream` accepts them: a URL or a path under base_url), in a
+    daemon thread, with the client's headers, TLS settings, proxies and timeouts."""
+
+    def __init__(self, transport: Transport, *, limit: int | None = None,
+                 repoll_pause: float = REPOLL_PAUSE) -> None:
+        """`limit`: streams watched at most (by default `watch_limit()`);
+        `repoll_pause`: see `REPOLL_PAUSE`."""
+        self._config = cfg = transport.config
+        self._cursors: dict[str, str] = {}  # loop thread: the last Stream-Cursor per stream
+        settings = ClientSettings(
+            # The read timeout is the sync client's for live reads: longer than the
+            # server's long-poll timeout.
+            timeout=httpx.Timeout(connect=cfg.connect_timeout, read=cfg.live_timeout,
+                                  write=cfg.request_timeout, pool=None),
+            headers={"user-agent": _USER_AGENT, **cfg.headers},
+            tls=cfg.tls,
+        )
+        super().__init__(settings, limit=limit, repoll_pause=repoll_pause,
+                         label=f"base_url={cfg.base_url!r}")
+
+    def _watchable(self, position: Position) -> bool:
+        """Only at a server offset (`skip == 0`) can a poll wait."""
+        return (isinstance(position, Mapping) and position.get("skip") == 0
+                and isinstance(position.get("offset"), str))
+
+    def _describe(self, stream: str) -> str:
+        return f"stream {urlsplit(stream).path!r}"  # a URL's path only: no user info
+
+    def _forget(self, stream: str) -> None:
+        self._cursors.pop(stream, None)
+        super()._forget(stream)
+
+    def _poller(self, stream: str, position: Position) -> Poll:
+        return _OffsetPoll(self, stream, self._config.stream_url(stream), position)
+
+
+class _OffsetPoll:
+    """Long-polls one stream from one position, echoing the last cursor. An empty answer
+    that moves the offset (a read from "-1" on an empty stream answers at once) is the
+    same position: the next poll starts from the offset it gave."""
+
+    def __init__(self, watch: DurableTailWatch, stream: str, url: str,
+                 position: Position) -> None:
+        self._watch = watch
+        self._stream = stream
+        self._url = url
+        self._offset: str = position["offset"]
+        self._ended = bool(position.get("closed"))
+
+    async def __call__(self) -> Answer:
+        if self._ended:
+            return Answer.ENDED  # a closed stream's end: no request
+        params = {"offset": self._offset, "live": "long-poll"}
+        cursor = self._watch._cursors.get(self._stream)
+        if cursor:
+            params["cursor"] = cursor
+        client = self._watch._client_for(self._stream)
+        async with client.stream("GET", self._url, params=params,
+                                 headers={"accept-encoding": "identity"}) as resp:
+            if resp.headers.get("stream-cursor"):
+                self._watch._cursors[self._stream] = resp.headers["stream-cursor"]
+            if resp.status_code == 204:
+                return Answer.ENDED if flag(resp, "stream-closed") else Answer.NOTHING
+            if resp.status_code != 200:
+                return Answer.FAILED
+            if await _has_data(resp):
+                return Answer.NEWS
+            return self._moved(resp)
+
+    def _moved(self, resp: httpx.Response) -> Answer:
+        """An answer without data: closed there, or the same position at a new offset."""
+        if flag(resp, "stream-closed"):
+            return Answer.ENDED
+        next_offset = resp.headers.get("stream-next-offset")
+        if not next_offset or next_offset == self._offset:
+            return Answer.FAILED  # it would answer at once again: pause, as after errors
+        self._offset = next_offset
+        return Answer.NOTHING
+
+
+async def _has_data(resp: httpx.Response) -> bool:
+    """Whether a 200 answer holds data, from its first bytes: it may hold everything from
+    the offset on (servers need not cut it), which the watch has no use for. A JSON
+    stream's empty answer is `[]`."""
+    if not is_json(resp.headers.get("content-type")):
+        async for chunk in resp.aiter_bytes():
+            if chunk:
+                return True
+        return False
+    head = b""
+    async for chunk in resp.aiter_bytes():
+        head = (head + chunk).lstrip()
+        if not head:
+            continue
+        if head[:1] != b"[":
+            return True  # not an array: let the caller's own read make sense of it
+        rest = head[1:].lstrip()
+        if rest:
+            return rest[:1] != b"]"
+        head = b"["
+    return False
