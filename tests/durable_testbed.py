@@ -3,7 +3,9 @@
 `tests/durable_server/` pins the package (package.json + lock file; `npm install --prefix
 tests/durable_server` installs it) and `start.mjs` starts it. `DurableServer` runs that
 script as a child process: in memory, or file-backed with `data_dir` so a test can kill it
-and start it again on the same port and data.
+and start it again on the same port and data. `page_messages=N` makes it answer catch-up
+reads N stored messages (appends) at a time, not up to date until the last page, as the
+protocol allows and the unmodified server never does, so read paths can be tested on paging.
 """
 
 from __future__ import annotations
@@ -30,10 +32,14 @@ class DurableServer:
         data_dir: Path | None = None,
         long_poll_timeout: float = 1.0,
         port: int = 0,
+        page_messages: int | None = None,
     ) -> None:
+        if page_messages is not None and page_messages < 1:
+            raise ValueError(f"page_messages must be at least 1 (got {page_messages!r})")
         self.data_dir = data_dir
         self.long_poll_timeout = long_poll_timeout
         self.port = port
+        self.page_messages = page_messages
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -50,6 +56,8 @@ class DurableServer:
         cmd += ["--long-poll-timeout", str(int(self.long_poll_timeout * 1000))]
         if self.data_dir is not None:
             cmd += ["--data-dir", str(self.data_dir)]
+        if self.page_messages is not None:
+            cmd += ["--page-messages", str(self.page_messages)]
         proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
         )
