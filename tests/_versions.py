@@ -21,12 +21,6 @@ needs_admission_control = pytest.mark.skipif(
 )
 
 
-needs_stream_start = pytest.mark.skipif(
-    not HAS_ADMISSION_CONTROL,
-    reason=f"streaming durable-streams reads need PySpark 4.2+; this is {SPARK_VERSION}",
-)
-
-
 def limit(records: int) -> dict[str, str]:
     """`maxRecordsPerTrigger=records` where this Spark honours it, else no option."""
     return {"maxRecordsPerTrigger": str(records)} if HAS_ADMISSION_CONTROL else {}

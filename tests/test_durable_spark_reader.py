@@ -2,8 +2,9 @@
 reference server (npm), with real checkpoints.
 
 Messages of the JSON streams here are `{"n": i}` with i counting from 0 in append order, so
-the rows a micro-batch must hold follow from its offsets: a position's `seen` counts
-messages from where the query began.
+the rows a micro-batch must hold follow from its offsets: a position `{offset, skip}` lies
+after message n, where n counts the messages before `offset` and adds `skip`
+(`Env.message_index`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _versions import needs_admission_control, needs_stream_start, progress_offsets
+from _versions import needs_admission_control, progress_offsets
 from durable_testbed import DurableServer
 
 from s2_spark.durable import DurableStreamsClient
@@ -47,6 +48,15 @@ class Env:
         path = f"/reader/{uuid.uuid4().hex[:12]}"
         self.client.stream(path).create(content_type)
         return path
+
+    def message_index(self, path: str, pos: dict[str, Any]) -> int:
+        """Messages of `path` before position `pos`: all of them, less those from its
+        offset on, plus its skip (the stream must not grow meanwhile)."""
+        def count(offset: str) -> int:
+            with self.client.stream(path).read_pieces(offset) as pieces:
+                return sum(p.units for p in pieces)
+
+        return count("-1") - count(pos["offset"]) + int(pos["skip"])
 
     def append(self, path: str, first: int, count: int) -> None:
         self.client.stream(path).append_json([{"n": i} for i in range(first, first + count)])
@@ -111,13 +121,12 @@ def offsets_log(checkpoint: str) -> dict[int, dict[str, Any]]:
     return out
 
 
-def expected_batches(log: dict[int, dict[str, Any]], stream: str) -> dict[int, list[str]]:
-    """What each planned micro-batch must hold: messages n in [start.seen, end.seen)."""
-    out = {}
-    for b in sorted(log):
-        start = log[b - 1][stream]["seen"] if b > 0 else 0
-        out[b] = [msg(n) for n in range(start, log[b][stream]["seen"])]
-    return out
+def expected_batches(
+    env: Env, log: dict[int, dict[str, Any]], stream: str
+) -> dict[int, list[str]]:
+    """What each planned micro-batch must hold: the messages between its start and end."""
+    ends = {b: env.message_index(stream, log[b][stream]) for b in log}
+    return {b: [msg(n) for n in range(ends.get(b - 1, 0), ends[b])] for b in sorted(log)}
 
 
 def wait_for(cond: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
@@ -218,13 +227,16 @@ def test_batch_read_byte_stream_rows_are_pieces_of_its_bytes(env: Env) -> None:
 
 
 def test_many_streams_are_packed_into_few_tasks_with_exact_rows(env: Env) -> None:
-    """30 small streams named in `streams`: three tasks of ten, every message once, each
-    stream's messages in order (the shared layer packs and reads them concurrently)."""
-    paths = [env.new_stream() for _ in range(30)]
+    """130 small streams named in `streams`: their sizes are unknown until read, so they
+    are spread over at most UNSIZED_SPREAD (64) tasks, three streams each (or fewer with
+    maxStreamsPerPartition); every message once, each stream's messages in order (the
+    shared layer packs and reads them concurrently)."""
+    paths = [env.new_stream() for _ in range(130)]
     for k, path in enumerate(paths):
         env.append(path, 0, k % 4 + 1)
-    df = env.read(streams=",".join(paths), maxStreamsPerPartition="10")
-    assert df.rdd.getNumPartitions() == 3
+    assert env.read(streams=",".join(paths)).rdd.getNumPartitions() == 44  # ceil(130 / 3)
+    df = env.read(streams=",".join(paths), maxStreamsPerPartition="2")
+    assert df.rdd.getNumPartitions() == 65
     got = df.selectExpr("stream", "index", "value", "spark_partition_id() AS p").collect()
     assert sorted((r["stream"], r["index"], r["value"]) for r in got) == sorted(
         (path, i, msg(i)) for k, path in enumerate(paths) for i in range(k % 4 + 1))
@@ -233,7 +245,6 @@ def test_many_streams_are_packed_into_few_tasks_with_exact_rows(env: Env) -> Non
         assert len({p for p, _ in mine}) == 1 and mine == sorted(mine)
 
 
-@needs_stream_start
 def test_stream_reads_several_streams_micro_batch_by_micro_batch(env: Env) -> None:
     a, b = env.new_stream(), env.new_stream()
     env.append(a, 0, 3)
@@ -251,7 +262,7 @@ def test_stream_reads_several_streams_micro_batch_by_micro_batch(env: Env) -> No
     )
     tail_a = log[0][a]["offset"]
     assert sink.batches[1] == [(tail_a, 0, msg(3)), (tail_a, 1, msg(4))]
-    assert log[1][a]["seen"] == 5 and log[1][b] == log[0][b]
+    assert env.message_index(a, log[1][a]) == 5 and log[1][b] == log[0][b]
     assert progress_offsets(q.lastProgress["sources"][0]["endOffset"]) == log[1]
 
 
@@ -269,7 +280,7 @@ def test_max_records_per_trigger_paces_exactly(env: Env) -> None:
         [msg(6)],
     ]
     log = offsets_log(ckpt)
-    assert [log[b][path]["seen"] for b in sorted(log)] == [3, 6, 7]
+    assert [env.message_index(path, log[b][path]) for b in sorted(log)] == [3, 6, 7]
     assert log[2][path]["skip"] == 0  # the last micro-batch ends at the tail's offset
 
 
@@ -290,7 +301,6 @@ def test_max_bytes_per_trigger_paces_byte_streams_exactly(env: Env) -> None:
 # -- exact replay ------------------------------------------------------------------------
 
 
-@needs_stream_start
 def test_replayed_micro_batch_is_identical_while_appends_continue(env: Env) -> None:
     """The query fails after a micro-batch was planned and run, before it committed; more
     messages arrive all the while; the restarted query replays the micro-batch from the
@@ -311,13 +321,12 @@ def test_replayed_micro_batch_is_identical_while_appends_continue(env: Env) -> N
             q.stop()
     assert second.batches[2] == first.batches[2]
     assert len(first.batches[2]) > 0
-    expected = expected_batches(offsets_log(ckpt), path)
+    expected = expected_batches(env, offsets_log(ckpt), path)
     for sink in (first, second):
         for b, got in sink.batches.items():
             assert [v for _, _, v in got] == expected[b], f"micro-batch {b}"
 
 
-@needs_stream_start
 def test_replay_after_task_failure_and_server_restart_from_its_data(
     env: Env, spark: Any, tmp_path: Path
 ) -> None:
@@ -386,7 +395,6 @@ def _gone(env: Env, path: str, how: str) -> None:
     env.client.stream(path).delete()
 
 
-@needs_stream_start
 @pytest.mark.parametrize("how", ["gone", "deleted"])
 def test_planned_range_that_is_gone_follows_fail_on_data_loss(env: Env, how: str) -> None:
     path = env.new_stream()
@@ -414,7 +422,6 @@ def test_planned_range_that_is_gone_follows_fail_on_data_loss(env: Env, how: str
     assert (Path(spare) / "commits" / "1").exists()
 
 
-@needs_stream_start
 def test_closed_stream_ends_available_now_and_shows_in_progress(env: Env) -> None:
     path = env.new_stream()
     env.append(path, 0, 2)
@@ -425,7 +432,7 @@ def test_closed_stream_ends_available_now_and_shows_in_progress(env: Env) -> Non
     q.awaitTermination(180)
     assert [v for _, _, v in sink.batches[0]] == [msg(0), msg(1), msg(2)]
     end = progress_offsets(q.lastProgress["sources"][0]["endOffset"])
-    assert end[path]["closed"] is True and end[path]["seen"] == 3
+    assert end[path]["closed"] is True and env.message_index(path, end[path]) == 3
 
 
 # -- options and secrets -----------------------------------------------------------------
@@ -474,7 +481,6 @@ def test_mixed_content_types_are_rejected(env: Env) -> None:
         env.read(streams=f"{a},{b}")
 
 
-@needs_stream_start
 def test_credentials_stay_out_of_offsets_plans_and_errors(env: Env) -> None:
     path = env.new_stream()
     env.append(path, 0, 2)
@@ -487,3 +493,111 @@ def test_credentials_stay_out_of_offsets_plans_and_errors(env: Env) -> None:
             assert SECRET.encode() not in text and HEADER_SECRET.encode() not in text, f
     plan = env.read(stream=path)._jdf.queryExecution().toString()
     assert SECRET not in plan and HEADER_SECRET not in plan
+
+
+# -- servers that page, idle queries ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def paged(spark: Any) -> Iterator[Env]:
+    """A reference server answering catch-up reads 3 appends at a time (the appends here
+    hold 3 messages, or 1 to 5 in `Env.append`'s callers): every answer but the last lacks
+    Stream-Up-To-Date, so planning, task reads, the crossing answer and endingPosition
+    all read on through pages."""
+    with DurableServer(page_messages=3) as server:
+        e = Env(server.url, spark)
+        yield e
+        e.client.close()
+        shutil.rmtree(e.tmp, ignore_errors=True)
+
+
+def test_a_paging_server_gives_exact_micro_batches_while_appends_continue(paged: Env) -> None:
+    path = paged.new_stream()
+    for first in range(0, 20, 4):
+        paged.append(path, first, 4)
+    sink = BatchLog()
+    ckpt = paged.checkpoint()
+    with Appender(paged.url, path, 20):
+        q = run_batches(paged.read_stream(stream=path), sink, ckpt, available_now=False)
+        try:
+            wait_for(lambda: len([b for b in sink.batches.values() if b]) >= 3,
+                     "three micro-batches with rows")
+        finally:
+            q.stop()
+    expected = expected_batches(paged, offsets_log(ckpt), path)
+    assert {b: [v for _, _, v in got] for b, got in sink.batches.items()} == {
+        b: expected[b] for b in sink.batches}
+    seen = [v for b in sorted(sink.batches) for _, _, v in sink.batches[b]]
+    assert seen == [msg(n) for n in range(len(seen))] and len(seen) > 20
+
+
+def test_a_paging_server_batch_read_ends_at_an_offset(paged: Env) -> None:
+    path = paged.new_stream()
+    paged.append(path, 0, 5)
+    middle = paged.client.stream(path).head().next_offset
+    for first in range(5, 17, 4):
+        paged.append(path, first, 4)
+    df = paged.read(stream=path, endingPosition=json.dumps({path: middle}))
+    assert values(df) == [msg(n) for n in range(5)]
+    df = paged.read(stream=path, startingPosition=json.dumps({path: middle}))
+    assert values(df) == [msg(n) for n in range(5, 17)]
+
+
+@needs_admission_control
+def test_a_paging_server_paces_exactly(paged: Env) -> None:
+    path = paged.new_stream()
+    for first in range(0, 11, 1):
+        paged.append(path, first, 1)
+    sink = BatchLog()
+    run_batches(paged.read_stream(stream=path, maxRecordsPerTrigger="4"), sink,
+                paged.checkpoint()).awaitTermination(180)
+    assert [[v for _, _, v in sink.batches[b]] for b in sorted(sink.batches)] == [
+        [msg(i) for i in range(0, 4)], [msg(i) for i in range(4, 8)], [msg(i) for i in (8, 9, 10)]]
+
+
+def test_idle_plans_wait_on_the_watch_and_ask_nothing_about_quiet_streams(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the first plan, quiet streams are long-polled, not asked (no HEAD); an append
+    to one of them is planned by the next plan that sees it."""
+    from http_proxy import HttpProxy
+
+    from s2_spark.spark import DurableStreamsDataSource
+
+    paths = [env.new_stream() for _ in range(3)]
+    for path in paths:
+        env.append(path, 0, 2)
+    proxy = HttpProxy()
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    reader = DurableStreamsDataSource(env.options(streams=",".join(paths), valueType="string")
+                                      ).streamReader(None)  # type: ignore[arg-type]
+    try:
+        start = reader.initialOffset()
+        end = latest(reader, start)
+        wait_for(lambda: reader._watch.quiet(end) == set(paths), "the watch to settle", 30)
+        heads = sum(1 for line in list(proxy.request_lines) if line.startswith("HEAD "))
+        assert latest(reader, end) == end
+        assert sum(1 for line in list(proxy.request_lines) if line.startswith("HEAD ")) == heads
+        env.append(paths[1], 2, 1)
+        found = end
+        deadline = time.monotonic() + 30
+        while found == end:
+            assert time.monotonic() < deadline, "the append never showed"
+            found = latest(reader, end)
+        assert {p: found[p] for p in paths if found[p] != end[p]} == {
+            paths[1]: {"offset": env.client.stream(paths[1]).head().next_offset, "skip": 0}}
+    finally:
+        reader.stop()
+        proxy.close()
+
+
+def latest(reader: Any, start: dict[str, Any]) -> dict[str, Any]:
+    from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
+
+    if HAS_ADMISSION_CONTROL:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+        return reader.latestOffset(start, ReadAllAvailable())  # type: ignore[no-any-return]
+    return reader.latestOffset()  # type: ignore[no-any-return]

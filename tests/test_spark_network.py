@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _versions import limit, needs_stream_start
+from _versions import limit
 from conftest import Certs
 
 from s2_spark.client import AppendRecord, S2Client, S2Config, TlsConfig
@@ -91,7 +91,6 @@ def test_s2_copy_over_a_cutting_network_finishes_in_one_run(
     assert pair.copied() == [body(i) for i in range(3000)]
 
 
-@needs_stream_start
 def test_durable_copy_over_a_cutting_network_finishes_in_one_run(
     spark: Any, ds_server: Any, unique: Callable[[str], str], tmp_path: Path
 ) -> None:
@@ -139,7 +138,6 @@ def test_dead_pooled_connections_between_micro_batches_cost_no_retry(
     assert pair.copied() == [body(i) for i in range(400)]
 
 
-@needs_stream_start
 def test_durable_reads_on_dead_pooled_connections_cost_no_retry(
     spark: Any, ds_server: Any, unique: Callable[[str], str]
 ) -> None:

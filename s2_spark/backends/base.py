@@ -104,17 +104,6 @@ class StreamBackend(ABC, Generic[PositionT]):
         Raises `s2_spark.errors.NotFoundError` when the stream does not exist.
         """
 
-    def tail_after(
-        self, stream: str, start: PositionT, on_data_loss: DataLossHandler
-    ) -> PositionT:
-        """The tail, as a position that `distance` can compare with `start`.
-
-        Called by the planner once per stream and trigger. A service whose positions need
-        counting from a known one (Durable Streams) overrides it, reporting a `start` that
-        is gone to `on_data_loss`; by default, `latest`.
-        """
-        return self.latest(stream)
-
     def tail_watch(self) -> StreamWatch | None:
         """A watch over many streams for an idle streaming query (driver only), or None
         when the service offers no way to wait for records: then every plan looks up
@@ -130,8 +119,23 @@ class StreamBackend(ABC, Generic[PositionT]):
         """The first position whose record is at or after `timestamp_ms`, or the tail."""
 
     @abstractmethod
-    def distance(self, start: PositionT, end: PositionT) -> int:
-        """How many positions lie in [start, end) (0 when end <= start)."""
+    def distance(self, start: PositionT, end: PositionT) -> int | None:
+        """How many positions lie in [start, end) (0 when end <= start), or None when the
+        service cannot tell without reading the range (Durable Streams offsets are
+        opaque): then only `measure` counts, by reading."""
+
+    def is_after(self, a: PositionT, b: PositionT) -> bool:
+        """Whether position `a` lies after position `b`."""
+        return (self.distance(b, a) or 0) > 0
+
+    def measure(
+        self, stream: str, start: PositionT, end: PositionT, limit: int
+    ) -> tuple[int, bool]:
+        """Records in [start, end), counted up to `limit`: (count, whether that is all of
+        them). For pacing: a service that must read to count reads at most `limit`."""
+        n = self.distance(start, end)
+        assert n is not None, f"{type(self).__name__} must count ranges in measure()"
+        return min(n, limit), n <= limit
 
     @abstractmethod
     def advance(self, start: PositionT, count: int) -> PositionT:

@@ -5,21 +5,22 @@ offset to wherever the server decides (the reference server: to the tail), and n
 bounds a read at an end offset. Streams are append-only, so a read from one offset always
 returns the same prefix. A position is therefore
 
-    {"offset": O, "skip": k, "seen": n}
+    {"offset": O, "skip": k}
 
 the point `k` units after the server offset `O`, where a unit is a message (JSON streams)
-or a byte (other content types), and `n` counts units from the position the query began
-at, so positions of one stream compare and subtract by `seen` alone. The tail is found by a
-counting pass on the driver (`tail_after`: read from the last planned position to the
-tail, count, and take the last response's offset). An executor reads a range [a, b) as:
-catch-up from `a.offset`, drop `a.skip` units, take exactly `b.seen - a.seen`, stop. A
-replay after more appends receives longer responses and cuts at the same unit, so a
-micro-batch holds exactly the same rows. A tail position that reached the end of a closed
-stream carries `"closed": true`.
+or a byte (other content types); `"closed": true` marks a tail that is the end of a
+closed stream. Positions need no count from anywhere else, so a restarted query plans
+with or without Spark handing it the start (PySpark < 4.2 does not).
 
-Both passes read responses piece by piece (`DurableStream.read_pieces`): the reference
-server answers a catch-up read with the whole backlog, and neither the driver nor a task
-holds more than a piece of it (plus the rows of one Arrow batch).
+An unpaced micro-batch ends at each stream's tail from HEAD (`Stream-Next-Offset`), one
+request per stream and no data read on the driver. The executor reads the range once and
+cuts exactly at that boundary (`_durable_range`). A paced micro-batch counts, on the
+driver, only up to its limit (`measure`), and may end inside an answer as `(offset, skip)`.
+
+Reads take responses piece by piece (`DurableStream.read_pieces`): the reference server
+answers a catch-up read with the whole backlog, and neither the driver nor a task holds
+more than a piece of it (plus the rows of one Arrow batch and the units held back from the
+answer that steps over the range's end).
 
 Nothing here imports pyspark.
 """
@@ -29,12 +30,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pyarrow as pa
 
+from s2_spark.backends._durable_range import EndedEarly, offset_key, range_units
 from s2_spark.backends.base import DataLossHandler, ReadSettings, StreamBackend
 from s2_spark.backends.durable_options import DurableSettings
 from s2_spark.errors import (
@@ -46,6 +47,7 @@ from s2_spark.errors import (
 
 if TYPE_CHECKING:
     from s2_spark.durable import DurableStream, DurableStreamsClient, PieceReader, ReadPiece
+    from s2_spark.durable._watch import DurableTailWatch
 
 __all__ = [
     "BYTES_ROW_LIMIT",
@@ -96,20 +98,15 @@ def read_schema_for(kind: StreamKind) -> pa.Schema:
     )
 
 
-def _position(offset: str, skip: int, seen: int, closed: bool = False) -> Position:
-    pos: Position = {"offset": offset, "skip": skip, "seen": seen}
+def _position(offset: str, skip: int = 0, closed: bool = False) -> Position:
+    pos: Position = {"offset": offset, "skip": skip}
     if closed:
         pos["closed"] = True
     return pos
 
 
-@dataclass(frozen=True, slots=True)
-class _Count:
-    """What a counting pass found: units from its offset to the tail, and the tail."""
-
-    units: int
-    tail: str
-    closed: bool
+def _key(pos: Position) -> tuple[tuple[int, str], int]:
+    return offset_key(pos["offset"]), int(pos["skip"])
 
 
 class DurableBackend(StreamBackend[Position]):
@@ -120,9 +117,6 @@ class DurableBackend(StreamBackend[Position]):
     def __init__(self, settings: DurableSettings, kind: StreamKind) -> None:
         self.settings = settings
         self.kind = kind
-        # The driver's last count per stream, (from offset, count): a paced query plans
-        # from the same offset many times, and counts only what arrived since.
-        self._counted: dict[str, tuple[str, _Count]] = {}
 
     def __repr__(self) -> str:
         return f"DurableBackend({self.settings!r}, kind={self.kind!r})"
@@ -170,10 +164,10 @@ class DurableBackend(StreamBackend[Position]):
     # -- positions -------------------------------------------------------------------
 
     def parse_position(self, value: object) -> Position:
-        return _position(check_offset_position(value), 0, 0)
+        return _position(check_offset_position(value))
 
     def origin(self) -> Position:
-        return _position("-1", 0, 0)
+        return _position("-1")
 
     def earliest(self, stream: str) -> Position:
         self.content_kind(stream)  # the stream must exist
@@ -184,88 +178,58 @@ class DurableBackend(StreamBackend[Position]):
             info = self._stream(stream).head()
         except (StreamNotFoundError, OffsetGoneError) as err:
             raise self._missing(stream, err) from None
-        return _position(info.next_offset, 0, 0, info.closed)
+        return _position(info.next_offset, 0, info.closed)
+
+    def tail_watch(self) -> DurableTailWatch:
+        """Long-polls (`live=long-poll`) from every watched stream's tail, one thread."""
+        return self._client().watch_tails()
 
     def at_timestamp(self, stream: str, timestamp_ms: int) -> Position:
         raise NotImplementedError("Durable Streams messages carry no timestamps")
 
-    def distance(self, start: Position, end: Position) -> int:
-        return max(0, int(end["seen"]) - int(start["seen"]))
+    def distance(self, start: Position, end: Position) -> int | None:
+        """Known without reading only within one answer's offset (or for an empty range)."""
+        if _key(end) <= _key(start):
+            return 0
+        if end["offset"] == start["offset"]:
+            return int(end["skip"]) - int(start["skip"])
+        return None
+
+    def is_after(self, a: Position, b: Position) -> bool:
+        return _key(a) > _key(b)
 
     def advance(self, start: Position, count: int) -> Position:
-        return _position(start["offset"], start["skip"] + count, start["seen"] + count)
+        return _position(start["offset"], start["skip"] + count)
 
-    def tail_after(
-        self, stream: str, start: Position, on_data_loss: DataLossHandler
-    ) -> Position:
-        """Count from `start`'s offset to the tail (one catch-up read on the reference
-        server): the tail's offset with `seen` continued from `start`.
-
-        When `start` is gone (410) but the stream is not, the loss is reported; if that
-        returns (failOnDataLoss=false), the count restarts at the first retained message,
-        which is where executors read such a range from (see `read`).
-        """
+    def measure(
+        self, stream: str, start: Position, end: Position, limit: int
+    ) -> tuple[int, bool]:
+        """Units in [start, end) up to `limit`, by reading that many (a gone start counts
+        as nothing more to pace: the range goes to `end`, and its read reports the loss)."""
+        known = self.distance(start, end)
+        if known is not None:
+            return min(known, limit), known <= limit
+        units = 0
         try:
-            counted = self._count(stream, start["offset"])
+            for piece in self._range_units(stream, start, end, limit=limit):
+                units += piece.units
         except OffsetGoneError:
-            self.latest(stream)  # a stream gone as a whole raises NotFoundError
-            on_data_loss(stream, start, start)
-            counted = self._count(stream, "-1")
-            return _position(counted.tail, 0, start["seen"] + counted.units, counted.closed)
-        if counted.units < start["skip"]:
-            raise MalformedResponseError(
-                f"{self.describe(stream)} holds {counted.units} units after offset "
-                f"{start['offset']!r}, fewer than the {start['skip']} already read from "
-                "there: the stream's content changed",
-                code="content_changed",
-            )
-        seen = start["seen"] - start["skip"] + counted.units
-        return _position(counted.tail, 0, seen, counted.closed)
-
-    def locate(self, stream: str, value: object, start: Position) -> Position:
-        """An end offset as a position: units from `start` to it are the difference of two
-        counts to the same tail (the protocol has no read bounded at an end offset)."""
-        end = check_offset_position(value)
-        for _ in range(5):
-            to_tail = self._count(stream, end)
-            from_start = self._count(stream, start["offset"])
-            if from_start.tail == to_tail.tail:  # no append between the two counts
-                units = from_start.units - to_tail.units - start["skip"]
-                if units < 0:
-                    raise ValueError(
-                        f"the end offset {end!r} of {self.describe(stream)} lies before the "
-                        "start position"
-                    )
-                return _position(end, 0, start["seen"] + units)
-        raise RuntimeError(
-            f"{self.describe(stream)} kept growing while its end offset {end!r} was located; "
-            "try again, or end at 'latest'"
-        )
-
-    def _count(self, stream: str, offset: str) -> _Count:
-        """Units from `offset` to the tail; continues the last count from the same offset
-        (streams are append-only, so counts from one offset only grow)."""
-        known = self._counted.get(stream)
-        if known is not None and known[0] == offset:
-            more = self._count_from(stream, known[1].tail)
-            counted = _Count(known[1].units + more.units, more.tail, more.closed)
-        else:
-            counted = self._count_from(stream, offset)
-        self._counted[stream] = (offset, counted)
-        return counted
-
-    def _count_from(self, stream: str, offset: str) -> _Count:
-        units, tail, closed = 0, offset, False
-        try:
-            with self._pieces(stream, offset) as pieces:
-                for piece in pieces:
-                    self._check_kind(piece)
-                    units += piece.units
-                    if piece.last:
-                        tail, closed = piece.next_offset, piece.closed
+            return 0, True
         except StreamNotFoundError as err:
             raise self._missing(stream, err) from None
-        return _Count(units, tail, closed)
+        except EndedEarly:
+            pass  # the read reports it
+        return units, units < limit
+
+    def _range_units(self, stream: str, start: Position, end: Position,
+                     *, limit: int | None = None) -> Iterator[ReadPiece]:
+        def pieces(offset: str) -> PieceReader:
+            return self._pieces(stream, offset)
+
+        for piece in range_units(pieces, (start["offset"], int(start["skip"])),
+                                 (end["offset"], int(end["skip"])), limit=limit):
+            self._check_kind(piece)
+            yield piece
 
     def _check_kind(self, piece: ReadPiece) -> None:
         if self.kind == "json" and piece.content_type is not None and not piece.json_mode:
@@ -287,107 +251,56 @@ class DurableBackend(StreamBackend[Position]):
         *,
         leading_gap_ok: bool = False,
     ) -> Iterator[pa.RecordBatch]:
-        want = self.distance(start, end)
-        if want == 0:
+        if not self.is_after(end, start):
             return
-        cut = _RangeCut(self, stream, start["offset"], int(start["skip"]), want, end)
+        rows = _Rows(self.kind, stream, start["offset"], int(start["skip"]))
         try:
-            yield from cut.batches()
+            yield from rows.batches(self._range_units(stream, start, end))
             return
-        except (StreamNotFoundError, OffsetGoneError, _EndedEarly):
+        except (StreamNotFoundError, EndedEarly):
             on_data_loss(stream, start, end)  # raises unless failOnDataLoss=false
-        if cut.rows or cut.gone is None:
             return
+        except OffsetGoneError:
+            on_data_loss(stream, start, end)
+            if rows.count:
+                return
         # failOnDataLoss=false and the offset is gone (410, retention): read on from the
-        # first retained message, as many units as the plan counted.
-        log.warning("%s: reading %d units from its start instead", self.describe(stream), want)
+        # first retained message to the planned end.
+        log.warning("%s: reading from its first retained message instead",
+                    self.describe(stream))
+        rows = _Rows(self.kind, stream, "-1", 0)
         try:
-            yield from _RangeCut(self, stream, "-1", 0, want, None).batches()
-        except (StreamNotFoundError, OffsetGoneError, _EndedEarly):
+            yield from rows.batches(self._range_units(stream, self.origin(), end))
+        except (StreamNotFoundError, OffsetGoneError, EndedEarly):
             on_data_loss(stream, start, end)
 
 
-class _EndedEarly(Exception):
-    """The stream holds fewer units than planned (it was deleted, recreated or trimmed)."""
+class _Rows:
+    """Pieces of one range as rows: `offset` is the range's start offset, `index` the
+    units after it (so a replay with other answer boundaries gives the same rows)."""
 
-
-class _RangeCut:
-    """Read `want` units from `skip` units after `offset`, as rows, checking the plan."""
-
-    def __init__(
-        self,
-        backend: DurableBackend,
-        stream: str,
-        offset: str,
-        skip: int,
-        want: int,
-        end: Position | None,
-    ) -> None:
-        self.backend = backend
+    def __init__(self, kind: StreamKind, stream: str, offset: str, skip: int) -> None:
         self.stream = stream
         self.offset = offset
-        self.skip = skip
-        self.want = want
-        self.end = end
-        self.schema = read_schema_for(backend.kind)
+        self.schema = read_schema_for(kind)
         self.index = skip  # units after `offset` before the next row
         self.pending = bytearray()  # byte streams: the row being filled
-        self.rows = 0  # rows yielded so far
-        self.gone: OffsetGoneError | None = None
+        self.count = 0  # rows yielded so far
 
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        for batch in self._batches():
-            self.rows += batch.num_rows
-            yield batch
-
-    def _batches(self) -> Iterator[pa.RecordBatch]:
-        backend, taken, passed = self.backend, 0, 0
-        with backend._pieces(self.stream, self.offset) as reader:
-            for piece in self._pieces(reader):
-                backend._check_kind(piece)
-                units = piece.units
-                lo = min(max(self.skip - passed, 0), units)
-                hi = min(lo + self.want - taken, units)
-                passed += units
-                if hi > lo:
-                    yield from self._rows(piece, lo, hi)
-                    taken += hi - lo
-                if piece.last or taken == self.want:
-                    self._check_boundary(piece.next_offset, taken)
-                if taken == self.want:
-                    break
+    def batches(self, pieces: Iterator[ReadPiece]) -> Iterator[pa.RecordBatch]:
+        for piece in pieces:
+            for batch in self._rows(piece):
+                self.count += batch.num_rows
+                yield batch
         if self.pending:
+            self.count += 1
             yield self._bytes_row()
-        if taken < self.want:
-            raise _EndedEarly()
 
-    def _pieces(self, reader: Iterator[ReadPiece]) -> Iterator[ReadPiece]:
-        try:
-            yield from reader
-        except OffsetGoneError as err:
-            self.gone = err
-            raise
-
-    def _check_boundary(self, next_offset: str, taken: int) -> None:
-        """A response boundary at the planned end offset must come exactly at the planned
-        count (offsets are unique and ordered: an overshoot is detectable)."""
-        end = self.end
-        if end is None or end["skip"] != 0:
-            return
-        at_end = next_offset == end["offset"]
-        if (at_end and taken != self.want) or (taken == self.want and next_offset < end["offset"]):
-            raise MalformedResponseError(
-                f"{self.backend.describe(self.stream)} no longer matches the planned range "
-                f"ending at offset {end['offset']!r} ({taken} of {self.want} units read at "
-                f"offset {next_offset!r}): the stream was recreated or rewritten",
-                code="content_changed",
-            )
-
-    def _rows(self, piece: ReadPiece, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
+    def _rows(self, piece: ReadPiece) -> Iterator[pa.RecordBatch]:
         if piece.messages is None:
-            yield from self._byte_rows(memoryview(piece.data)[lo:hi])
+            yield from self._byte_rows(memoryview(piece.data))
             return
-        values = piece.messages.slice(lo, hi - lo)
+        values = piece.messages
         for at in range(0, len(values), _BATCH_ROWS):
             part = values.slice(at, _BATCH_ROWS)
             yield self._batch(part, self.index)

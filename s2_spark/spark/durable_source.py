@@ -5,11 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from pyspark.sql.datasource import (
-    DataSourceStreamReader,
-    DataSourceStreamWriter,
-    DataSourceWriter,
-)
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
 from s2_spark._option_values import get, get_positive_int
@@ -17,7 +13,6 @@ from s2_spark.backends.base import StreamBackend
 from s2_spark.backends.durable import DurableBackend, StreamKind, check_offset_position
 from s2_spark.backends.durable_options import parse_durable_connection, parse_durable_selection
 from s2_spark.errors import NotFoundError, OptionError
-from s2_spark.spark._compat import HAS_ADMISSION_CONTROL, SPARK_VERSION
 from s2_spark.spark.datasource import RangeDataSource
 from s2_spark.spark.options import ReadFormat, ReadOptions, require_admission_control
 
@@ -71,9 +66,10 @@ class DurableStreamsDataSource(RangeDataSource):
     after it before the row: a position that does not depend on how the server chunked its
     responses. ``stream`` is the stream as the options name it.
 
-    Offsets are JSON objects mapping each stream to ``{"offset", "skip", "seen"}``: a
-    server offset, units (messages or bytes) after it, and units since the query began;
-    ``"closed": true`` marks a stream whose end was reached. A replayed micro-batch reads
+    Offsets are JSON objects mapping each stream to ``{"offset", "skip"}``: a server
+    offset and units (messages or bytes) after it; ``"closed": true`` marks a stream whose
+    end was reached. A micro-batch without a limit ends at each stream's tail from HEAD
+    and its task reads the range once, cut exactly there; a replayed micro-batch reads
     exactly the same rows (see the README, "Exact replay").
 
     Options (values are strings; every bad value fails at ``load()``):
@@ -110,8 +106,8 @@ class DurableStreamsDataSource(RangeDataSource):
       password. Proxies and CA bundles from the environment (``HTTPS_PROXY``,
       ``NO_PROXY``, ``SSL_CERT_FILE``) are honoured on every node.
 
-    Streaming reads need PySpark 4.2+ (see ``streamReader``); batch reads and writes work on
-    every PySpark 4.x.
+    Reads, streaming reads and writes work on every PySpark 4.x (limits per trigger need
+    4.2+).
 
     Writing (``df.write`` with ``mode("append")``, ``df.writeStream`` with a checkpoint)
     takes the message of each row from ``value`` or ``body`` (JSON streams: one JSON
@@ -203,17 +199,6 @@ class DurableStreamsDataSource(RangeDataSource):
 
     def _read_schema(self, options: ReadOptions) -> StructType:
         return durable_read_schema(self._kind(options))
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        if not HAS_ADMISSION_CONTROL:
-            raise OptionError(
-                f"readStream.format('durable-streams') needs PySpark 4.2 or newer; this is "
-                f"PySpark {SPARK_VERSION}. Before 4.2 Spark does not tell a Python source where "
-                "a restarted query stands, and Durable Streams positions are counted from it "
-                "(offsets are opaque), so a restart could not be planned exactly. Batch reads "
-                "(spark.read) and writes work on every PySpark 4.x."
-            )
-        return super().streamReader(schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """`df.write.format("durable-streams")`: idempotent-producer appends."""

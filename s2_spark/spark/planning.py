@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_MAX_STREAMS_PER_PARTITION",
     "DEFAULT_PACK_RECORDS",
     "RANGE_COST",
+    "UNSIZED_SPREAD",
     "PackedPartition",
     "RangePartition",
     "fair_share",
@@ -34,6 +35,8 @@ DEFAULT_PACK_RECORDS = 100_000
 RANGE_COST = 100
 #: Ranges (streams) one packed partition holds at most, by default.
 DEFAULT_MAX_STREAMS_PER_PARTITION = 1000
+#: Partitions that ranges of unknown size are spread over (see `pack_ranges`).
+UNSIZED_SPREAD = 64
 
 
 @dataclass(frozen=True)
@@ -107,12 +110,17 @@ def split_ranges(
     their sizes (like Kafka's minPartitions).
     """
     sizes = {s: backend.distance(a, b) for s, (a, b, _) in ranges.items()}
-    sizes = {s: n for s, n in sizes.items() if n > 0}
-    total = sum(sizes.values())
+    total = sum(n for n in sizes.values() if n)
     out: list[RangePartition] = []
     for stream in sorted(sizes):
         start, end, from_origin = ranges[stream]
         size = sizes[stream]
+        if size is None:  # unsized (read to know): one partition, unless it is empty
+            if backend.is_after(end, start):
+                out.append(RangePartition(stream, start, end, from_origin))
+            continue
+        if size == 0:
+            continue
         parts = 1
         if max_records_per_partition:
             parts = max(parts, math.ceil(size / max_records_per_partition))
@@ -147,8 +155,16 @@ def pack_ranges(
     that alone exceeds a bound stays alone. Only the ranges' sizes and the options decide,
     so a replayed micro-batch packs the same way on any cluster. A pack of one range is
     that range.
+
+    A range whose size the service cannot tell without reading it (Durable Streams)
+    weighs as if the unsized ranges were spread over `UNSIZED_SPREAD` partitions: each its
+    own task while there are few, packed evenly when there are many.
     """
-    sizes = [backend.distance(p.start, p.end) for p in parts]
+    known = [backend.distance(p.start, p.end) for p in parts]
+    unsized = sum(1 for n in known if n is None)
+    share = max(0, DEFAULT_PACK_RECORDS // max(1, math.ceil(unsized / UNSIZED_SPREAD))
+                - RANGE_COST)
+    sizes = [share if n is None else n for n in known]
     budget = DEFAULT_PACK_RECORDS
     if min_partitions:
         budget = min(budget, max(1, (sum(sizes) + RANGE_COST * len(sizes)) // min_partitions))

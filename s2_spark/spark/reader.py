@@ -66,11 +66,6 @@ def _per_stream(fn: Callable[[str], _T], streams: Iterable[str]) -> dict[str, _T
         return dict(zip(names, pool.map(fn, names), strict=True))
 
 
-def _is_after(backend: Backend, a: Position, b: Position) -> bool:
-    """Whether position `a` lies after position `b`."""
-    return backend.distance(b, a) > 0
-
-
 class _Planner:
     """Driver-side lookups shared by the batch and streaming readers."""
 
@@ -110,19 +105,17 @@ class _Planner:
             raise self._missing(stream) from None
         low = start
         for pos in lows:
-            if _is_after(backend, pos, low):
+            if backend.is_after(pos, low):
                 low = pos
         high = end
         for pos in highs:
-            if _is_after(backend, high, pos):
+            if backend.is_after(high, pos):
                 high = pos
-        return (high, high) if _is_after(backend, low, high) else (low, high)
+        return (high, high) if backend.is_after(low, high) else (low, high)
 
-    def tail(self, stream: str, start: Position) -> Position:
+    def tail(self, stream: str) -> Position:
         try:
-            return self.backend.tail_after(
-                stream, start, loss_handler(self.backend, self.options)
-            )
+            return self.backend.latest(stream)
         except NotFoundError:
             raise self._missing(stream) from None
 
@@ -133,23 +126,16 @@ class _Planner:
         *,
         default: str,
         tail: Position | None = None,
-        start: Position | None = None,
     ) -> Position:
         """Where `spec` puts `stream`; streams a JSON spec leaves out take `default`.
 
-        `latest` is `tail` when the caller already looked it up, so one plan sees one tail;
-        an end bound is located relative to its range's `start`.
+        `latest` is `tail` when the caller already looked it up, so one plan sees one tail.
         """
         kind: str = spec.kind
         if kind == "positions":
             given = dict(spec.positions)
             if stream in given:
-                if start is None:
-                    return self.backend.parse_position(given[stream])
-                try:
-                    return self.backend.locate(stream, given[stream], start)
-                except NotFoundError:
-                    raise self._missing(stream) from None
+                return self.backend.parse_position(given[stream])
             kind = default
         try:
             if kind == "earliest":
@@ -222,8 +208,14 @@ def read_partition(
     return coalesced(read_in_order(
         [reader(r) for r in ranges],
         ahead=READS_IN_FLIGHT,
-        prefetch=lambda i: backend.distance(ranges[i].start, ranges[i].end) <= PREFETCH_RECORDS,
+        prefetch=lambda i: _is_small(backend, ranges[i]),
     ))
+
+
+def _is_small(backend: Backend, r: RangePartition) -> bool:
+    """A range known to hold at most PREFETCH_RECORDS records (unsized ranges are not)."""
+    n = backend.distance(r.start, r.end)
+    return n is not None and n <= PREFETCH_RECORDS
 
 
 class RangeStreamReader(DataSourceStreamReader):
@@ -289,12 +281,9 @@ class RangeStreamReader(DataSourceStreamReader):
         self._available_now = True
         self._target = None
 
-    def _tail_or_none(self, stream: str, start: dict[str, Any]) -> Position | None:
-        backend = self._backend
+    def _tail_or_none(self, stream: str) -> Position | None:
         try:
-            return backend.tail_after(
-                stream, start.get(stream, backend.origin()), loss_handler(backend, self._options)
-            )
+            return self._backend.latest(stream)
         except NotFoundError:
             return None
 
@@ -305,7 +294,7 @@ class RangeStreamReader(DataSourceStreamReader):
         backend = self._backend
         if self._target is not None:
             return {s for s, end in self._target.items()
-                    if s not in start or _is_after(backend, end, start[s])}
+                    if s not in start or backend.is_after(end, start[s])}
         selection = self._options.selection
         return {s for s in start if selection.matches(s)} | set(self._discover())
 
@@ -326,11 +315,11 @@ class RangeStreamReader(DataSourceStreamReader):
         backend = self._backend
         if (self._options.selection.prefix is None or self._target is not None
                 or (self._discovered is not None and self._discovered[0] >= plan_began)
-                or any(s not in start or _is_after(backend, t, start[s])
+                or any(s not in start or backend.is_after(t, start[s])
                        for s, t in tails.items())):
             return {}
         new = [s for s in self._discover(fresh=True) if s not in start and s not in tails]
-        found = _per_stream(lambda s: self._tail_or_none(s, start), new)
+        found = _per_stream(self._tail_or_none, new)
         return {s: tail for s, tail in found.items() if tail is not None}
 
     def _tail_watch(self) -> StreamWatch | None:
@@ -358,7 +347,7 @@ class RangeStreamReader(DataSourceStreamReader):
                 watch.wait(quiet, IDLE_WAIT)
                 quiet = watch.quiet(known)
             streams -= quiet
-        found_tails = _per_stream(lambda s: self._tail_or_none(s, start), sorted(streams))
+        found_tails = _per_stream(self._tail_or_none, sorted(streams))
         if self._available_now and self._target is None:
             self._target = {s: tail for s, tail in found_tails.items() if tail is not None}
         tails: dict[str, Position] = {}
@@ -368,7 +357,7 @@ class RangeStreamReader(DataSourceStreamReader):
                     continue  # deleted: nothing more to plan; a planned range reports loss
                 raise _Planner(self._backend, self._options)._missing(stream)
             tail = found
-            if self._target is not None and _is_after(self._backend, tail, self._target[stream]):
+            if self._target is not None and self._backend.is_after(tail, self._target[stream]):
                 tail = self._target[stream]
             tails[stream] = tail
         return tails
@@ -380,30 +369,44 @@ class RangeStreamReader(DataSourceStreamReader):
         tails = self._tails(start)
         tails.update(self._tails_of_new_streams(start, tails, began))
         self._reported = {**start, **tails}
-        pending: dict[str, int] = {}
         begin: dict[str, Position] = {}
         for stream, tail in tails.items():
             pos = start.get(stream, backend.origin())
-            if stream in start and _is_after(backend, pos, tail):
+            if stream in start and backend.is_after(pos, tail):
                 self._on_truncated(stream, tail, pos, going_on=f"waiting for it to pass {pos}")
                 continue
             begin[stream] = pos
-            pending[stream] = backend.distance(pos, tail)
-        grant = pending if max_records is None else fair_share(pending, max_records)
-        end = dict(start)
-        for stream, n in grant.items():
-            if n == pending[stream] and (n > 0 or stream in start):
-                # All the way: the tail itself (for some services a better position than
-                # the start advanced, e.g. one that records the stream closed).
-                end[stream] = tails[stream]
-            elif n > 0:
-                end[stream] = backend.advance(begin[stream], n)
+        end = {**start, **self._ends(start, begin, tails, max_records)}
         self._planned = end
         self._idle = end == start
         if self._watch:
             selection = self._options.selection
             self._watch.watch({s: p for s, p in end.items() if selection.matches(s)})
         return end
+
+    def _ends(self, start: dict[str, Any], begin: dict[str, Position],
+              tails: dict[str, Position], max_records: int | None) -> dict[str, Position]:
+        """Where the next range of each stream in `begin` ends: at its tail, or with a
+        limit at its fair share of `max_records` (counted only up to the limit, which for
+        a service that counts by reading is all it reads). A range that goes all the way
+        ends at the tail itself, for some services a better position than the start
+        advanced (one that records the stream closed); streams not read before appear
+        only once they hold records."""
+        backend = self._backend
+        if max_records is None:
+            return {s: tails[s] for s, pos in begin.items()
+                    if s in start or backend.is_after(tails[s], pos)}
+        counted = _per_stream(
+            lambda s: backend.measure(s, begin[s], tails[s], max_records), sorted(begin))
+        grant = fair_share({s: n for s, (n, _) in counted.items()}, max_records)
+        ends: dict[str, Position] = {}
+        for stream, n in grant.items():
+            pending, whole = counted[stream]
+            if whole and n == pending and (n > 0 or stream in start):
+                ends[stream] = tails[stream]
+            elif n > 0:
+                ends[stream] = backend.advance(begin[stream], n)
+        return ends
 
     def _on_truncated(
         self, stream: str, tail: Position, pos: Position, *, going_on: str
@@ -430,7 +433,7 @@ class RangeStreamReader(DataSourceStreamReader):
         for stream, pos in end.items():
             if stream not in start:
                 ranges[stream] = (origin, pos, True)
-            elif _is_after(backend, start[stream], pos):
+            elif backend.is_after(start[stream], pos):
                 # Only when Spark < 4.2 planned without the start: nothing to read here.
                 self._on_truncated(stream, pos, start[stream], going_on=f"reading on from {pos}")
             else:
@@ -524,10 +527,10 @@ class RangeBatchReader(DataSourceReader):
 
         def bounds(stream: str) -> tuple[Position, Position, Position, Position, Position]:
             start = planner.resolve(options.starting, stream, default="earliest")
-            tail = planner.tail(stream, start)
-            end = planner.resolve(ending, stream, default="latest", tail=tail, start=start)
+            tail = planner.tail(stream)
+            end = planner.resolve(ending, stream, default="latest", tail=tail)
             lo, hi = start, end
-            if narrowing is not None and not _is_after(backend, start, end):
+            if narrowing is not None and not backend.is_after(start, end):
                 lo, hi = planner.narrow(stream, start, end, narrowing)
             return tail, start, end, lo, hi
 
@@ -536,12 +539,12 @@ class RangeBatchReader(DataSourceReader):
             streams = [s for s in streams if s in narrowing.streams]
         ranges: dict[str, tuple[Position, Position, bool]] = {}
         for stream, (tail, start, end, lo, hi) in _per_stream(bounds, streams).items():
-            if _is_after(backend, end, tail):
+            if backend.is_after(end, tail):
                 raise OptionError(
                     f"option endingPosition puts {backend.describe(stream)} at {end}, past "
                     f"its tail {tail}: those records do not exist yet"
                 )
-            if _is_after(backend, start, end):
+            if backend.is_after(start, end):
                 raise OptionError(
                     f"option startingPosition puts {backend.describe(stream)} at {start}, "
                     f"after its end {end} (endingPosition "
