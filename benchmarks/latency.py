@@ -1,8 +1,11 @@
-"""Append-to-visible latency of `readStream.format("s2")` against Spark's floor for a Python source.
+"""Append-to-visible latency of a streaming reader against Spark's floor for a Python source.
 
-A producer thread appends one small record every `--interval` ms to a stream of a local
-server process and, right after, writes the same kind of line to an append-only local file;
-each record's body is its wall-clock time (ns) taken just before it was written. Two
+`--service s2` (default) measures `readStream.format("s2")`, `--service durable`
+`readStream.format("durable-streams")`. A producer thread appends one small record every
+`--interval` ms to a stream of a local server process (S2: the local S2 server, the record's
+body the stamp; durable: the Durable Streams reference server, one JSON message
+`{"ts_us": <stamp>}` to a JSON stream) and, right after, writes a line to an append-only
+local file; each stamp is the wall-clock time taken just before it was written. Two
 default-trigger queries run one after the other (fairer than side by side on 2 cores), each
 for `--duration` seconds in all, split over `--rounds` rounds of alternating order (so JVM
 warm-up and drifting load fall on both alike), into `foreachBatch`, which collects the
@@ -11,17 +14,21 @@ stamps on the driver and records `now - stamp` per row:
 * floor: a Python streaming data source over the local file (latestOffset = file size,
   read = the new lines as one Arrow batch), i.e. Spark's own per-trigger cost for a Python
   source with near-free I/O;
-* s2: the real reader (planning against the server, one task reading the new range);
+* s2 / durable-streams: the real reader (planning against the server, one task reading the
+  new range; `foreachBatch` parses the stamp back out of the record or message);
 * with `--rate`, for reference: Spark's JVM `rate` source, i.e. what a micro-batch costs
   without Python workers (compare its durationMs only: it makes new rows once a second).
 
 Records stamped in the first `--warmup` seconds of each run are left out. Ends with:
-`latency: p50 <ms> ms, p99 <ms> ms, <ratio>x floor p50, <ratio>x floor p99`.
+`latency: p50 <ms> ms, p99 <ms> ms, <ratio>x floor p50, <ratio>x floor p99` (S2), or the
+same as `latency durable: ...`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import sys
 import tempfile
@@ -29,21 +36,25 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 import pyarrow as pa
+from _durable import DurableServer  # benchmarks/ is on sys.path
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from s2_spark.client import AppendRecord, S2Client, S2Config
-from s2_spark.spark import read_schema
+from s2_spark.durable import DurableStreamsClient
+from s2_spark.spark import DurableStreamsDataSource, S2DataSource, read_schema
 from s2_spark.testing import ServerProcess
 
 FLOOR = "floor (file source)"
 RATE = "rate (JVM source, reference)"
+FLOOR_STAMP = "CAST(CAST(body AS STRING) AS BIGINT) AS ns"  # the floor's and S2's records
 
 
 class _Span(InputPartition):
@@ -105,13 +116,77 @@ class FileDataSource(DataSource):
         return _FileReader(self.options["path"])
 
 
-class Producer(threading.Thread):
-    """One record every `interval` s: appended to S2, then written as a line to `path`."""
+@dataclass
+class Service:
+    """The service under test: how to append one stamp, and the query that reads them."""
 
-    def __init__(self, url: str, basin: str, stream: str, path: str, interval: float) -> None:
+    label: str  # the measured query's label
+    word: str  # in the last line: "latency: ..." for S2, "latency durable: ..."
+    append: Callable[[int], object]  # append one record stamped with this time (ns)
+    query: Callable[[], Any]  # a new streaming DataFrame with column `ns`, the stamp
+
+
+@contextlib.contextmanager
+def s2_service(spark: SparkSession) -> Iterator[Service]:
+    """A local S2 server and a new stream; each record's body is the stamp's decimal text."""
+    basin = f"bench-lat-{uuid.uuid4().hex[:8]}"
+    with ServerProcess() as server, S2Client(S2Config(endpoint=server.url)) as client:
+        client.create_basin(basin)
+        client.basin(basin).create_stream("lat")
+        stream = client.basin(basin).stream("lat")
+        yield Service(
+            label="s2",
+            word="",
+            append=lambda ns: stream.append([AppendRecord(str(ns).encode())]),
+            query=lambda: (
+                spark.readStream.format("s2")
+                .option("endpoint", server.url)
+                .option("basin", basin)
+                .option("stream", "lat")
+                .option("startingPosition", "latest")
+                .load()
+            ).selectExpr(FLOOR_STAMP),
+        )
+
+
+@contextlib.contextmanager
+def durable_service(spark: SparkSession) -> Iterator[Service]:
+    """The Durable Streams reference server and a JSON stream of messages `{"ts_us": n}`
+    (microseconds: a JSON number exact in JavaScript)."""
+    with (
+        DurableServer(long_poll_timeout=1.0) as server,
+        DurableStreamsClient(base_url=server.url) as client,
+    ):
+        url = f"{server.url}/bench/lat-{uuid.uuid4().hex[:8]}"
+        stream = client.stream(url)
+        stream.create("application/json")
+        yield Service(
+            label="durable-streams",
+            word=" durable",
+            append=lambda ns: stream.append(json.dumps({"ts_us": ns // 1000})),
+            query=lambda: (
+                spark.readStream.format("durable-streams")
+                .option("url", url)
+                .option("startingPosition", "latest")
+                .load()
+            ).selectExpr("CAST(get_json_object(value, '$.ts_us') AS BIGINT) * 1000 AS ns"),
+        )
+
+
+Setup = Callable[[SparkSession], contextlib.AbstractContextManager[Service]]
+SERVICES: dict[str, tuple[type[DataSource], Setup]] = {
+    "s2": (S2DataSource, s2_service),
+    "durable": (DurableStreamsDataSource, durable_service),
+}
+
+
+class Producer(threading.Thread):
+    """One record every `interval` s: appended to the service, then written as a line to
+    `path`."""
+
+    def __init__(self, append: Callable[[int], object], path: str, interval: float) -> None:
         super().__init__(daemon=True)
-        self.client = S2Client(S2Config(endpoint=url))
-        self.stream = self.client.basin(basin).stream(stream)
+        self.append = append
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.interval = interval
         self.stopping = threading.Event()
@@ -120,7 +195,7 @@ class Producer(threading.Thread):
     def run(self) -> None:
         tick = time.monotonic()
         while not self.stopping.is_set():
-            self.stream.append([AppendRecord(str(time.time_ns()).encode())])
+            self.append(time.time_ns())
             os.write(self.fd, f"{time.time_ns()}\n".encode())  # one write: never a torn line
             self.sent += 1
             tick += self.interval
@@ -130,7 +205,6 @@ class Producer(threading.Thread):
         self.stopping.set()
         self.join()
         os.close(self.fd)
-        self.client.close()
 
 
 def measure(df: Any, duration: float, warmup: float) -> list[float]:
@@ -147,9 +221,9 @@ def measure(df: Any, duration: float, warmup: float) -> list[float]:
     with tempfile.TemporaryDirectory() as ckpt:
         q = df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
         try:
-            q.awaitTermination(warmup + duration)
-            if q.exception() is not None:
-                raise RuntimeError(f"the query failed: {q.exception()}")
+            stopped = q.awaitTermination(warmup + duration)
+            if stopped or q.exception() is not None:
+                raise RuntimeError(f"the query stopped early: {q.exception()}")
         finally:
             q.stop()
         progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
@@ -174,6 +248,8 @@ def pct(values: list[float], q: float) -> float:
 
 
 def report(label: str, lat: list[float]) -> tuple[float, float]:
+    if not lat:
+        sys.exit(f"{label}: no record was read after the warm-up; run longer (--duration)")
     p50, p99 = pct(lat, 0.5), pct(lat, 0.99)
     print(f"{label}: {len(lat)} records, p50 {p50:.0f} ms, p90 {pct(lat, 0.9):.0f} ms, "
           f"p99 {p99:.0f} ms, max {max(lat):.0f} ms")
@@ -205,6 +281,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds left out per query")
     ap.add_argument("--rounds", type=int, default=2, help="alternating runs of each query")
     ap.add_argument("--rate", action="store_true", help="also Spark's JVM rate source")
+    ap.add_argument("--service", choices=sorted(SERVICES), default="s2",
+                    help="the reader measured: format s2 or durable-streams")
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
@@ -218,29 +296,19 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(FileDataSource)
+    source, setup = SERVICES[args.service]
+    spark.dataSource.register(source)
 
-    basin = f"bench-lat-{uuid.uuid4().hex[:8]}"
-    with ServerProcess() as server, tempfile.TemporaryDirectory() as tmp:
+    with setup(spark) as service, tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "floor.log")
-        with S2Client(S2Config(endpoint=server.url)) as client:
-            client.create_basin(basin)
-            client.basin(basin).create_stream("lat")
-        producer = Producer(server.url, basin, "lat", path, args.interval / 1000)
+        producer = Producer(service.append, path, args.interval / 1000)
         producer.start()
         try:
-            stamp = "CAST(CAST(body AS STRING) AS BIGINT) AS ns"
             queries: dict[str, Callable[[], Any]] = {
                 FLOOR: lambda: (
                     spark.readStream.format("s2_bench_file").option("path", path).load()
-                ).selectExpr(stamp),
-                "s2": lambda: (
-                    spark.readStream.format("s2")
-                    .option("endpoint", server.url)
-                    .option("basin", basin)
-                    .option("stream", "lat")
-                    .option("startingPosition", "latest")
-                    .load()
-                ).selectExpr(stamp),
+                ).selectExpr(FLOOR_STAMP),
+                service.label: service.query,
             }
             if args.rate:
                 # Spark's JVM rate source, for reference: rows stamped when generated.
@@ -252,9 +320,9 @@ def main() -> None:
         finally:
             producer.stop()
     spark.stop()
-    (f50, f99), (p50, p99) = results[FLOOR], results["s2"]
-    print(f"latency: p50 {p50:.0f} ms, p99 {p99:.0f} ms, {p50 / f50:.2f}x floor p50, "
-          f"{p99 / f99:.2f}x floor p99")
+    (f50, f99), (p50, p99) = results[FLOOR], results[service.label]
+    print(f"latency{service.word}: p50 {p50:.0f} ms, p99 {p99:.0f} ms, {p50 / f50:.2f}x "
+          f"floor p50, {p99 / f99:.2f}x floor p99")
 
 
 if __name__ == "__main__":
