@@ -151,10 +151,10 @@ def s2_service(spark: SparkSession) -> Iterator[Service]:
 
 @contextlib.contextmanager
 def durable_service(spark: SparkSession) -> Iterator[Service]:
-    """The Durable Streams reference server and a JSON stream of messages `{"ts_us": n}`
-    (microseconds: a JSON number exact in JavaScript)."""
+    """The Durable Streams reference server (its default 30 s long-poll timeout, as served)
+    and a JSON stream of messages `{"ts_us": n}` (microseconds: exact in JavaScript)."""
     with (
-        DurableServer(long_poll_timeout=1.0) as server,
+        DurableServer(long_poll_timeout=30.0) as server,
         DurableStreamsClient(base_url=server.url) as client,
     ):
         url = f"{server.url}/bench/lat-{uuid.uuid4().hex[:8]}"

@@ -22,6 +22,7 @@ from conftest import Certs
 
 from s2_spark.client import AppendRecord, S2Client, S2Config, TlsConfig
 from s2_spark.durable import DurableStreamsClient, IdempotentProducer
+from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
 from s2_spark.testing import LocalS2Server, ServerTls, TcpProxy
 
 pytestmark = pytest.mark.spark
@@ -110,7 +111,10 @@ def test_durable_copy_over_a_cutting_network_finishes_in_one_run(
                  .trigger(availableNow=True).start())
             q.awaitTermination()
             assert failed_tasks(spark, q.runId) == 0
-        assert proxy.cuts >= 1
+        # Paced (4.2+), the copy takes three micro-batches and its connections carry enough
+        # to be cut; before 4.2 it is one micro-batch, one read and one write, that may
+        # fit a connection's budget (each must: an answer is resent whole after a cut).
+        assert proxy.cuts >= 1 or not HAS_ADMISSION_CONTROL
         copied = [v for c in direct.stream(dst).read("-1")
                   for v in c.batch().column("value").to_pylist()]
     assert copied == messages

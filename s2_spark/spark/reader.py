@@ -275,6 +275,11 @@ class RangeStreamReader(DataSourceStreamReader):
         return dict(self._initial)
 
     def latestOffset(self) -> dict[str, Any]:  # type: ignore[override]
+        """PySpark < 4.2: from the last end planned. A new query's first call comes before
+        `initialOffset()`, so the start is resolved first (a restarted query, whose start
+        Spark takes from its checkpoint, plans to the tails either way)."""
+        if self._initial is None:
+            self.initialOffset()
         return self._plan(self._planned, max_records=None)
 
     def prepareForTriggerAvailableNow(self) -> None:
