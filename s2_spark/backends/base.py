@@ -110,10 +110,6 @@ class StreamBackend(ABC, Generic[PositionT]):
         every stream's tail."""
         return None
 
-    def locate(self, stream: str, value: object, start: PositionT) -> PositionT:
-        """The position a user wrote (JSON) as an end bound of a range from `start`."""
-        return self.parse_position(value)
-
     @abstractmethod
     def at_timestamp(self, stream: str, timestamp_ms: int) -> PositionT:
         """The first position whose record is at or after `timestamp_ms`, or the tail."""

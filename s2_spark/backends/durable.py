@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import pyarrow as pa
 
+from s2_spark.backends._batches import read_ahead
 from s2_spark.backends._durable_range import EndedEarly, offset_key, range_units
 from s2_spark.backends.base import DataLossHandler, ReadSettings, StreamBackend
 from s2_spark.backends.durable_options import DurableSettings
@@ -255,7 +256,9 @@ class DurableBackend(StreamBackend[Position]):
             return
         rows = _Rows(self.kind, stream, start["offset"], int(start["skip"]))
         try:
-            yield from rows.batches(self._range_units(stream, start, end))
+            # Read in a thread, a few batches ahead: the server goes on sending while
+            # Spark takes a batch.
+            yield from read_ahead(lambda: rows.batches(self._range_units(stream, start, end)))
             return
         except (StreamNotFoundError, EndedEarly):
             on_data_loss(stream, start, end)  # raises unless failOnDataLoss=false
