@@ -181,13 +181,16 @@ SERVICES: dict[str, tuple[type[DataSource], Setup]] = {
 
 
 class Producer(threading.Thread):
-    """One record every `interval` s: appended to the service, then written as a line to
-    `path`."""
+    """One record every `interval` s: `append(stamp)` with the wall-clock time (ns) taken
+    just before it, then, with a `path`, the same kind of line written to that file."""
 
-    def __init__(self, append: Callable[[int], object], path: str, interval: float) -> None:
+    def __init__(
+        self, append: Callable[[int], object], path: str | None, interval: float
+    ) -> None:
         super().__init__(daemon=True)
         self.append = append
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.fd = None if path is None else os.open(
+            path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.interval = interval
         self.stopping = threading.Event()
         self.sent = 0
@@ -196,7 +199,8 @@ class Producer(threading.Thread):
         tick = time.monotonic()
         while not self.stopping.is_set():
             self.append(time.time_ns())
-            os.write(self.fd, f"{time.time_ns()}\n".encode())  # one write: never a torn line
+            if self.fd is not None:  # one write: never a torn line
+                os.write(self.fd, f"{time.time_ns()}\n".encode())
             self.sent += 1
             tick += self.interval
             self.stopping.wait(max(0.0, tick - time.monotonic()))
@@ -204,7 +208,8 @@ class Producer(threading.Thread):
     def stop(self) -> None:
         self.stopping.set()
         self.join()
-        os.close(self.fd)
+        if self.fd is not None:
+            os.close(self.fd)
 
 
 def measure(df: Any, duration: float, warmup: float) -> list[float]:

@@ -44,7 +44,6 @@ import random
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -57,7 +56,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from _streams import fill  # benchmarks/ is on sys.path
-from latency import report
+from latency import Producer, report
 from pyspark.sql import SparkSession
 
 from s2_spark.client import AppendRecord, S2Client, S2Config
@@ -247,31 +246,12 @@ def bench_write(spark: Any, client: S2Client, url: str, tag: str, n: int, r: int
     return ratio
 
 
-class Producer(threading.Thread):
-    """One record every `interval` s to a random one of `streams`, its body the wall-clock
-    time (ns) taken just before the append (as latency.py's producer)."""
-
-    def __init__(self, url: str, basin: str, streams: Sequence[str], interval: float) -> None:
-        super().__init__(daemon=True)
-        self.client = S2Client(S2Config(endpoint=url))
-        self.streams = [self.client.basin(basin).stream(s) for s in streams]
-        self.interval = interval
-        self.rng = random.Random(7)
-        self.stopping = threading.Event()
-        self.sent = 0
-
-    def run(self) -> None:
-        tick = time.monotonic()
-        while not self.stopping.is_set():
-            self.rng.choice(self.streams).append([AppendRecord(str(time.time_ns()).encode())])
-            self.sent += 1
-            tick += self.interval
-            self.stopping.wait(max(0.0, tick - time.monotonic()))
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.join()
-        self.client.close()
+def random_appender(client: S2Client, basin: str,
+                    streams: Sequence[str]) -> Callable[[int], object]:
+    """Appends a record whose body is the given stamp to a random one of `streams`."""
+    targets = [client.basin(basin).stream(s) for s in streams]
+    rng = random.Random(7)
+    return lambda ns: rng.choice(targets).append([AppendRecord(str(ns).encode())])
 
 
 @dataclass
@@ -334,11 +314,13 @@ def follow(spark: Any, server: ServerProcess, basin: str, streams: Sequence[str]
             print(f"{label}, idle {t1 - t0:.1f}s: {len(idle)} triggers, latestOffset median "
                   f"{latest:.0f} ms; {total} requests ({per_stream:.3f}/s per stream): {delta}")
 
-            producer = Producer(server.url, basin, streams, args.interval / 1000)
-            started[0] = time.time_ns() + int(args.warmup * 1e9)
-            producer.start()
-            time.sleep(args.warmup + args.duration)
-            producer.stop()
+            with S2Client(S2Config(endpoint=server.url)) as client:
+                producer = Producer(random_appender(client, basin, streams), None,
+                                    args.interval / 1000)
+                started[0] = time.time_ns() + int(args.warmup * 1e9)
+                producer.start()
+                time.sleep(args.warmup + args.duration)
+                producer.stop()
             deadline = time.monotonic() + 10
             while seen[0] < producer.sent and time.monotonic() < deadline:
                 time.sleep(0.1)  # let the last records arrive, so the tail counts too
