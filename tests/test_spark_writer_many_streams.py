@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -30,14 +30,6 @@ DEADLINE = 60.0
 
 class Boom(Exception):
     pass
-
-
-@pytest.fixture
-def basin(s2_server: Any, unique: Callable[[str], str]) -> Iterator[Any]:
-    with S2Client(S2Config(endpoint=s2_server.url)) as client:
-        name = unique("manybasin")
-        client.create_basin(name)
-        yield client.basin(name)
 
 
 # -- helpers ------------------------------------------------------------------------------

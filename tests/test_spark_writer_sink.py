@@ -7,7 +7,7 @@ generation), zombies of older attempts, partitions taking turns, the lease token
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -22,20 +22,11 @@ from s2_spark.backends.s2_sink import (
     WriterId,
     query_key,
 )
-from s2_spark.client import S2Client, S2Config
 from s2_spark.errors import NotFoundError, RecordTooLargeError, WriterFencedError
 
 
 class Boom(Exception):
     pass
-
-
-@pytest.fixture
-def basin(s2_server: Any, unique: Callable[[str], str]) -> Iterator[Any]:
-    with S2Client(S2Config(endpoint=s2_server.url)) as client:
-        name = unique("sinkbasin")
-        client.create_basin(name)
-        yield client.basin(name)
 
 
 def data_rows(basin: Any, stream: str) -> list[tuple[bytes, list[tuple[bytes, bytes]]]]:
