@@ -28,7 +28,6 @@ Nothing here imports pyspark.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -36,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from s2_spark.backends._batches import read_ahead
+from s2_spark.backends._clients import SharedClients
 from s2_spark.backends._durable_range import EndedEarly, offset_key, range_units
 from s2_spark.backends.base import DataLossHandler, ReadSettings, StreamBackend
 from s2_spark.backends.durable_options import DurableSettings
@@ -70,8 +70,6 @@ BYTES_ROW_LIMIT = 1 << 20
 #: Arrow batches handed to Spark hold at most this many rows (slices, no copies).
 _BATCH_ROWS = 1 << 16
 
-_CLIENTS: dict[DurableSettings, DurableStreamsClient] = {}
-_CLIENTS_LOCK = threading.Lock()
 
 
 def check_offset_position(value: object) -> str:
@@ -110,6 +108,15 @@ def _key(pos: Position) -> tuple[tuple[int, str], int]:
     return offset_key(pos["offset"]), int(pos["skip"])
 
 
+def _new_client(settings: DurableSettings) -> DurableStreamsClient:
+    from s2_spark.durable import DurableStreamsClient
+
+    return DurableStreamsClient(settings.config())
+
+
+_CLIENTS: SharedClients[DurableSettings, DurableStreamsClient] = SharedClients(_new_client)
+
+
 class DurableBackend(StreamBackend[Position]):
     """Durable Streams named by URL or path; one content kind for every stream read."""
 
@@ -123,13 +130,7 @@ class DurableBackend(StreamBackend[Position]):
         return f"DurableBackend({self.settings!r}, kind={self.kind!r})"
 
     def _client(self) -> DurableStreamsClient:
-        with _CLIENTS_LOCK:
-            client = _CLIENTS.get(self.settings)
-            if client is None:
-                from s2_spark.durable import DurableStreamsClient
-
-                client = _CLIENTS[self.settings] = DurableStreamsClient(self.settings.config())
-        return client
+        return _CLIENTS.get(self.settings)
 
     def _stream(self, stream: str) -> DurableStream:
         return self._client().stream(stream)  # a URL, or a path under baseUrl

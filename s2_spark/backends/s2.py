@@ -9,10 +9,8 @@ between the asked and the first returned seq_num is data loss; a read session bo
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from s2_spark.backends._batches import coalesced, read_ahead
+from s2_spark.backends._clients import SharedClients
 from s2_spark.backends.base import DataLossHandler, ReadSettings, StreamBackend, StreamWatch
 from s2_spark.backends.network_options import NetworkSettings
 from s2_spark.errors import NotFoundError, ReadPastTailError
@@ -33,16 +32,6 @@ __all__ = ["S2Backend", "S2Settings", "seq_num_position"]
 
 log = logging.getLogger("s2_spark.s2")
 
-# One client (connection pool) per process and settings: Spark reuses Python workers, and
-# every task unpickles its own backend, so this spares a new connection per task. Each
-# thread keeps to one of `CLIENT_SHARDS` clients: httpcore takes a pool-wide lock and looks
-# at every pooled connection on each request, which made 16-32 threads sharing one pool
-# spend more on the pool than on their requests.
-CLIENT_SHARDS = 8
-_CLIENTS: dict[tuple[S2Settings, int], S2Client] = {}
-_CLIENTS_LOCK = threading.Lock()
-_THREAD = threading.local()
-_NEXT_SHARD = itertools.count()
 #: Ranges up to this many records (one ReadBatch at most) are read by unary reads.
 UNARY_RECORDS = 1000
 
@@ -86,6 +75,15 @@ def seq_num_position(value: object) -> int:
     return value
 
 
+def _new_client(settings: S2Settings) -> S2Client:
+    from s2_spark.client import S2Client
+
+    return S2Client(settings.config())
+
+
+_CLIENTS: SharedClients[S2Settings, S2Client] = SharedClients(_new_client)
+
+
 class S2Backend(StreamBackend[int]):
     """Streams of one S2 basin. The HTTP client is built lazily in each process."""
 
@@ -100,17 +98,7 @@ class S2Backend(StreamBackend[int]):
         return f"S2Backend({self.settings!r})"
 
     def _basin(self) -> Any:
-        shard = getattr(_THREAD, "shard", None)
-        if shard is None:
-            shard = _THREAD.shard = next(_NEXT_SHARD) % CLIENT_SHARDS
-        key = (self.settings, shard)
-        with _CLIENTS_LOCK:
-            client = _CLIENTS.get(key)
-            if client is None:
-                from s2_spark.client import S2Client
-
-                client = _CLIENTS[key] = S2Client(self.settings.config())
-        return client.basin(self.settings.basin)
+        return _CLIENTS.get(self.settings).basin(self.settings.basin)
 
     def _stream(self, stream: str) -> Any:
         return self._basin().stream(stream)
