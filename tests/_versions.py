@@ -35,3 +35,13 @@ def progress_offsets(value: Any) -> Any:
         return json.loads(value)
     except json.JSONDecodeError:
         return ast.literal_eval(value)
+
+
+def plan_all_available(reader: Any, start: dict[str, Any]) -> dict[str, Any]:
+    """A stream reader's next end from `start` with no limit, as this Spark asks for it
+    (before 4.2 `latestOffset()` takes no arguments: the reader plans from its own state)."""
+    if HAS_ADMISSION_CONTROL:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+        return reader.latestOffset(start, ReadAllAvailable())  # type: ignore[no-any-return]
+    return reader.latestOffset()  # type: ignore[no-any-return]

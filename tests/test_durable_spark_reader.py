@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _versions import needs_admission_control, progress_offsets
+from _versions import needs_admission_control, plan_all_available, progress_offsets
 from durable_testbed import DurableServer
 
 from s2_spark.durable import DurableStreamsClient
@@ -579,27 +579,19 @@ def test_idle_plans_wait_on_the_watch_and_ask_nothing_about_quiet_streams(
                                       ).streamReader(None)  # type: ignore[arg-type]
     try:
         start = reader.initialOffset()
-        end = latest(reader, start)
+        end = plan_all_available(reader, start)
         wait_for(lambda: reader._watch.quiet(end) == set(paths), "the watch to settle", 30)
         heads = sum(1 for line in list(proxy.request_lines) if line.startswith("HEAD "))
-        assert latest(reader, end) == end
+        assert plan_all_available(reader, end) == end
         assert sum(1 for line in list(proxy.request_lines) if line.startswith("HEAD ")) == heads
         env.append(paths[1], 2, 1)
         found = end
         deadline = time.monotonic() + 30
         while found == end:
             assert time.monotonic() < deadline, "the append never showed"
-            found = latest(reader, end)
+            found = plan_all_available(reader, end)
         assert {p: found[p] for p in paths if found[p] != end[p]} == {
             paths[1]: {"offset": env.client.stream(paths[1]).head().next_offset, "skip": 0}}
     finally:
         reader.stop()
         proxy.close()
-
-
-def latest(reader: Any, start: dict[str, Any]) -> dict[str, Any]:
-    if HAS_ADMISSION_CONTROL:
-        from pyspark.sql.streaming.datasource import ReadAllAvailable
-
-        return reader.latestOffset(start, ReadAllAvailable())  # type: ignore[no-any-return]
-    return reader.latestOffset()  # type: ignore[no-any-return]

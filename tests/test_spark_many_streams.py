@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _versions import needs_admission_control
+from _versions import needs_admission_control, plan_all_available
 
 from s2_spark.backends.s2 import S2Backend, S2Settings
 from s2_spark.client import AppendRecord, S2Client, S2Config
@@ -100,16 +100,6 @@ def test_a_batch_read_of_many_streams_packs_them_into_few_tasks(env: Env, spark:
     assert got == [(s, i, b) for s, bodies in sorted(data.items()) for i, b in enumerate(bodies)]
 
 
-def _latest(reader: Any, start: dict[str, Any]) -> dict[str, Any]:
-    from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
-
-    if HAS_ADMISSION_CONTROL:
-        from pyspark.sql.streaming.datasource import ReadAllAvailable
-
-        return reader.latestOffset(start, ReadAllAvailable())  # type: ignore[no-any-return]
-    return reader.latestOffset()  # type: ignore[no-any-return]
-
-
 def test_idle_plans_wait_on_the_watch_and_see_an_append_to_any_stream(
     env: Env, s2_server: Any
 ) -> None:
@@ -120,7 +110,7 @@ def test_idle_plans_wait_on_the_watch_and_see_an_append_to_any_stream(
         None)  # type: ignore[arg-type]
     try:
         start = reader.initialOffset()
-        end = _latest(reader, start)
+        end = plan_all_available(reader, start)
         assert end == {f"idle-{k:03d}": 2 for k in range(60)}
         watch = reader._watch
         deadline = time.monotonic() + 30
@@ -128,7 +118,7 @@ def test_idle_plans_wait_on_the_watch_and_see_an_append_to_any_stream(
             assert time.monotonic() < deadline, "the watch never settled"
             time.sleep(0.05)
         before = s2_server.request_counts()
-        assert _latest(reader, end) == end  # nothing new, and no stream asked
+        assert plan_all_available(reader, end) == end  # nothing new, and no stream asked
         asked = s2_server.request_counts()
         assert asked.get("check_tail", 0) == before.get("check_tail", 0)
         assert asked.get("read", 0) == before.get("read", 0)  # the watch polls: read_wait
@@ -138,7 +128,7 @@ def test_idle_plans_wait_on_the_watch_and_see_an_append_to_any_stream(
         deadline = time.monotonic() + 30
         while latest == end:
             assert time.monotonic() < deadline, "the append never showed"
-            latest = _latest(reader, end)
+            latest = plan_all_available(reader, end)
         appender.join()
         assert latest == {**end, "idle-041": 3}
         assert list(reader.partitions(end, latest)) == [RangePartition("idle-041", 2, 3)]
@@ -285,11 +275,11 @@ def test_a_plan_that_finds_nothing_new_lists_the_prefix_again(env: Env) -> None:
     reader = S2DataSource(env.options(streamPrefix="late-", discoveryIntervalMs="600000")
                           ).streamReader(None)  # type: ignore[arg-type]
     try:
-        end = _latest(reader, reader.initialOffset())
+        end = plan_all_available(reader, reader.initialOffset())
         assert end == {"late-000": 2}
         env.client.basin(env.basin).create_stream("late-new")
         env.append("late-new", b"first")
-        latest = _latest(reader, end)
+        latest = plan_all_available(reader, end)
         assert latest == {"late-000": 2, "late-new": 1}
         assert list(reader.partitions(end, latest)) == [RangePartition("late-new", 0, 1, True)]
     finally:

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _versions import plan_all_available
 from test_spark_reader import Env, record, row, rows_of, wait_for
 
 from s2_spark.spark import S2DataSource
-from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
 from s2_spark.spark.planning import RangePartition
 
 
@@ -22,14 +22,6 @@ def env(s2_server: Any, spark: Any) -> Iterator[Env]:
     e = Env(s2_server.url, spark)
     yield e
     e.client.close()
-
-
-def _latest(reader: Any, start: dict[str, Any]) -> dict[str, Any]:
-    if HAS_ADMISSION_CONTROL:
-        from pyspark.sql.streaming.datasource import ReadAllAvailable
-
-        return reader.latestOffset(start, ReadAllAvailable())  # type: ignore[no-any-return]
-    return reader.latestOffset()  # type: ignore[no-any-return]
 
 
 def test_initial_offset_is_resolved_once(env: Env) -> None:
@@ -43,7 +35,7 @@ def test_initial_offset_is_resolved_once(env: Env) -> None:
     assert start == {"initial": 5}
     env.fill("initial", 3, create=False)
     assert reader.initialOffset() == {"initial": 5}
-    end = _latest(reader, reader.initialOffset())
+    end = plan_all_available(reader, reader.initialOffset())
     assert end == {"initial": 8}
     assert list(reader.partitions(reader.initialOffset(), end)) == [
         RangePartition("initial", 5, 8)
@@ -57,16 +49,17 @@ def test_idle_planner_waits_for_records_and_plans_exactly_them(env: Env) -> None
     env.fill("idle", 2)
     reader = S2DataSource(env.options(stream="idle")).streamReader(None)  # type: ignore[arg-type]
     start = reader.initialOffset()
-    end = _latest(reader, start)
+    end = plan_all_available(reader, start)
     assert (start, end) == ({}, {"idle": 2})  # earliest: every stream from its origin
-    assert _latest(reader, end) == end  # nothing new: the next plan waits
-    assert _latest(reader, end) == end  # ... and, with nothing appended, still plans nothing
+    assert plan_all_available(reader, end) == end  # nothing new: the next plan waits
+    # ... and, with nothing appended, still plans nothing
+    assert plan_all_available(reader, end) == end
     appender = threading.Thread(target=env.fill, args=("idle", 1), kwargs={"create": False})
     appender.start()
     deadline = time.monotonic() + 30
     latest = end
     while latest == end and time.monotonic() < deadline:
-        latest = _latest(reader, end)
+        latest = plan_all_available(reader, end)
     appender.join()
     assert latest == {"idle": 3}
     assert list(reader.partitions(end, latest)) == [RangePartition("idle", 2, 3)]
