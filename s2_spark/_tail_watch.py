@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 import logging
 import random
 import resource
@@ -36,23 +37,26 @@ from typing import Generic, TypeVar
 import httpx
 
 from s2_spark._closeable import Closeable
-from s2_spark._tls import TlsConfig
+from s2_spark._http import AsyncHttpClient, PoolLimits, Response
+from s2_spark._tls import TlsConfig, ssl_context_for
 
 __all__ = [
-    "MAX_WATCHED",
+    "FD_RESERVE",
     "SHARD_CONNECTIONS",
     "Answer",
     "ClientSettings",
     "LongPollWatch",
     "Poll",
     "jittered_wait",
+    "raise_open_files_limit",
     "watch_limit",
 ]
 
 log = logging.getLogger("s2_spark.watch")
 
-#: Streams one watch long-polls at most (each holds a connection); see `watch_limit`.
-MAX_WATCHED = 2000
+#: Open files a process keeps for everything but the watch's connections (the protocol
+#: clients' pools, Spark's own sockets and files); see `watch_limit`.
+FD_RESERVE = 1024
 #: Connections per pool (see `LongPollWatch._client_for`).
 SHARD_CONNECTIONS = 50
 _RETRY_DELAYS = (0.1, 0.5, 1.0, 2.0, 5.0)
@@ -82,11 +86,12 @@ Poll = Callable[[], Awaitable[Answer]]
 @dataclass(frozen=True)
 class ClientSettings:
     """How the watch's connection pools reach the service, taken from the protocol
-    client's own settings so both talk to it alike. The read timeout must exceed the
-    longest long-poll wait. Headers (credentials) stay out of repr."""
+    client's own settings so both talk to it alike: timeouts (`s2_spark._http.timeouts`;
+    the read timeout must exceed the longest long-poll wait), the headers every poll
+    carries (credentials: kept out of repr) and TLS."""
 
-    timeout: httpx.Timeout
-    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    timeout: dict[str, float | None]
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list, repr=False)
     tls: TlsConfig | None = None
 
 
@@ -94,16 +99,41 @@ class ClientSettings:
 class _Shard:
     """One connection pool of a watch, and how many streams use it."""
 
-    client: httpx.AsyncClient
+    client: AsyncHttpClient
     streams: int = 0
 
 
 def watch_limit() -> int:
-    """`MAX_WATCHED`, or fewer where the process may open fewer than 4x as many files."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return MAX_WATCHED
-    return max(0, min(MAX_WATCHED, soft // 4))
+    """Streams a watch may long-poll at once: one connection each, within the process's
+    open-files limit (its soft limit raised to the hard one first) less `FD_RESERVE`."""
+    soft = raise_open_files_limit()
+    return max(0, soft - FD_RESERVE)
+
+
+_RAISED = threading.Lock()
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit, as Go's runtime
+    does for every program (the soft default, often 1024, dates from `select`); return
+    the soft limit now in force. A process whose limit cannot be raised keeps it."""
+    with _RAISED:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return 1 << 30
+        # An unlimited hard limit (macOS) still caps the soft one at the system's own.
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        if soft >= target:
+            return soft
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:
+            log.info("the open-files limit stays at %d (raising it to %d failed: %s)",
+                     soft, target, exc)
+            return soft
+        log.info("raised the open-files soft limit from %d to %d for the tail watch",
+                 soft, target)
+        return target
 
 
 def jittered_wait(wait: int) -> int:
@@ -132,6 +162,8 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         self._want: dict[str, P] = {}  # stream -> position to watch from
         self._quiet: dict[str, P] = {}  # stream -> position a poll is waiting at
         self._changed: set[str] = set()  # got data since the caller last watched it
+        self._pending: set[str] = set()  # touched by `watch`, not yet seen by `_sync`
+        self._said_over = False
         self._closed = False
         # Loop thread only: the poll of each stream (with its position), pools of
         # connections and which one each stream uses.
@@ -139,7 +171,8 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         self._polled: set[str] = set()  # given a poll, and still watched
         self._shards: list[_Shard] = []
         self._shard_of: dict[str, _Shard] = {}
-        self._verify: ssl.SSLContext | bool | None = None
+        self._roomy: list[_Shard] = []  # shards that may have room (the last is tried)
+        self._ssl: ssl.SSLContext | None = None
         self._stopped: asyncio.Event
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -172,32 +205,46 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         shard = self._shard_of.pop(stream, None)
         if shard is not None:
             shard.streams -= 1
+            if shard.streams == SHARD_CONNECTIONS - 1:
+                self._roomy.append(shard)
 
     # -- the caller's side (any thread) ---------------------------------------------------
 
-    def watch(self, positions: Mapping[str, P]) -> None:
+    def watch(self, positions: Mapping[str, P]) -> set[str]:
         """Watch exactly these streams, each from its position (the next one to plan).
-        Streams at positions that cannot be watched, and beyond `limit`, are left out
-        (never quiet)."""
+        Streams at positions that cannot be watched are left out (never quiet), and so
+        are those beyond `limit`, which are returned (in the order given)."""
         watchable = {s: pos for s, pos in positions.items() if self._watchable(pos)}
-        wanted = dict(list(watchable.items())[: self.limit])
-        if len(watchable) > self.limit:
-            log.info("watching %d of %d streams (the limit); the rest are looked up on "
-                     "every plan", self.limit, len(watchable))
+        wanted = dict(itertools.islice(watchable.items(), self.limit))
+        over = {s: None for s in watchable if s not in wanted}
+        if over and not self._said_over:
+            self._said_over = True
+            log.warning("the tail watch holds %d streams (the limit: the process may open "
+                        "too few files); %d more are left to the caller", self.limit,
+                        len(over))
         with self._lock:
             if self._closed:
-                return
-            for stream in list(self._want):
-                if stream not in wanted:
-                    del self._want[stream]
-                    self._quiet.pop(stream, None)
-                    self._changed.discard(stream)
+                return set(over)
+            touched = [s for s in self._want if s not in wanted]
+            for stream in touched:
+                del self._want[stream]
+                self._quiet.pop(stream, None)
+                self._changed.discard(stream)
             for stream, pos in wanted.items():
                 if self._want.get(stream) != pos or stream in self._changed:
                     self._want[stream] = pos
                     self._quiet.pop(stream, None)
                     self._changed.discard(stream)
-            # Under the lock: `close` cannot have stopped the loop yet.
+                    touched.append(stream)
+            self._schedule(touched)
+        return set(over)
+
+    def _schedule(self, streams: Iterable[str]) -> None:
+        """(Under the lock) have the loop thread bring these streams' polls in line with
+        what is wanted; `close` cannot have stopped the loop yet."""
+        before = len(self._pending)
+        self._pending.update(streams)
+        if self._pending and (before == 0 or self._closed):
             self._loop.call_soon_threadsafe(self._sync)
 
     def quiet(self, positions: Mapping[str, P]) -> set[str]:
@@ -242,50 +289,66 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         for shard in self._shards:
             await shard.client.aclose()
 
-    def _client_for(self, stream: str) -> httpx.AsyncClient:
+    async def _get(self, stream: str, base_url: str, target: str, *,
+                   streamed: bool = False) -> Response:
+        """(Loop thread) GET `base_url` + `target` from `stream`'s pool with the settings'
+        headers and timeouts; `streamed`: an `AsyncResponse` to read or close."""
+        client = self._client_for(stream)
+        return await client.send(b"GET", client.origin(base_url), target.encode(),
+                                 self._settings.headers, timeout=self._settings.timeout,
+                                 stream=streamed)
+
+    def _client_for(self, stream: str) -> AsyncHttpClient:
         """(Loop thread) the client whose pool `stream`'s polls use. httpcore looks at
         every connection of a pool on each request and response, so the polls are spread
         over pools of at most `SHARD_CONNECTIONS` connections: the cost of one stream's
         poll then does not grow with the number of streams watched."""
         shard = self._shard_of.get(stream)
         if shard is None:
-            free = [s for s in self._shards if s.streams < SHARD_CONNECTIONS]
-            shard = self._shard_of[stream] = free[0] if free else self._new_shard()
+            while self._roomy and self._roomy[-1].streams >= SHARD_CONNECTIONS:
+                self._roomy.pop()
+            shard = self._shard_of[stream] = self._roomy[-1] if self._roomy else (
+                self._new_shard())
             shard.streams += 1
         return shard.client
 
     def _new_shard(self) -> _Shard:
         """A pool set up as the protocol client's own (proxies from the environment too)."""
-        settings = self._settings
-        if self._verify is None:
-            self._verify = settings.tls.ssl_context() if settings.tls is not None else True
-        limits = httpx.Limits(max_connections=SHARD_CONNECTIONS,
-                              max_keepalive_connections=SHARD_CONNECTIONS)
-        client = httpx.AsyncClient(limits=limits, timeout=settings.timeout,
-                                   headers=dict(settings.headers), trust_env=True,
-                                   follow_redirects=False, verify=self._verify)
+        limits = PoolLimits(max_connections=SHARD_CONNECTIONS, max_keepalive=SHARD_CONNECTIONS)
+        client = AsyncHttpClient(limits=limits, ssl_context=self._ssl_context)
         self._shards.append(_Shard(client))
+        self._roomy.append(self._shards[-1])
         return self._shards[-1]
 
+    def _ssl_context(self) -> ssl.SSLContext:
+        """(Loop thread) one TLS context for every pool, made when the first needs it."""
+        if self._ssl is None:
+            self._ssl = ssl_context_for(self._settings.tls)
+        return self._ssl
+
     def _sync(self) -> None:
-        """(Loop thread) start and cancel polls to match what is wanted: one task per
-        stream and position; a stream with news waits until the caller watches it again."""
+        """(Loop thread) start and cancel the polls of the streams `watch` touched, to
+        match what is wanted: one task per stream and position; a stream with news waits
+        until the caller watches it again."""
         with self._lock:
-            want = dict(self._want)
-            changed = set(self._changed)
+            pending, self._pending = self._pending, set()
+            want = {s: self._want[s] for s in pending if s in self._want}
+            changed = pending & self._changed
             closed = self._closed
         if closed:
             self._stopped.set()
             return
-        for stream, (pos, task) in list(self._tasks.items()):
-            if stream not in want or want[stream] != pos or task.done():
+        for stream in pending:
+            entry = self._tasks.get(stream)
+            pos = want.get(stream)
+            if entry is not None and (pos is None or entry[0] != pos or entry[1].done()):
                 del self._tasks[stream]  # first: its end then leaves `_quiet` alone
-                task.cancel()
-        for stream in [s for s in self._polled if s not in want]:
-            self._polled.discard(stream)
-            self._forget(stream)
-        for stream, pos in want.items():
-            if stream not in self._tasks and stream not in changed:
+                entry[1].cancel()
+            if pos is None:
+                if stream in self._polled:
+                    self._polled.discard(stream)
+                    self._forget(stream)
+            elif stream not in self._tasks and stream not in changed:
                 self._tasks[stream] = (pos, self._loop.create_task(self._poll(stream, pos)))
                 self._polled.add(stream)
 
@@ -302,6 +365,8 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
             if entry is not None and entry[1] is asyncio.current_task():
                 with self._news:  # a stream no poll waits on is never quiet
                     self._quiet.pop(stream, None)
+                    if self._want.get(stream) == pos:
+                        self._changed.add(stream)  # polled again once watched again
                     self._news.notify_all()
 
     async def _poll_until_news(self, stream: str, pos: P) -> None:

@@ -10,7 +10,7 @@ import os
 import ssl
 from dataclasses import dataclass, field
 
-__all__ = ["TlsConfig", "TlsProblem", "default_ssl_context", "tls_problem"]
+__all__ = ["TlsConfig", "TlsProblem", "default_ssl_context", "ssl_context_for", "tls_problem"]
 
 # TLS alerts and handshake failures that retrying cannot fix (a configuration problem).
 _TLS_CONFIG_REASONS = frozenset({
@@ -83,6 +83,11 @@ class TlsConfig:
         # A callable, so an encrypted key without a password fails instead of OpenSSL
         # prompting on a terminal that a Spark executor does not have.
         return self.key_password or ""
+
+
+def ssl_context_for(tls: TlsConfig | None) -> ssl.SSLContext:
+    """The context to verify servers with: `tls`'s, or the default one."""
+    return tls.ssl_context() if tls is not None else default_ssl_context()
 
 
 def default_ssl_context() -> ssl.SSLContext:

@@ -44,7 +44,7 @@ DEFAULT_RETRY_TIMEOUT = 120.0
 """Seconds of retrying without progress before giving up (Kafka's delivery.timeout.ms)."""
 
 #: Dead pooled connections one operation may meet in a row: every idle one can be dead.
-_STALE_RETRIES = (POOL_LIMITS.max_keepalive_connections or 0) + 1
+_STALE_RETRIES = POOL_LIMITS.max_keepalive + 1
 
 
 @dataclass(frozen=True, slots=True)

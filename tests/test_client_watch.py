@@ -70,12 +70,12 @@ def test_a_deleted_stream_is_not_quiet_and_the_others_stay_so(
         watch.close()
 
 
-def test_streams_past_the_limit_are_not_watched(basin: BasinClient) -> None:
+def test_streams_past_the_limit_are_not_watched_but_named(basin: BasinClient) -> None:
     for name in ("a", "b"):
         basin.create_stream(name)
     watch = TailWatch(basin._transport, basin.name, wait=5, limit=1)
     try:
-        watch.watch({"a": 0, "b": 0})
+        assert watch.watch({"a": 0, "b": 0}) == {"b"}  # left to the caller
         until(lambda: watch.quiet({"a": 0}) == {"a"}, "a is quiet")
         assert watch.quiet({"a": 0, "b": 0}) == {"a"}
     finally:
@@ -97,3 +97,27 @@ def test_many_streams_spread_over_small_pools_and_each_is_seen(basin: BasinClien
         until(lambda: watch.quiet(positions) == set(names) - {"m077"}, "m077 has news")
     finally:
         watch.close()
+
+
+def test_the_watch_raises_the_open_files_limit_and_keeps_a_reserve() -> None:
+    """A process whose soft limit is low (often 1024) gets it raised to the hard limit, as
+    Go's runtime does; the watch may hold all of that but `FD_RESERVE`."""
+    import resource
+    import subprocess
+    import sys
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard < 2048:
+        pytest.skip(f"needs a finite hard limit of 2048 or more (it is {hard})")
+    code = (
+        "import resource\n"
+        "from s2_spark._tail_watch import FD_RESERVE, watch_limit\n"
+        "_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
+        "limit = watch_limit()\n"
+        "print(limit, resource.getrlimit(resource.RLIMIT_NOFILE)[0], FD_RESERVE)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    limit, soft, reserve = (int(x) for x in out)
+    assert (soft, limit) == (hard, hard - reserve)

@@ -136,6 +136,45 @@ def test_idle_plans_wait_on_the_watch_and_see_an_append_to_any_stream(
         reader.stop()
 
 
+def test_streams_the_watch_cannot_hold_are_looked_up_in_turn(
+    env: Env, s2_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the process may keep fewer connections than there are streams, the watch holds
+    what it can and an idle plan looks up a bounded share of the rest, in turn: every
+    stream is still looked up within a few plans, and an append to one is planned."""
+    import s2_spark.spark.reader as reader_module
+
+    monkeypatch.setattr(reader_module, "UNWATCHED_PER_PLAN", 20)
+    env.fill("over-", [1] * 60)
+    reader = S2DataSource(env.options(streamPrefix="over-")).streamReader(
+        None)  # type: ignore[arg-type]
+    backend = reader._backend
+    monkeypatch.setattr(backend, "tail_watch",
+                        lambda: backend._basin().watch_tails(limit=10))
+    try:
+        start = reader.initialOffset()
+        end = plan_all_available(reader, start)
+        assert len(reader._unwatched) == 50
+        held = set(end) - set(reader._unwatched)
+        deadline = time.monotonic() + 30
+        while reader._watch.quiet(end) != held:
+            assert time.monotonic() < deadline, "the watch never settled"
+            time.sleep(0.05)
+        asked: set[str] = set()
+        for _ in range(3):  # 50 streams, 20 a plan
+            before = s2_server.request_counts().get("check_tail", 0)
+            looked_up = set(reader._unwatched[:20])
+            assert plan_all_available(reader, end) == end
+            assert s2_server.request_counts()["check_tail"] - before == 20
+            asked |= looked_up
+        assert asked == set(end) - held
+        late = reader._unwatched[0]  # the next plan looks it up
+        env.append(late, b"late")
+        assert plan_all_available(reader, end) == {**end, late: 2}
+    finally:
+        reader.stop()
+
+
 REPLAY_CHILD = textwrap.dedent("""
     import json, os, sys
     os.environ["PYSPARK_PYTHON"] = sys.executable

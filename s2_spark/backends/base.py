@@ -41,13 +41,15 @@ class StreamWatch(Protocol):
     """Which streams may have new records, learnt by waiting on the service rather than
     asking it on every plan (Spark plans an idle query every few milliseconds).
 
-    `watch` names the streams and the positions planned so far; `quiet` says which of
-    them certainly have nothing at or after those positions (a record appended a moment
-    ago may still be on its way: it shows at a later plan); `wait` returns when one of
-    `streams` stops being quiet, or after `timeout` seconds.
+    `watch` names the streams and the positions planned so far, and returns those it
+    cannot hold (more than the process may keep connections for): the caller looks those
+    up itself. `quiet` says which of the others certainly have nothing at or after those
+    positions (a record appended a moment ago may still be on its way: it shows at a
+    later plan); `wait` returns when one of `streams` stops being quiet, or after
+    `timeout` seconds.
     """
 
-    def watch(self, positions: Mapping[str, Any]) -> None: ...
+    def watch(self, positions: Mapping[str, Any]) -> set[str]: ...
 
     def quiet(self, positions: Mapping[str, Any]) -> set[str]: ...
 

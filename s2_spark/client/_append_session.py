@@ -34,9 +34,21 @@ from ._types import AppendAck
 if TYPE_CHECKING:
     from s2_spark.wire.appends import AppendBatch
 
-__all__ = ["MAX_INPUTS_PER_SESSION", "SessionResult", "run_append_session"]
+__all__ = [
+    "MAX_INPUTS_PER_SESSION",
+    "PROTO_ACCEPT",
+    "PROTO_HEADERS",
+    "SESSION_HEADERS",
+    "SessionResult",
+    "run_append_session",
+]
 
 MAX_INPUTS_PER_SESSION = 256
+#: What an S2S session (append or read) sends beside the basin's own headers.
+SESSION_HEADERS = [(b"content-type", b"s2s/proto"), (b"accept", b"s2s/proto")]
+#: What a protobuf request (a unary read or append) sends beside the basin's headers.
+PROTO_ACCEPT = [(b"accept", b"application/protobuf")]
+PROTO_HEADERS = [(b"content-type", b"application/protobuf"), *PROTO_ACCEPT]
 
 _COMPRESSION = {"zstd": Compression.ZSTD, "gzip": Compression.GZIP, "none": Compression.NONE}
 
@@ -75,26 +87,23 @@ def run_append_session(
 
     `match_seq_num` conditions the first input; each later one is conditioned on the end
     of the one before (counted from the batches). `fencing_tokens`, when given, holds one
-    token per input instead of the single `fencing_token` for all of them.
+    token per input instead of the single `fencing_token` for all of them. A session of
+    one input is sent as a unary append instead: the same conditions and outcomes, at
+    about half the client's cost (no frames, a response read whole).
     """
+    if len(batches) == 1:
+        token = fencing_tokens[0] if fencing_tokens is not None else fencing_token
+        return _unary_append(transport, basin, stream, batches[0], match_seq_num, token)
     cfg = transport.config
     target = f"stream {stream!r} in basin {basin!r}"
     compression = _COMPRESSION[cfg.session_compression(basin)]
     body = _session_body(batches, match_seq_num, fencing_token, fencing_tokens, compression)
-    url = transport.url(basin, f"/streams/{quote(stream, safe='')}/records")
-    headers = transport.headers(
-        basin,
-        {
-            "content-type": "s2s/proto",
-            "accept": "s2s/proto",
-            "accept-encoding": cfg.session_accept_encoding(basin),
-        },
-    )
+    path = f"/streams/{quote(stream, safe='')}/records"
     acks: list[AppendAck] = []
     exchange = Exchange()
     try:
-        with transport.http.stream("POST", url, content=body, headers=headers,
-                                   extensions=exchange.extensions) as resp:
+        with transport.send("POST", basin, path, SESSION_HEADERS, content=body, trace=exchange,
+                            stream=True) as resp:
             if resp.status_code != 200:
                 err = error_from_body(resp.status_code, resp.read(), target)
                 err.unsent = side_effect_free(err)
@@ -131,6 +140,27 @@ def run_append_session(
             ),
         )
     return SessionResult(acks)
+
+
+def _unary_append(transport: Transport, basin: str, stream: str, batch: AppendBatch,
+                  match_seq_num: int | None, fencing_token: str | None) -> SessionResult:
+    """One protobuf append, its outcome as a session's. Only an unconditioned append needs
+    to know whether it left (a repeat could duplicate it): others go untraced."""
+    target = f"stream {stream!r} in basin {basin!r}"
+    exchange = Exchange(traced=match_seq_num is None and fencing_token is None)
+    try:
+        resp = transport.send("POST", basin, f"/streams/{quote(stream, safe='')}/records",
+                              PROTO_HEADERS, trace=exchange,
+                              content=batch.to_append_input(match_seq_num, fencing_token))
+    except httpx.TransportError as exc:
+        failure = error_from_transport(exc, target, "append", exchange)
+        failure.__cause__ = exc
+        return SessionResult([], failure)
+    if resp.status_code != 200:
+        err = error_from_body(resp.status_code, resp.content, target)
+        err.unsent = side_effect_free(err)
+        return SessionResult([], err)
+    return SessionResult([_ack(resp.content)])
 
 
 def _session_body(

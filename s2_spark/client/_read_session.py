@@ -1,4 +1,4 @@
-"""S2S read sessions over an httpx streaming GET, with transparent reconnects.
+"""S2S read sessions over a streamed GET, with transparent reconnects.
 
 Each data frame becomes one DecodedBatch. Progress (next seq_num, records and metered bytes
 delivered) is tracked per frame, so a reconnect resumes at the first undelivered record
@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import httpx
 
-from s2_spark._http import Exchange
+from s2_spark._http import Exchange, Response
 from s2_spark.errors import (
     FrameError,
     Position,
@@ -32,9 +32,10 @@ from s2_spark.errors import (
 from s2_spark.retry import AttemptOutcome, ResumableRead, RetryLoop, run_attempts
 from s2_spark.wire.frames import FrameDecoder, Message
 
+from ._append_session import SESSION_HEADERS
 from ._errors import error_from_body, error_from_status, error_from_transport
 from ._params import wait_seconds
-from ._transport import Transport
+from ._transport import Transport, query
 
 if TYPE_CHECKING:
     from s2_spark.wire.records import DecodedBatch
@@ -115,15 +116,7 @@ class ReadSession(ResumableRead["DecodedBatch"]):
 
     def _run(self) -> Generator[DecodedBatch, None, None]:
         cfg = self._t.config
-        self._url = self._t.url(self.basin, f"/streams/{quote(self.stream, safe='')}/records")
-        self._headers = self._t.headers(
-            self.basin,
-            {
-                "content-type": "s2s/proto",
-                "accept": "s2s/proto",
-                "accept-encoding": cfg.session_accept_encoding(self.basin),
-            },
-        )
+        self._path = f"/streams/{quote(self.stream, safe='')}/records"
         self._timeout = self._t.timeout(cfg.session_idle_timeout)
         self._first_connect = True
         self._last_advised: float | None = None
@@ -143,12 +136,10 @@ class ReadSession(ResumableRead["DecodedBatch"]):
             return "done"
         was_first, self._first_connect = self._first_connect, False
         outcome: AttemptOutcome | Literal["ended"]
-        exchange = Exchange()
+        exchange = Exchange(traced=False)  # reads: stale or not is all that counts
         try:
-            with self._t.http.stream(
-                "GET", self._url, params=params, headers=self._headers, timeout=self._timeout,
-                extensions=exchange.extensions,
-            ) as resp:
+            with self._t.send("GET", self.basin, self._path + query(params), SESSION_HEADERS,
+                              timeout=self._timeout, trace=exchange, stream=True) as resp:
                 if resp.status_code != 200:
                     outcome = error_from_body(resp.status_code, resp.read(), self._target)
                 else:
@@ -192,7 +183,7 @@ class ReadSession(ResumableRead["DecodedBatch"]):
         return outcome
 
     def _frames(
-        self, resp: httpx.Response, loop: RetryLoop
+        self, resp: Response, loop: RetryLoop
     ) -> Generator[DecodedBatch, None, AttemptOutcome | Literal["ended"]]:
         """Deliver one response's data frames; "ended" when the server ended the body."""
         from s2_spark.wire.records import decode_read_batch

@@ -16,7 +16,13 @@ from s2_spark.errors import (
 )
 from s2_spark.retry import RetryLoop, RetryPolicy
 
-from ._append_session import MAX_INPUTS_PER_SESSION, SessionResult, run_append_session
+from ._append_session import (
+    MAX_INPUTS_PER_SESSION,
+    PROTO_ACCEPT,
+    PROTO_HEADERS,
+    SessionResult,
+    run_append_session,
+)
 from ._config import S2Config
 from ._encode import encode_append_records
 from ._params import check_u64, read_params
@@ -31,7 +37,6 @@ if TYPE_CHECKING:
 
 __all__ = ["StreamClient"]
 
-_PROTO_HEADERS = {"content-type": "application/protobuf", "accept": "application/protobuf"}
 
 
 def _position(p: s2_pb2.StreamPosition) -> Position:
@@ -110,7 +115,7 @@ class StreamClient:
             basin=self.basin,
             target=self._target,
             params=params,
-            headers={"accept": "application/protobuf"},
+            headers=PROTO_ACCEPT,
             extra_read_time=float(params.get("wait", 0)),
             salvage=read_batch_prefix,
             policy=retry,
@@ -231,7 +236,7 @@ class StreamClient:
                 basin=self.basin,
                 target=self._target,
                 content=body,
-                headers=_PROTO_HEADERS,
+                headers=PROTO_HEADERS,
                 retry="always" if match_seq_num is not None or idempotent else "unsent",
                 on_retry=note,
             )

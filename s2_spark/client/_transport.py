@@ -1,25 +1,38 @@
-"""One httpx client per S2Client, plus the retry loop every unary call goes through.
+"""One HTTP seam per S2Client, plus the retry loop every unary call goes through.
 
-Sessions and unary calls share the connection pool over HTTP/1.1 (httpx's fastest path).
-The Authorization header is attached per request and never logged or quoted in errors.
+Sessions and unary calls share the connection pools over HTTP/1.1. Each basin's origin
+and headers are built once (`BasinRoute`), so a request costs its own bytes and little
+else. The Authorization header is attached per request and never logged or quoted in
+errors.
 """
 
 from __future__ import annotations
 
+import json as jsonlib
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
 
-from s2_spark._http import Exchange, http_client
+from s2_spark._http import (
+    Exchange,
+    HttpClient,
+    Origin,
+    Response,
+    encode_headers,
+    partial_body,
+    query,
+    timeouts,
+)
 from s2_spark.errors import S2Error, ServiceError, UnavailableError
 from s2_spark.retry import RetryLoop, RetryPolicy
 
 from ._config import S2Config
 from ._errors import error_from_body, error_from_transport
 
-__all__ = ["Transport", "side_effect_free"]
+__all__ = ["BasinRoute", "Headers", "Transport", "query", "side_effect_free"]
 
 log = logging.getLogger("s2_spark.client")
 
@@ -29,9 +42,10 @@ RetryMode = Literal["always", "unsent", "never"]
 
 #: Keeps the usable prefix of a body cut short in transit (None: nothing usable).
 Salvage = Callable[[bytes], bytes | None]
+Headers = list[tuple[bytes, bytes]]
 
-_USER_AGENT = "s2-spark/0.1 (httpx)"
-_FRAMING_HEADERS = ("content-encoding", "content-length", "transfer-encoding")
+_USER_AGENT = b"s2-spark/0.1 (httpx)"
+_JSON = [(b"content-type", b"application/json")]
 
 
 def side_effect_free(err: S2Error) -> bool:
@@ -43,16 +57,26 @@ def side_effect_free(err: S2Error) -> bool:
     )
 
 
+@dataclass(frozen=True, eq=False)
+class BasinRoute:
+    """Where a basin's (or, for None, the account's) requests go and the headers every one
+    of them carries: user agent, credentials, S2-Basin where needed."""
+
+    origin: Origin
+    headers: Headers
+
+    def __repr__(self) -> str:
+        return f"BasinRoute({self.origin.base_url!r})"  # the headers hold the token
+
+
 class Transport:
     """Builds requests for account and basin endpoints and retries them per the policy."""
 
     def __init__(self, config: S2Config) -> None:
         self.config = config
-        self.http = http_client(
-            timeout=self.timeout(),
-            headers={"user-agent": _USER_AGENT},
-            tls=config.tls,
-        )
+        self.http = HttpClient(tls=config.tls)
+        self._routes: dict[str | None, BasinRoute] = {}
+        self._timeout = self.timeout()
 
     def __reduce__(self) -> tuple[type[Transport], tuple[S2Config]]:
         # Picklable (Spark ships readers to executors): a copy opens its own connections.
@@ -61,32 +85,45 @@ class Transport:
     def close(self) -> None:
         self.http.close()
 
-    def timeout(self, read: float | None = None) -> httpx.Timeout:
+    def timeout(self, read: float | None = None) -> dict[str, float | None]:
         cfg = self.config
-        return httpx.Timeout(
-            connect=cfg.connect_timeout,
-            read=cfg.request_timeout if read is None else read,
-            write=cfg.request_timeout,
-            pool=cfg.request_timeout,
-        )
+        return timeouts(connect=cfg.connect_timeout,
+                        read=cfg.request_timeout if read is None else read,
+                        write=cfg.request_timeout, pool=cfg.request_timeout)
 
-    def headers(self, basin: str | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        out: dict[str, str] = {}
+    def base_url(self, basin: str | None) -> str:
+        """The base URL (ending in /v1) of the basin's, or the account's, requests."""
+        if basin is None:
+            return self.config.account_base_url()
+        return self.config.basin_base_url(basin)[0]
+
+    def base_headers(self, basin: str | None) -> Headers:
+        """What every request for `basin` (None: the account) carries."""
+        out: Headers = [(b"user-agent", _USER_AGENT)]
         if self.config.access_token:
-            out["authorization"] = f"Bearer {self.config.access_token}"
-        if basin is not None:
-            _, needs_header = self.config.basin_base_url(basin)
-            if needs_header:
-                out["s2-basin"] = basin
-        if extra:
-            out.update(extra)
+            out.append((b"authorization", f"Bearer {self.config.access_token}".encode()))
+        if basin is not None and self.config.basin_base_url(basin)[1]:
+            out.append((b"s2-basin", basin.encode()))
+        # Always explicit: for S2S sessions it picks the frames' compression too.
+        out.append((b"accept-encoding", self.config.session_accept_encoding(basin).encode()))
         return out
 
-    def url(self, basin: str | None, path: str) -> str:
-        if basin is None:
-            return self.config.account_base_url() + path
-        base, _ = self.config.basin_base_url(basin)
-        return base + path
+    def route(self, basin: str | None) -> BasinRoute:
+        """The basin's route, built on first use."""
+        found = self._routes.get(basin)
+        if found is None:
+            origin = self.http.origin(self.base_url(basin))
+            found = self._routes[basin] = BasinRoute(origin, self.base_headers(basin))
+        return found
+
+    def send(self, method: str, basin: str | None, target: str, headers: Headers, *,
+             content: bytes | None = None, timeout: dict[str, float | None] | None = None,
+             trace: Exchange | None = None, stream: bool = False) -> Response:
+        """One attempt, no retries: `target` is the path (and query) under /v1."""
+        route = self.route(basin)
+        return self.http.send(method.encode(), route.origin, target.encode(),
+                              route.headers + headers, content=content,
+                              timeout=timeout or self._timeout, trace=trace, stream=stream)
 
     def request(
         self,
@@ -98,14 +135,14 @@ class Transport:
         params: Mapping[str, Any] | None = None,
         json: Any = None,
         content: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | Headers | None = None,
         retry: RetryMode = "always",
         ok: Callable[[int], bool] = lambda s: 200 <= s < 300,
         on_retry: Callable[[ServiceError], None] | None = None,
         extra_read_time: float = 0.0,
         salvage: Salvage | None = None,
         policy: RetryPolicy | None = None,
-    ) -> httpx.Response:
+    ) -> Response:
         """Send one request, retrying retryable failures; return a successful response.
 
         `retry` says when a failed attempt may be repeated without risking a duplicate.
@@ -114,14 +151,19 @@ class Transport:
         the prefix it keeps, instead of being asked for again (when it keeps anything).
         `policy` overrides the config's retry policy for this call.
         """
-        url = self.url(basin, path)
-        hdrs = self.headers(basin, headers)
-        timeout = self.timeout(self.config.request_timeout + extra_read_time)
-        loop = RetryLoop(policy or self.config.retry, f"{method} {target}")
+        hdrs = encode_headers(headers) if isinstance(headers, Mapping) else list(headers or ())
+        if json is not None:
+            content = jsonlib.dumps(json).encode()
+            hdrs += _JSON
+        timeout = self._timeout
+        if extra_read_time:
+            timeout = self.timeout(self.config.request_timeout + extra_read_time)
+        request = _Attempt(self, method, basin, path + query(params), hdrs, content,
+                           timeout, target, ok, salvage, traced=retry == "unsent")
+        loop: RetryLoop | None = None
         while True:
-            outcome = self._attempt(method, url, target, ok, salvage, params=params, json=json,
-                                    content=content, headers=hdrs, timeout=timeout)
-            if isinstance(outcome, httpx.Response):
+            outcome = request.run()
+            if isinstance(outcome, Response):
                 return outcome
             err = outcome
             if err.retryable and retry == "unsent" and not err.unsent:
@@ -130,51 +172,64 @@ class Transport:
                 raise err
             if on_retry is not None:
                 on_retry(err)
+            if loop is None:
+                loop = RetryLoop(policy or self.config.retry, f"{method} {target}")
             loop.failed(err)
 
-    def _attempt(
-        self,
-        method: str,
-        url: str,
-        target: str,
-        ok: Callable[[int], bool],
-        salvage: Salvage | None,
-        **kwargs: Any,
-    ) -> httpx.Response | ServiceError:
+
+class _Attempt:
+    """One request as `Transport.request` sends it, attempt after attempt. `traced`:
+    whether `unsent` must be known beyond connect failures (see `Exchange`)."""
+
+    __slots__ = ("basin", "content", "headers", "method", "ok", "path", "salvage", "target",
+                 "timeout", "traced", "transport")
+
+    def __init__(self, transport: Transport, method: str, basin: str | None, path: str,
+                 headers: Headers, content: bytes | None, timeout: dict[str, float | None],
+                 target: str, ok: Callable[[int], bool], salvage: Salvage | None, *,
+                 traced: bool) -> None:
+        self.transport = transport
+        self.method = method
+        self.basin = basin
+        self.path = path
+        self.headers = headers
+        self.content = content
+        self.timeout = timeout
+        self.target = target
+        self.ok = ok
+        self.salvage = salvage
+        self.traced = traced
+
+    def run(self) -> Response | ServiceError:
         """One try: the response, or the error it failed with (marked unsent/stale)."""
-        exchange = Exchange()
+        exchange = Exchange(traced=self.traced)
         try:
-            with self.http.stream(method, url, extensions=exchange.extensions, **kwargs) as resp:
-                if not ok(resp.status_code):
-                    err = error_from_body(resp.status_code, resp.read(), target)
-                    err.unsent = side_effect_free(err)
-                    return err
-                if salvage is None:
-                    resp.read()
-                    return resp
-                return _salvaged(resp, salvage)
+            resp = self.transport.send(self.method, self.basin, self.path, self.headers,
+                                       content=self.content, timeout=self.timeout,
+                                       trace=exchange)
         except httpx.TransportError as exc:
-            err2 = error_from_transport(exc, target, f"{method} request", exchange)
-            err2.__cause__ = exc
-            return err2
+            kept = self._salvaged(exc)
+            if kept is not None:
+                return kept
+            err = error_from_transport(exc, self.target, f"{self.method} request", exchange)
+            err.__cause__ = exc
+            return err
+        if not self.ok(resp.status_code):
+            err = error_from_body(resp.status_code, resp.content, self.target)
+            err.unsent = side_effect_free(err)
+            return err
+        return resp
 
-
-def _salvaged(resp: httpx.Response, salvage: Salvage) -> httpx.Response:
-    """The whole body, or the prefix `salvage` keeps of a body cut short in transit."""
-    chunks: list[bytes] = []
-    try:
-        for chunk in resp.iter_bytes():
-            chunks.append(chunk)
-        body = b"".join(chunks)
-    except httpx.TransportError:
-        kept = salvage(b"".join(chunks))
+    def _salvaged(self, exc: httpx.TransportError) -> Response | None:
+        """A successful answer cut short in transit, as the prefix `salvage` keeps of it."""
+        partial = partial_body(exc)
+        if self.salvage is None or partial is None:
+            return None
+        kept = self.salvage(partial)
         if kept is None:
-            raise
+            return None
         log.debug("kept %d bytes of an answer cut short in transit", len(kept))
-        body = kept
-    headers = [(k, v) for k, v in resp.headers.items() if k.lower() not in _FRAMING_HEADERS]
-    return httpx.Response(resp.status_code, headers=headers, content=body,
-                          request=resp.request)
+        return Response(200, [], content=kept)
 
 
 def _ambiguous(err: ServiceError) -> ServiceError:

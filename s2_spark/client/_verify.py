@@ -16,6 +16,7 @@ from urllib.parse import quote
 from s2_spark._proto import s2_pb2
 from s2_spark.errors import Position
 
+from ._append_session import PROTO_ACCEPT
 from ._transport import Transport
 from ._types import AppendAck
 
@@ -58,7 +59,7 @@ def landed_batches(
             basin=basin,
             target=target,
             params={"seq_num": start_seq + len(got), "count": min(1000, total - len(got))},
-            headers={"accept": "application/protobuf"},
+            headers=PROTO_ACCEPT,
             salvage=read_batch_prefix,
         )
         records = s2_pb2.ReadBatch.FromString(resp.content).records

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-import httpx
 from google.protobuf.message import DecodeError
 
+from s2_spark._http import timeouts
 from s2_spark._proto import s2_pb2
 from s2_spark._tail_watch import (
     Answer,
@@ -24,7 +24,7 @@ from s2_spark._tail_watch import (
     watch_limit,
 )
 
-from ._transport import _USER_AGENT, Transport
+from ._transport import Transport
 
 __all__ = ["WATCH_WAIT", "TailWatch", "watch_limit"]
 
@@ -41,26 +41,23 @@ class TailWatch(LongPollWatch[int]):
                  limit: int | None = None) -> None:
         """`wait`: seconds each read waits at most; `limit`: streams watched at most (by
         default `watch_limit()`)."""
-        self._transport = transport
-        self._basin = basin
+        self._base_url = transport.base_url(basin)
         self._wait = wait
         cfg = transport.config
         settings = ClientSettings(
-            timeout=httpx.Timeout(connect=cfg.connect_timeout, read=wait + cfg.request_timeout,
-                                  write=cfg.request_timeout, pool=None),
-            headers=transport.headers(basin, {"user-agent": _USER_AGENT,
-                                              "accept": "application/protobuf"}),
+            timeout=timeouts(connect=cfg.connect_timeout, read=wait + cfg.request_timeout,
+                             write=cfg.request_timeout, pool=None),
+            headers=[*transport.base_headers(basin), (b"accept", b"application/protobuf")],
             tls=cfg.tls,
         )
         super().__init__(settings, limit=limit, label=f"basin={basin!r}")
 
     def _poller(self, stream: str, position: int) -> Poll:
         """A read of one record from `position` that waits a random part of `wait`."""
-        url = self._transport.url(self._basin, f"/streams/{quote(stream, safe='')}/records")
+        path = f"/streams/{quote(stream, safe='')}/records?seq_num={position}&count=1&wait="
 
         async def poll() -> Answer:
-            params = {"seq_num": position, "count": 1, "wait": jittered_wait(self._wait)}
-            resp = await self._client_for(stream).get(url, params=params)
+            resp = await self._get(stream, self._base_url, f"{path}{jittered_wait(self._wait)}")
             if resp.status_code != 200:
                 return Answer.FAILED
             try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import httpx
 
-from s2_spark._http import Exchange, transport_error
+from s2_spark._http import Exchange, Response, transport_error
 from s2_spark.errors import (
     DurableStreamsError,
     MalformedResponseError,
@@ -27,7 +27,7 @@ from s2_spark.errors import (
 __all__ = ["error_from_response", "error_from_transport", "header_int"]
 
 
-def header_int(resp: httpx.Response, name: str) -> int | None:
+def header_int(resp: Response, name: str) -> int | None:
     """An integer response header, None when absent; malformed when not an integer."""
     raw = resp.headers.get(name)
     if raw is None:
@@ -42,7 +42,7 @@ def header_int(resp: httpx.Response, name: str) -> int | None:
         ) from None
 
 
-def _said(resp: httpx.Response) -> str:
+def _said(resp: Response) -> str:
     try:
         text = resp.text.strip()
     except (httpx.ResponseNotRead, UnicodeDecodeError):
@@ -51,7 +51,7 @@ def _said(resp: httpx.Response) -> str:
 
 
 def error_from_response(
-    resp: httpx.Response, target: str, offset: str | None = None
+    resp: Response, target: str, offset: str | None = None
 ) -> DurableStreamsError:
     """Map an error status (with its protocol headers) to the matching typed error."""
     status = resp.status_code

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import httpx
 import pyarrow as pa
 
-from s2_spark._http import Exchange
+from s2_spark._http import Exchange, Response
 from s2_spark.errors import DurableStreamsError, MalformedResponseError
 from s2_spark.retry import AttemptOutcome, ResumableRead, RetryLoop, run_attempts
 from s2_spark.wire.durable import (
@@ -114,7 +114,7 @@ class ReadChunk:
         return values
 
 
-def _next_offset(resp: httpx.Response, offset: str) -> str:
+def _next_offset(resp: Response, offset: str) -> str:
     next_offset: str | None = resp.headers.get("stream-next-offset")
     if resp.status_code == 304:
         next_offset = next_offset or offset
@@ -127,16 +127,16 @@ def _next_offset(resp: httpx.Response, offset: str) -> str:
     return next_offset
 
 
-def flag(resp: httpx.Response, name: str) -> bool:
+def flag(resp: Response, name: str) -> bool:
     """A boolean protocol header ("true" or absent)."""
     return str(resp.headers.get(name, "")).lower() == "true"
 
 
-def _up_to_date(resp: httpx.Response) -> bool:
+def _up_to_date(resp: Response) -> bool:
     return flag(resp, "stream-up-to-date") or resp.status_code == 204
 
 
-def parse_chunk(resp: httpx.Response, offset: str, content_type: str | None) -> ReadChunk:
+def parse_chunk(resp: Response, offset: str, content_type: str | None) -> ReadChunk:
     """Build a chunk from a catch-up or long-poll answer (200, 204 or 304)."""
     return ReadChunk(
         data=resp.content if resp.status_code == 200 else b"",
@@ -248,7 +248,7 @@ class StreamReader(ResumableRead[ReadChunk]):
         if self.cursor:
             params["cursor"] = self.cursor
         headers = {**self._headers, "accept": "text/event-stream"}
-        exchange = Exchange()
+        exchange = Exchange(traced=False)  # reads: stale or not is all that counts
         try:
             with self._t.stream(
                 self._url, params=params, headers=headers, read=self._t.config.live_timeout,
@@ -267,7 +267,7 @@ class StreamReader(ResumableRead[ReadChunk]):
         return "done" if self.closed else "reconnect"
 
     def _sse_events(
-        self, resp: httpx.Response, base64: bool, loop: RetryLoop
+        self, resp: Response, base64: bool, loop: RetryLoop
     ) -> Generator[ReadChunk, None, None]:
         parser = SSEParser()
         pending: list[str] = []
@@ -383,7 +383,7 @@ class PieceReader(ResumableRead[ReadPiece]):
         """One answer, piece by piece."""
         if self.closed or self.up_to_date:
             return "done"
-        exchange = Exchange()
+        exchange = Exchange(traced=False)  # reads: stale or not is all that counts
         try:
             with self._t.stream(self._url, params={"offset": self.offset}, headers=self._headers,
                                 read=self._t.config.request_timeout, exchange=exchange) as resp:
@@ -398,7 +398,7 @@ class PieceReader(ResumableRead[ReadPiece]):
             return error_from_transport(exc, self._target, "read", exchange)
         return "reconnect"
 
-    def _pieces(self, resp: httpx.Response, loop: RetryLoop) -> Generator[ReadPiece, None, None]:
+    def _pieces(self, resp: Response, loop: RetryLoop) -> Generator[ReadPiece, None, None]:
         answer = ReadPiece(
             None, b"", self.offset, _next_offset(resp, self.offset), last=False,
             up_to_date=_up_to_date(resp), closed=flag(resp, "stream-closed"),

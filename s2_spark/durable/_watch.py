@@ -19,12 +19,11 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
+from s2_spark._http import AsyncResponse, Response, timeouts
 from s2_spark._tail_watch import Answer, ClientSettings, LongPollWatch, Poll
 
 from ._reads import flag, is_json
-from ._transport import _USER_AGENT, Transport
+from ._transport import Transport, query, split_url
 
 __all__ = ["REPOLL_PAUSE", "DurableTailWatch"]
 
@@ -51,9 +50,9 @@ class DurableTailWatch(LongPollWatch[Position]):
         settings = ClientSettings(
             # The read timeout is the sync client's for live reads: longer than the
             # server's long-poll timeout.
-            timeout=httpx.Timeout(connect=cfg.connect_timeout, read=cfg.live_timeout,
-                                  write=cfg.request_timeout, pool=None),
-            headers={"user-agent": _USER_AGENT, **cfg.headers},
+            timeout=timeouts(connect=cfg.connect_timeout, read=cfg.live_timeout,
+                             write=cfg.request_timeout, pool=None),
+            headers=[*transport.base_headers(), (b"accept-encoding", b"identity")],
             tls=cfg.tls,
         )
         super().__init__(settings, limit=limit, repoll_pause=repoll_pause,
@@ -73,6 +72,13 @@ class DurableTailWatch(LongPollWatch[Position]):
 
     def _poller(self, stream: str, position: Position) -> Poll:
         return _OffsetPoll(self, stream, self._config.stream_url(stream), position)
+
+    async def _long_poll(self, stream: str, url: str, query: str) -> AsyncResponse:
+        """(Loop thread) a long-poll read of `url` (streamed: the caller reads or closes)."""
+        base, path = split_url(url)
+        resp = await self._get(stream, base, path + query, streamed=True)
+        assert isinstance(resp, AsyncResponse)
+        return resp
 
 
 class _OffsetPoll:
@@ -95,9 +101,8 @@ class _OffsetPoll:
         cursor = self._watch._cursors.get(self._stream)
         if cursor:
             params["cursor"] = cursor
-        client = self._watch._client_for(self._stream)
-        async with client.stream("GET", self._url, params=params,
-                                 headers={"accept-encoding": "identity"}) as resp:
+        resp = await self._watch._long_poll(self._stream, self._url, query(params))
+        try:
             if resp.headers.get("stream-cursor"):
                 self._watch._cursors[self._stream] = resp.headers["stream-cursor"]
             if resp.status_code == 204:
@@ -107,8 +112,10 @@ class _OffsetPoll:
             if await _has_data(resp):
                 return Answer.NEWS
             return self._moved(resp)
+        finally:
+            await resp.aclose()
 
-    def _moved(self, resp: httpx.Response) -> Answer:
+    def _moved(self, resp: Response) -> Answer:
         """An answer without data: closed there, or the same position at a new offset."""
         if flag(resp, "stream-closed"):
             return Answer.ENDED
@@ -119,7 +126,7 @@ class _OffsetPoll:
         return Answer.NOTHING
 
 
-async def _has_data(resp: httpx.Response) -> bool:
+async def _has_data(resp: AsyncResponse) -> bool:
     """Whether a 200 answer holds data, from its first bytes: it may hold everything from
     the offset on (servers need not cut it), which the watch has no use for. A JSON
     stream's empty answer is `[]`."""

@@ -43,6 +43,8 @@ log = logging.getLogger("s2_spark.spark")
 IDLE_WAIT = 1.0
 #: Driver lookups (tails, starting positions) sent at the same time.
 LOOKUPS_IN_FLIGHT = 32
+#: Streams the tail watch cannot hold that one plan looks up (see `_unwatched_skipped`).
+UNWATCHED_PER_PLAN = 256
 #: Ranges of a packed partition read at the same time, and the size (records) of a range
 #: that may be read ahead of its turn (larger ones are read when their turn comes).
 READS_IN_FLIGHT = 16
@@ -243,9 +245,11 @@ class RangeStreamReader(DataSourceStreamReader):
         self._watch: StreamWatch | Literal[False] | None = None
         self._discovered: tuple[float, list[str]] | None = None
         self._idle = False  # the last plan found nothing new
+        # Streams the watch cannot hold, in the order they are looked up in turn.
+        self._unwatched: list[str] = []
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_watch": None, "_discovered": None}
+        return {**self.__dict__, "_watch": None, "_discovered": None, "_unwatched": []}
 
     def stop(self) -> None:
         if self._watch:
@@ -352,6 +356,7 @@ class RangeStreamReader(DataSourceStreamReader):
                 watch.wait(quiet, IDLE_WAIT)
                 quiet = watch.quiet(known)
             streams -= quiet
+            streams -= self._unwatched_skipped(streams)
         found_tails = _per_stream(self._tail_or_none, sorted(streams))
         if self._available_now and self._target is None:
             self._target = {s: tail for s, tail in found_tails.items() if tail is not None}
@@ -386,8 +391,20 @@ class RangeStreamReader(DataSourceStreamReader):
         self._idle = end == start
         if self._watch:
             selection = self._options.selection
-            self._watch.watch({s: p for s, p in end.items() if selection.matches(s)})
+            over = self._watch.watch({s: p for s, p in end.items() if selection.matches(s)})
+            if set(self._unwatched) != over:
+                self._unwatched = sorted(over)
         return end
+
+    def _unwatched_skipped(self, streams: set[str]) -> set[str]:
+        """Of the streams the watch cannot hold, those this plan leaves alone: a plan
+        looks up `UNWATCHED_PER_PLAN` of them, in turn, so each is still looked up every
+        few plans but a plan's cost and requests stay bounded at any count."""
+        rest = self._unwatched
+        if len(rest) <= UNWATCHED_PER_PLAN:
+            return set()
+        self._unwatched = rest[UNWATCHED_PER_PLAN:] + rest[:UNWATCHED_PER_PLAN]
+        return set(rest[UNWATCHED_PER_PLAN:]) & streams
 
     def _ends(self, start: dict[str, Any], begin: dict[str, Position],
               tails: dict[str, Position], max_records: int | None) -> dict[str, Position]:

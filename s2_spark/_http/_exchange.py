@@ -1,56 +1,56 @@
-"""The HTTP seam both protocol clients share (no pyspark, no protocol).
+"""What one request did on the wire, and a transport failure as a typed error.
 
-* `http_client`: the one httpx client a service client owns: pool limits, no redirects,
-  proxies and CA bundles from the standard environment (`HTTPS_PROXY`, `HTTP_PROXY`,
-  `NO_PROXY`, `SSL_CERT_FILE`, `SSL_CERT_DIR`), and the settings of a `TlsConfig`.
-* `Exchange`: what one request did on the wire, from httpcore's trace events: whether it
-  went out on a pooled connection, was sent completely, got a response. After a transport
-  failure that tells whether the request cannot have taken effect (`unsent`) and whether
-  the pooled connection was already dead (`stale`: closed by the server, a proxy or a load
-  balancer while idle), which is no failure of the service at all.
+* `Exchange`: from httpcore's trace events, whether a request went out on a pooled
+  connection, was sent completely, got a response. After a transport failure that tells
+  whether the request cannot have taken effect (`unsent`) and whether the pooled
+  connection was already dead (`stale`: closed by the server, a proxy or a load balancer
+  while idle), which is no failure of the service at all.
 * `transport_error`: a transport failure as a typed error, TLS problems told apart.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
-from s2_spark._tls import TlsConfig, tls_problem
+from s2_spark._tls import tls_problem
 from s2_spark.errors import ServiceError, TlsError
 
-__all__ = ["POOL_LIMITS", "Exchange", "failure_summary", "http_client", "transport_error"]
+__all__ = ["Exchange", "failure_summary", "transport_error"]
 
-POOL_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=16)
-"""Connections per service client; at most this many idle ones can go stale at once."""
-
-def http_client(
-    *,
-    timeout: httpx.Timeout,
-    headers: Mapping[str, str],
-    tls: TlsConfig | None = None,
-    transport: httpx.BaseTransport | None = None,
-) -> httpx.Client:
-    """An HTTP/1.1 client honouring the standard proxy and CA environment variables."""
-    return httpx.Client(
-        transport=transport,
-        timeout=timeout,
-        limits=POOL_LIMITS,
-        headers=dict(headers),
-        follow_redirects=False,
-        trust_env=True,
-        verify=tls.ssl_context() if tls is not None else True,
+#: The step of each httpcore trace event an `Exchange` follows, by the event's full name
+#: (its layer, then what happened: "http11.send_request_headers.started").
+_STEPS = {
+    f"{layer}.{event}": step
+    for layer in ("connection", "http11", "http2", "proxy")
+    for event, step in (
+        ("connect_tcp.started", "new_connection"),
+        ("start_tls.complete", "tls"),
+        ("send_request_headers.started", "used"),
+        ("send_request_headers.complete", "headers_sent"),
+        ("send_request_body.complete", "sent"),
+        ("receive_response_headers.complete", "response_started"),
     )
+}
 
 
 class Exchange:
-    """Trace of one request (pass it as `extensions={"trace": exchange}`)."""
+    """What one request did on the wire: give it to `HttpClient.send` as `trace`.
 
-    __slots__ = ("headers_sent", "new_connection", "response_started", "sent", "used")
+    `traced` (the default) follows httpcore's trace events, which is what telling an
+    unsent request apart needs (an append that may not be repeated unless it never
+    left). Untraced, the client only notes whether the request met a new connection and
+    whether a response began: enough to know a dead pooled connection (`stale`), at a
+    fraction of the cost (a small request sends ten trace events). Then `unsent` holds
+    only for failures to connect.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("headers_sent", "new_connection", "response_started", "sent", "traced",
+                 "used")
+
+    def __init__(self, *, traced: bool = True) -> None:
+        self.traced = traced
         self.used = False  # a connection took the request (no trace: a mock transport)
         self.new_connection = False
         self.headers_sent = False
@@ -58,19 +58,14 @@ class Exchange:
         self.response_started = False
 
     def __call__(self, event: str, info: dict[str, Any]) -> None:
-        if event.endswith(".connect_tcp.started"):
-            self.new_connection = True
-        elif event.endswith(".start_tls.complete"):
+        step = _STEPS.get(event)
+        if step is None:
+            return
+        if step == "tls":
             # Through a proxy the CONNECT request is traced too: start over after it.
             self.headers_sent = self.sent = self.response_started = False
-        elif event.endswith(".send_request_headers.started"):
-            self.used = True
-        elif event.endswith(".send_request_headers.complete"):
-            self.headers_sent = True
-        elif event.endswith(".send_request_body.complete"):
-            self.sent = True
-        elif event.endswith(".receive_response_headers.complete"):
-            self.response_started = True
+        else:
+            setattr(self, step, True)
 
     @property
     def extensions(self) -> dict[str, Any]:
@@ -82,7 +77,7 @@ class Exchange:
         body (an S2S session) is acted on as it arrives: then only its headers count."""
         if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
             return True
-        if not self.used or self.response_started:
+        if not self.traced or not self.used or self.response_started:
             return False
         return not self.headers_sent if streamed else not self.sent
 

@@ -1,0 +1,389 @@
+"""The HTTP seam both protocol clients send through: requests built once per origin and
+handed straight to httpcore's connection pools, the transport under httpx.
+
+httpx's `Client` merges URLs, headers and cookies, runs auth and redirect flows and
+builds rich request and response objects on every call: about half the client CPU of a
+small request (a tail lookup, a one-record read or append, a long-poll). The protocol
+clients need none of it: their origins, headers and timeouts are known up front. So they
+name an `Origin` once, keep their header lists, and send through `HttpClient` (threads)
+or `AsyncHttpClient` (the tail watch's event loop), which keep what httpx would:
+
+* proxies from the environment, chosen once per origin (`_routes`), CONNECT for https;
+* TLS with the system of `s2_spark._tls` (private CAs, client certificates);
+* httpcore's trace events for `Exchange`, and httpx's exception types, so failures are
+  told apart exactly as before (`transport_error`);
+* bodies decoded per Content-Encoding (`Response`).
+
+`network`, an httpx transport, replaces the pools (tests use `httpx.MockTransport`).
+"""
+
+from __future__ import annotations
+
+import ssl
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+from urllib.parse import quote, urlsplit
+
+import httpcore
+import httpx
+
+from s2_spark._tls import TlsConfig, ssl_context_for
+
+from ._exchange import Exchange
+from ._response import AsyncResponse, Response, _Decoder
+from ._routes import PoolLimits, Route, route_for
+
+__all__ = [
+    "AsyncHttpClient",
+    "HttpClient",
+    "Origin",
+    "encode_headers",
+    "partial_body",
+    "query",
+    "split_url",
+    "timeouts",
+]
+
+Headers = list[tuple[bytes, bytes]]
+Timeouts = dict[str, float | None]
+
+#: httpcore's exceptions and the httpx ones callers know (most specific first).
+_MAPPED: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout),
+    (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.TimeoutException, httpx.TimeoutException),
+    (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError),
+    (httpcore.WriteError, httpx.WriteError),
+    (httpcore.NetworkError, httpx.NetworkError),
+    (httpcore.ProxyError, httpx.ProxyError),
+    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
+    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
+    (httpcore.ProtocolError, httpx.ProtocolError),
+)
+
+
+def timeouts(*, connect: float, read: float | None, write: float,
+             pool: float | None) -> Timeouts:
+    """A request's timeouts in seconds, as httpcore takes them (None: no limit)."""
+    return {"connect": connect, "read": read, "write": write, "pool": pool}
+
+
+@dataclass(frozen=True, eq=False)
+class Origin:
+    """Where requests to one base URL go: scheme, host, port, the path they all start with
+    (`prefix`), the Host header, and the pool of the route to it."""
+
+    base_url: str
+    scheme: bytes
+    host: bytes
+    port: int
+    prefix: bytes
+    host_header: bytes
+    pool: Any = field(repr=False)
+
+    def url(self, target: bytes) -> httpcore.URL:
+        return httpcore.URL(scheme=self.scheme, host=self.host, port=self.port,
+                            target=self.prefix + target)
+
+
+def encode_headers(headers: Mapping[str, str]) -> Headers:
+    """Header pairs as the seam sends them."""
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+
+def query(params: Mapping[str, Any] | None, *, after: str = "") -> str:
+    """`?a=1&b=x` (values percent-encoded; "&..." when `after` has a query already), or
+    "" without parameters."""
+    if not params:
+        return ""
+    pairs = (f"{k}={v}" if type(v) is int else f"{quote(k, safe='')}={quote(str(v), safe='')}"
+             for k, v in params.items())
+    return ("&" if "?" in after else "?") + "&".join(pairs)
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """`url` as its origin ("scheme://host:port") and the rest (path and query)."""
+    parts = urlsplit(url)
+    rest = parts.path or "/"
+    if parts.query:
+        rest += "?" + parts.query
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}", rest
+
+
+def _split(base_url: str) -> tuple[str, str, int, str, str]:
+    """(scheme, host, port, path prefix, Host header) of an http(s) base URL."""
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http:// or https:// URL: {base_url!r}")
+    default = 443 if parts.scheme == "https" else 80
+    port = parts.port or default
+    shown = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    host_header = shown if port == default else f"{shown}:{port}"
+    return parts.scheme, parts.hostname, port, parts.path.rstrip("/"), host_header
+
+
+class _Connects(threading.local):
+    """Connections this thread has opened (see `_CountingBackend`)."""
+
+    count = 0
+
+
+_CONNECTS = _Connects()
+#: Failures of a request that a connection had taken (not connect or pool failures).
+_CONNECTION_FAILURES = (httpcore.ReadError, httpcore.WriteError, httpcore.RemoteProtocolError,
+                        httpcore.ReadTimeout, httpcore.WriteTimeout)
+
+
+class _CountingBackend(httpcore.SyncBackend):
+    """Counts the connections each thread opens: a request that failed without opening
+    one failed on a pooled connection (what an untraced `Exchange` needs to know)."""
+
+    def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
+        _CONNECTS.count += 1
+        return super().connect_tcp(*args, **kwargs)
+
+
+class _Seam:
+    """Origins and the pools behind them (one per route), shared by both flavours."""
+
+    _asynchronous = False
+
+    def __init__(self, *, tls: TlsConfig | None = None, limits: PoolLimits | None = None,
+                 network: httpx.BaseTransport | None = None,
+                 ssl_context: Callable[[], ssl.SSLContext] | None = None) -> None:
+        """`ssl_context` makes the context (clients that share one pass its maker), by
+        default from `tls` on first use."""
+        self._tls = tls
+        self._limits = limits or PoolLimits()
+        self._network = network
+        self._ssl_context = ssl_context or self._own_ssl_context
+        self._ssl: ssl.SSLContext | None = None
+        self._pools: dict[tuple[Route, bool], Any] = {}
+        self._origins: dict[str, Origin] = {}
+        self._lock = threading.Lock()
+
+    def origin(self, base_url: str) -> Origin:
+        """The origin of `base_url` (made once; its route is fixed from then on)."""
+        found = self._origins.get(base_url)
+        if found is not None:
+            return found
+        scheme, host, port, prefix, host_header = _split(base_url)
+        route = route_for(scheme, host, port)
+        with self._lock:
+            tls = scheme == "https" or (route.proxy or "").startswith("https:")
+            pool = self._pools.get((route, tls))
+            if pool is None and self._network is None:
+                pool = self._pools[(route, tls)] = route.pool(
+                    self._ssl_context() if tls else None, self._limits,
+                    asynchronous=self._asynchronous,
+                    backend=None if self._asynchronous else _CountingBackend())
+            origin = self._origins[base_url] = Origin(
+                base_url, scheme.encode(), host.encode(), port, prefix.encode(),
+                host_header.encode(), pool)
+        return origin
+
+    def _own_ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = ssl_context_for(self._tls)
+        return self._ssl
+
+    def _request(self, method: bytes, origin: Origin, target: bytes, headers: Headers,
+                 content: bytes | None, timeout: Timeouts, trace: Any) -> httpcore.Request:
+        head = [(b"host", origin.host_header), *headers]
+        if content is not None:
+            head.append((b"content-length", b"%d" % len(content)))
+        ext: dict[str, Any] = {"timeout": timeout}
+        if trace is not None:
+            ext["trace"] = trace
+        return _Request(method, origin.url(target), head, content or b"", ext)
+
+
+class _Request(httpcore.Request):
+    """An httpcore request from parts that are valid by construction (bytes from the
+    origin and the protocol clients' own header lists): httpcore's constructor checks
+    every header with `isinstance` against `typing` aliases, a tenth of a small
+    request's client CPU."""
+
+    def __init__(self, method: bytes, url: httpcore.URL, headers: Headers, content: bytes,
+                 extensions: dict[str, Any]) -> None:
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.stream = _Body(content)
+        self.extensions = extensions
+
+
+class _Body:
+    """A request body sent whole, to threads or to an event loop."""
+
+    __slots__ = ("_content",)
+
+    def __init__(self, content: bytes) -> None:
+        self._content = content
+
+    def __iter__(self) -> Iterator[bytes]:
+        if self._content:
+            yield self._content
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._content:
+            yield self._content
+
+
+def _reraise(exc: Exception, request: httpcore.Request,
+             partial: bytes | None = None) -> NoReturn:
+    """Raise an httpcore failure as the httpx exception of its kind (others as they are).
+    `partial`: the body that arrived before the failure, kept on the exception for
+    callers that can use a prefix (an unencoded body only)."""
+    failure: Exception = exc
+    for core, mapped in _MAPPED:
+        if isinstance(exc, core):
+            failure = mapped(str(exc), request=httpx.Request(request.method.decode(),
+                                                             _text(request.url)))
+            break
+    if partial is not None and isinstance(failure, httpx.TransportError):
+        failure.partial = partial  # type: ignore[attr-defined]
+    if failure is exc:
+        raise exc
+    raise failure from exc
+
+
+def partial_body(exc: httpx.TransportError) -> bytes | None:
+    """What arrived of a successful answer's body before `exc` cut it short, or None."""
+    return getattr(exc, "partial", None)
+
+
+def _text(url: httpcore.URL) -> str:
+    return f"{url.scheme.decode()}://{url.host.decode()}:{url.port}{url.target.decode()}"
+
+
+def _encoding(raw_headers: Headers) -> str:
+    for name, value in raw_headers:
+        if name.lower() == b"content-encoding":
+            return value.decode("latin-1").strip().lower()
+    return ""
+
+
+def _read_whole(status: int, chunks: Iterable[bytes], raw_headers: Headers,
+                request: httpcore.Request, close: Callable[[], object]) -> bytes:
+    """The whole body, decoded. A failure of a successful (2xx) answer keeps the prefix
+    that arrived (`partial_body`), when the body is not encoded."""
+    encoding = _encoding(raw_headers)
+    got: list[bytes] = []
+    try:
+        for chunk in chunks:
+            got.append(chunk)
+    except Exception as exc:
+        keep = 200 <= status < 300 and encoding in ("", "identity")
+        _reraise(exc, request, b"".join(got) if keep else None)
+    finally:
+        close()
+    body = b"".join(got)
+    return _Decoder(encoding).decode(body) if encoding else body
+
+
+class HttpClient(_Seam):
+    """Sends requests from any thread; `close()` closes every connection."""
+
+    def send(self, method: bytes, origin: Origin, target: bytes, headers: Headers, *,
+             content: bytes | None = None, timeout: Timeouts, trace: Exchange | None = None,
+             stream: bool = False) -> Response:
+        """Send one request; the response is read whole unless `stream`. `headers` are
+        sent as they are after Host (and Content-Length for a body). `trace` notes what
+        the request did (see `Exchange`)."""
+        traced = trace if trace is not None and trace.traced else None
+        request = self._request(method, origin, target, headers, content, timeout, traced)
+        if self._network is not None:
+            return self._via_network(request, stream)
+        connects = _CONNECTS.count
+        try:
+            resp = origin.pool.handle_request(request)
+        except Exception as exc:
+            if trace is not None and traced is None:
+                trace.used = isinstance(exc, _CONNECTION_FAILURES)
+                trace.new_connection = _CONNECTS.count != connects
+            _reraise(exc, request)
+        if trace is not None:
+            trace.response_started = True
+        if stream:
+            return Response(resp.status, resp.headers, chunks=self._chunks(resp, request),
+                            close=resp.close)
+        return Response(resp.status, resp.headers, content=_read_whole(
+            resp.status, resp.iter_stream(), resp.headers, request, resp.close))
+
+    @staticmethod
+    def _chunks(resp: httpcore.Response, request: httpcore.Request) -> Iterator[bytes]:
+        try:
+            yield from resp.iter_stream()
+        except Exception as exc:
+            _reraise(exc, request)
+        finally:
+            resp.close()
+
+    def _via_network(self, request: httpcore.Request, stream: bool) -> Response:
+        """Through the httpx transport that replaces the pools."""
+        assert self._network is not None
+        sent = httpx.Request(
+            request.method.decode(), _text(request.url), headers=request.headers,
+            content=b"".join(request.stream),  # type: ignore[arg-type]
+            extensions=request.extensions)
+        resp = self._network.handle_request(sent)
+        chunks = iter(resp.stream)  # type: ignore[arg-type]
+        if stream:
+            return Response(resp.status_code, resp.headers.raw, chunks=chunks, close=resp.close)
+        return Response(resp.status_code, resp.headers.raw, content=_read_whole(
+            resp.status_code, chunks, resp.headers.raw, request, resp.close))
+
+    def close(self) -> None:
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+            self._origins.clear()
+        for pool in pools:
+            pool.close()
+        if self._network is not None:
+            self._network.close()
+
+
+class AsyncHttpClient(_Seam):
+    """Sends requests from one asyncio event loop."""
+
+    _asynchronous = True
+
+    async def send(self, method: bytes, origin: Origin, target: bytes, headers: Headers, *,
+                   timeout: Timeouts, stream: bool = False) -> Response:
+        """Send one request; the response is read whole unless `stream` (then it is an
+        `AsyncResponse` to read or close)."""
+        request = self._request(method, origin, target, headers, None, timeout, None)
+        try:
+            resp = await origin.pool.handle_async_request(request)
+        except Exception as exc:
+            _reraise(exc, request)
+        chunks = self._chunks(resp, request)
+        if stream:
+            return AsyncResponse(resp.status, resp.headers, chunks=chunks, close=resp.aclose)
+        body = [chunk async for chunk in chunks]
+        return Response(resp.status, resp.headers, content=_read_whole(
+            resp.status, body, resp.headers, request, lambda: None))
+
+    @staticmethod
+    async def _chunks(resp: httpcore.Response,
+                      request: httpcore.Request) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in resp.aiter_stream():
+                yield chunk
+        except Exception as exc:
+            _reraise(exc, request)
+        finally:
+            await resp.aclose()
+
+    async def aclose(self) -> None:
+        pools, self._pools = list(self._pools.values()), {}
+        self._origins.clear()
+        for pool in pools:
+            await pool.aclose()

@@ -1,0 +1,96 @@
+"""Which way a request to an origin goes: straight there, or through the proxy that the
+standard environment names for it, and the httpcore connection pool that takes that way.
+
+Proxies come from `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` and `NO_PROXY` (upper or lower
+case, read with the standard library's rules) in the environment of each process, as
+httpx's `trust_env` reads them: an `https://` origin goes through a CONNECT tunnel, an
+`http://` one is forwarded. The choice is made once per origin, not per request.
+"""
+
+from __future__ import annotations
+
+import ssl
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import httpcore
+
+__all__ = ["PoolLimits", "Route", "route_for"]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolLimits:
+    """Connections one pool opens at most, and keeps open while idle (for how long)."""
+
+    max_connections: int = 64
+    max_keepalive: int = 16
+    keepalive_expiry: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """No proxy (`proxy` None), or the proxy's URL and credentials (never shown)."""
+
+    proxy: str | None = None
+
+    def __repr__(self) -> str:
+        return "Route(direct)" if self.proxy is None else "Route(proxy)"
+
+    def pool(self, ssl_context: ssl.SSLContext | None, limits: PoolLimits, *,
+             asynchronous: bool, backend: Any = None) -> Any:
+        """A new httpcore pool taking this route (`asynchronous`: for asyncio), opening
+        connections through `backend` (httpcore's default when None)."""
+        common: dict[str, Any] = {
+            "ssl_context": ssl_context,
+            "max_connections": limits.max_connections,
+            "max_keepalive_connections": limits.max_keepalive,
+            "keepalive_expiry": limits.keepalive_expiry,
+            "network_backend": backend,
+        }
+        if self.proxy is None:
+            cls: Any = httpcore.AsyncConnectionPool if asynchronous else httpcore.ConnectionPool
+            return cls(**common)
+        parts = urlsplit(self.proxy)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                f"the proxy named by the environment ({parts.scheme}://{parts.hostname}) is "
+                "not supported: use an http:// or https:// proxy URL in HTTPS_PROXY / "
+                "HTTP_PROXY"
+            )
+        auth = None
+        if parts.username is not None:
+            auth = (unquote(parts.username), unquote(parts.password or ""))
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        url = httpcore.URL(scheme=parts.scheme.encode(), host=parts.hostname.encode(),
+                           port=port, target=b"/")
+        cls = httpcore.AsyncHTTPProxy if asynchronous else httpcore.HTTPProxy
+        return cls(proxy_url=url, proxy_auth=auth, **common)
+
+
+def route_for(scheme: str, host: str, port: int) -> Route:
+    """The route to `scheme://host:port` that the environment asks for now."""
+    proxies = urllib.request.getproxies_environment()
+    proxy = proxies.get(scheme) or proxies.get("all")
+    if not proxy or _bypassed(host, port, proxies.get("no", "")):
+        return Route()
+    return Route(proxy if "://" in proxy else f"http://{proxy}")
+
+
+def _bypassed(host: str, port: int, no_proxy: str) -> bool:
+    """Whether NO_PROXY exempts the host: `*`, the host itself, or a domain it is in
+    (`example.com` and `.example.com` both cover `api.example.com`), with `:port` when
+    an entry names one."""
+    host = host.lower().strip("[]")
+    for entry in (e.strip().lower() for e in no_proxy.split(",")):
+        if entry == "*":
+            return True
+        name, _, entry_port = entry.rpartition(":") if entry.count(":") == 1 else (
+            entry, "", "")
+        name = name.strip("[]").lstrip(".")
+        if not name or (entry_port and entry_port != str(port)):
+            continue
+        if host == name or host.endswith("." + name):
+            return True
+    return False
