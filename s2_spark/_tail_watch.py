@@ -32,20 +32,21 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import httpx
 
 from s2_spark._closeable import Closeable
-from s2_spark._http import AsyncHttpClient, PoolLimits, Response
+from s2_spark._http import LongPollConnection, PollTimeouts, Response
 from s2_spark._tls import TlsConfig, ssl_context_for
 
 __all__ = [
+    "CONNECTS_AT_ONCE",
     "FD_RESERVE",
-    "SHARD_CONNECTIONS",
     "Answer",
     "ClientSettings",
     "LongPollWatch",
+    "News",
     "Poll",
     "jittered_wait",
     "raise_open_files_limit",
@@ -57,8 +58,9 @@ log = logging.getLogger("s2_spark.watch")
 #: Open files a process keeps for everything but the watch's connections (the protocol
 #: clients' pools, Spark's own sockets and files); see `watch_limit`.
 FD_RESERVE = 1024
-#: Connections per pool (see `LongPollWatch._client_for`).
-SHARD_CONNECTIONS = 50
+#: Connections a watch opens at the same time (a new watch of 10,000 streams would
+#: otherwise flood the service's accept queue and time out).
+CONNECTS_AT_ONCE = 128
 _RETRY_DELAYS = (0.1, 0.5, 1.0, 2.0, 5.0)
 
 P = TypeVar("P")
@@ -78,29 +80,29 @@ class Answer(enum.Enum):
     ENDED = "ended"
 
 
+@dataclass(frozen=True, slots=True)
+class News(Generic[P]):
+    """`Answer.NEWS`, with the stream's tail as the answer told it: the caller may plan up
+    to it without asking the stream again (see `LongPollWatch.news_tails`)."""
+
+    tail: P
+
+
 #: One long-poll of one stream at one position; raising `httpx.HTTPError` or `ValueError`
 #: counts as `Answer.FAILED`. Made by `LongPollWatch._poller`, which may keep state in it.
-Poll = Callable[[], Awaitable[Answer]]
+Poll = Callable[[], Awaitable["Answer | News[Any]"]]
 
 
 @dataclass(frozen=True)
 class ClientSettings:
-    """How the watch's connection pools reach the service, taken from the protocol
-    client's own settings so both talk to it alike: timeouts (`s2_spark._http.timeouts`;
-    the read timeout must exceed the longest long-poll wait), the headers every poll
-    carries (credentials: kept out of repr) and TLS."""
+    """How the watch's connections reach the service, taken from the protocol client's
+    own settings so both talk to it alike: timeouts (the read timeout must exceed the
+    longest long-poll wait), the headers every poll carries (credentials: kept out of
+    repr) and TLS."""
 
-    timeout: dict[str, float | None]
+    timeout: PollTimeouts
     headers: list[tuple[bytes, bytes]] = field(default_factory=list, repr=False)
     tls: TlsConfig | None = None
-
-
-@dataclass(eq=False)
-class _Shard:
-    """One connection pool of a watch, and how many streams use it."""
-
-    client: AsyncHttpClient
-    streams: int = 0
 
 
 def watch_limit() -> int:
@@ -162,6 +164,7 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         self._want: dict[str, P] = {}  # stream -> position to watch from
         self._quiet: dict[str, P] = {}  # stream -> position a poll is waiting at
         self._changed: set[str] = set()  # got data since the caller last watched it
+        self._tails: dict[str, P] = {}  # the tail news came with, if it came with one
         self._pending: set[str] = set()  # touched by `watch`, not yet seen by `_sync`
         self._said_over = False
         self._closed = False
@@ -169,9 +172,8 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         # connections and which one each stream uses.
         self._tasks: dict[str, tuple[P, asyncio.Task[None]]] = {}
         self._polled: set[str] = set()  # given a poll, and still watched
-        self._shards: list[_Shard] = []
-        self._shard_of: dict[str, _Shard] = {}
-        self._roomy: list[_Shard] = []  # shards that may have room (the last is tried)
+        self._conns: dict[str, LongPollConnection] = {}  # one per polled stream
+        self._connects: asyncio.Semaphore
         self._ssl: ssl.SSLContext | None = None
         self._stopped: asyncio.Event
         self._loop = asyncio.new_event_loop()
@@ -200,13 +202,11 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         return f"stream {stream!r}"
 
     def _forget(self, stream: str) -> None:
-        """(Loop thread) `stream` is not watched any more: free its place in a pool.
+        """(Loop thread) `stream` is not watched any more: close its connection.
         Subclasses that keep something per stream drop it too, then call this."""
-        shard = self._shard_of.pop(stream, None)
-        if shard is not None:
-            shard.streams -= 1
-            if shard.streams == SHARD_CONNECTIONS - 1:
-                self._roomy.append(shard)
+        conn = self._conns.pop(stream, None)
+        if conn is not None:
+            conn.close()
 
     # -- the caller's side (any thread) ---------------------------------------------------
 
@@ -228,16 +228,20 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
             touched = [s for s in self._want if s not in wanted]
             for stream in touched:
                 del self._want[stream]
-                self._quiet.pop(stream, None)
-                self._changed.discard(stream)
+                self._forget_news(stream)
             for stream, pos in wanted.items():
                 if self._want.get(stream) != pos or stream in self._changed:
                     self._want[stream] = pos
-                    self._quiet.pop(stream, None)
-                    self._changed.discard(stream)
+                    self._forget_news(stream)
                     touched.append(stream)
             self._schedule(touched)
         return set(over)
+
+    def _forget_news(self, stream: str) -> None:
+        """(Under the lock) what is known of `stream` is out of date."""
+        self._quiet.pop(stream, None)
+        self._changed.discard(stream)
+        self._tails.pop(stream, None)
 
     def _schedule(self, streams: Iterable[str]) -> None:
         """(Under the lock) have the loop thread bring these streams' polls in line with
@@ -246,6 +250,12 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         self._pending.update(streams)
         if self._pending and (before == 0 or self._closed):
             self._loop.call_soon_threadsafe(self._sync)
+
+    def news_tails(self, streams: Iterable[str]) -> dict[str, P]:
+        """Of these streams, those whose news came with their tail, and that tail: a
+        position to plan up to without asking (records may have come after it since)."""
+        with self._lock:
+            return {s: self._tails[s] for s in streams if s in self._tails}
 
     def quiet(self, positions: Mapping[str, P]) -> set[str]:
         """The streams known to have nothing at or after the given positions."""
@@ -280,45 +290,28 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
 
     async def _main(self) -> None:
         self._stopped = asyncio.Event()
+        self._connects = asyncio.Semaphore(CONNECTS_AT_ONCE)
         self._ready.set()
         await self._stopped.wait()
         tasks = [task for _, task in self._tasks.values()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for shard in self._shards:
-            await shard.client.aclose()
+        for conn in self._conns.values():
+            conn.close()
 
     async def _get(self, stream: str, base_url: str, target: str, *,
-                   streamed: bool = False) -> Response:
-        """(Loop thread) GET `base_url` + `target` from `stream`'s pool with the settings'
-        headers and timeouts; `streamed`: an `AsyncResponse` to read or close."""
-        client = self._client_for(stream)
-        return await client.send(b"GET", client.origin(base_url), target.encode(),
-                                 self._settings.headers, timeout=self._settings.timeout,
-                                 stream=streamed)
-
-    def _client_for(self, stream: str) -> AsyncHttpClient:
-        """(Loop thread) the client whose pool `stream`'s polls use. httpcore looks at
-        every connection of a pool on each request and response, so the polls are spread
-        over pools of at most `SHARD_CONNECTIONS` connections: the cost of one stream's
-        poll then does not grow with the number of streams watched."""
-        shard = self._shard_of.get(stream)
-        if shard is None:
-            while self._roomy and self._roomy[-1].streams >= SHARD_CONNECTIONS:
-                self._roomy.pop()
-            shard = self._shard_of[stream] = self._roomy[-1] if self._roomy else (
-                self._new_shard())
-            shard.streams += 1
-        return shard.client
-
-    def _new_shard(self) -> _Shard:
-        """A pool set up as the protocol client's own (proxies from the environment too)."""
-        limits = PoolLimits(max_connections=SHARD_CONNECTIONS, max_keepalive=SHARD_CONNECTIONS)
-        client = AsyncHttpClient(limits=limits, ssl_context=self._ssl_context)
-        self._shards.append(_Shard(client))
-        self._roomy.append(self._shards[-1])
-        return self._shards[-1]
+                   head_only: bool = False) -> Response:
+        """(Loop thread) GET `base_url` + `target` on `stream`'s own connection, with the
+        settings' headers and timeouts (see `LongPollConnection.get`)."""
+        conn = self._conns.get(stream)
+        if conn is None:
+            conn = self._conns[stream] = LongPollConnection(base_url, self._ssl_context)
+        if not conn.connected:
+            async with self._connects:
+                await conn.connect(self._settings.timeout)
+        return await conn.get(target, self._settings.headers, self._settings.timeout,
+                              head_only=head_only)
 
     def _ssl_context(self) -> ssl.SSLContext:
         """(Loop thread) one TLS context for every pool, made when the first needs it."""
@@ -377,6 +370,9 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         failures = 0
         while self._arm(stream, pos):
             answer = await self._ask(stream, poll)
+            if isinstance(answer, News):
+                self._report(stream, pos, final=True, tail=answer.tail)
+                return
             if answer is Answer.NOTHING:
                 failures = 0
                 if self._repoll_pause > 0:
@@ -390,7 +386,7 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
             failures += 1
             await asyncio.sleep(_RETRY_DELAYS[min(failures, len(_RETRY_DELAYS)) - 1])
 
-    async def _ask(self, stream: str, poll: Poll) -> Answer:
+    async def _ask(self, stream: str, poll: Poll) -> Answer | News[Any]:
         """One poll; transport failures and malformed answers are `FAILED` (the type of
         the failure is logged, never a URL or a header)."""
         try:
@@ -408,13 +404,16 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
             self._quiet[stream] = pos
             return True
 
-    def _report(self, stream: str, pos: P, *, final: bool) -> None:
+    def _report(self, stream: str, pos: P, *, final: bool, tail: P | None = None) -> None:
         """`stream` is not quiet at `pos` any more; `final`: stop polling it until the
-        caller watches it again. Dropped when the caller has moved on from `pos`."""
+        caller watches it again (`tail`: where the answer put its tail). Dropped when the
+        caller has moved on from `pos`."""
         with self._news:
             if self._want.get(stream) != pos:
                 return
             self._quiet.pop(stream, None)
             if final:
                 self._changed.add(stream)
+                if tail is not None:
+                    self._tails[stream] = tail
             self._news.notify_all()

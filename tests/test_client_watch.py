@@ -83,7 +83,7 @@ def test_streams_past_the_limit_are_not_watched_but_named(basin: BasinClient) ->
     assert watch.quiet({"a": 0}) == set()  # closed: nothing is known any more
 
 
-def test_many_streams_spread_over_small_pools_and_each_is_seen(basin: BasinClient) -> None:
+def test_many_streams_each_on_its_own_connection_and_each_is_seen(basin: BasinClient) -> None:
     names = [f"m{k:03d}" for k in range(120)]
     for name in names:
         basin.create_stream(name)
@@ -92,7 +92,8 @@ def test_many_streams_spread_over_small_pools_and_each_is_seen(basin: BasinClien
         positions = dict.fromkeys(names, 0)
         watch.watch(positions)
         until(lambda: watch.quiet(positions) == set(names), "all 120 are quiet")
-        assert [s.streams for s in watch._shards] == [50, 50, 20]
+        assert len(watch._conns) == 120
+        until(lambda: all(c.connected for c in watch._conns.values()), "120 connections")
         basin.stream("m077").append([AppendRecord(b"z")])
         until(lambda: watch.quiet(positions) == set(names) - {"m077"}, "m077 has news")
     finally:

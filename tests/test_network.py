@@ -9,6 +9,7 @@ proxy (`http_proxy.HttpProxy`) for CONNECT tunnels and plain forwarding.
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -219,6 +220,8 @@ def tls_server(certs: Certs) -> Iterator[LocalS2Server]:
 
 
 def round_trip(url: str, basin: str, tls: TlsConfig | None, **kw: Any) -> list[bytes]:
+    """Appends, a read session and a unary read; then the tail watch's long-polls (their
+    own connections) see the stream quiet, and see a record appended to it."""
     with S2Client(S2Config(endpoint=url, tls=tls, **kw)) as c:
         c.ensure_basin(basin)
         c.basin(basin).ensure_stream("s")
@@ -227,7 +230,20 @@ def round_trip(url: str, basin: str, tls: TlsConfig | None, **kw: Any) -> list[b
         out = [b for x in s.read_session(seq_num=0, count=1500)
                for b in x.batch.column("body").to_pylist()]
         assert s.read(seq_num=0, count=10).count == 10
+        watched_news(c.basin(basin), s, 1500)
         return out
+
+
+def watched_news(basin: Any, stream: Any, tail: int) -> None:
+    with basin.watch_tails(wait=2) as watch:
+        watch.watch({"s": tail})
+        deadline = time.monotonic() + 20
+        while watch.quiet({"s": tail}) != {"s"}:
+            assert time.monotonic() < deadline, "the watch never polled"
+            time.sleep(0.02)
+        stream.append([AppendRecord(b"news")])
+        watch.wait({"s"}, timeout=20)
+        assert watch.quiet({"s": tail}) == set()
 
 
 def test_a_private_ca_is_trusted_through_the_ca_option(
@@ -326,6 +342,17 @@ def test_durable_streams_through_a_forwarding_proxy(
     lines = http_proxy.request_lines
     assert f"PUT {ds_server.url}{path} HTTP/1.1" in lines
     assert any(line.startswith(f"GET {ds_server.url}{path}?offset=-1") for line in lines)
+
+
+def test_the_tail_watch_goes_through_a_forwarding_proxy(
+    http_proxy: HttpProxy, s2_server: Any, filled: str
+) -> None:
+    with S2Client(S2Config(endpoint=s2_server.url)) as client:
+        before = len(http_proxy.request_lines)
+        watched_news(client.basin(filled), client.basin(filled).stream("s"), 1000)
+    polls = [line for line in http_proxy.request_lines[before:]
+             if line.startswith(f"GET {s2_server.url}/v1/streams/s/records?seq_num=1000")]
+    assert polls  # absolute-form long-polls, forwarded
 
 
 def test_no_proxy_is_honoured(

@@ -103,8 +103,10 @@ def test_a_batch_read_of_many_streams_packs_them_into_few_tasks(env: Env, spark:
 def test_idle_plans_wait_on_the_watch_and_see_an_append_to_any_stream(
     env: Env, s2_server: Any
 ) -> None:
-    """Over 60 idle streams, plans after the first ask the service nothing about quiet
-    streams; an append to one of them is planned, exactly, by the next plan that sees it."""
+    """Over 60 idle streams (more than one pool of connections once held), plans after the
+    first ask the service nothing about quiet streams; an append to one of them is
+    planned, exactly, by the next plan that sees it, up to the tail the watch's answer
+    gave."""
     env.fill("idle-", [2] * 60)
     reader = S2DataSource(env.options(streamPrefix="idle-")).streamReader(
         None)  # type: ignore[arg-type]
@@ -131,6 +133,8 @@ def test_idle_plans_wait_on_the_watch_and_see_an_append_to_any_stream(
             latest = plan_all_available(reader, end)
         appender.join()
         assert latest == {**end, "idle-041": 3}
+        # The long-poll's answer carried the tail: the plan did not ask for it.
+        assert s2_server.request_counts().get("check_tail", 0) == before.get("check_tail", 0)
         assert list(reader.partitions(end, latest)) == [RangePartition("idle-041", 2, 3)]
     finally:
         reader.stop()

@@ -1,14 +1,14 @@
 """The HTTP seam both protocol clients share (no pyspark, no protocol).
 
-* `HttpClient` / `AsyncHttpClient`: prebuilt requests onto httpcore's connection pools
-  (the transport under httpx), with proxies and CAs from the standard environment and the
-  settings of a `TlsConfig`; `Origin` names a base URL once; `Response` is what comes back.
+* `HttpClient`: prebuilt requests onto httpcore's connection pools (the transport under
+  httpx), with proxies and CAs from the standard environment and the settings of a
+  `TlsConfig`; `Origin` names a base URL once; `Response` is what comes back.
+* `LongPollConnection`: one stream's long-polls for the tail watch, on asyncio.
 * `Exchange`: what one request did on the wire (sent whole? on a reused connection?),
   and `transport_error`: a transport failure as a typed error, TLS problems told apart.
 """
 
 from s2_spark._http._client import (
-    AsyncHttpClient,
     HttpClient,
     Origin,
     encode_headers,
@@ -18,17 +18,19 @@ from s2_spark._http._client import (
     timeouts,
 )
 from s2_spark._http._exchange import Exchange, failure_summary, transport_error
-from s2_spark._http._response import AsyncResponse, Headers, Response
+from s2_spark._http._long_poll import HEAD_BYTES, LongPollConnection, PollTimeouts
+from s2_spark._http._response import Headers, Response
 from s2_spark._http._routes import PoolLimits
 
 __all__ = [
+    "HEAD_BYTES",
     "POOL_LIMITS",
-    "AsyncHttpClient",
-    "AsyncResponse",
     "Exchange",
     "Headers",
     "HttpClient",
+    "LongPollConnection",
     "Origin",
+    "PollTimeouts",
     "PoolLimits",
     "Response",
     "encode_headers",

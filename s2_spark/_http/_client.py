@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ssl
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 from urllib.parse import quote, urlsplit
@@ -32,11 +32,10 @@ import httpx
 from s2_spark._tls import TlsConfig, ssl_context_for
 
 from ._exchange import Exchange
-from ._response import AsyncResponse, Response, _Decoder
+from ._response import Response, _Decoder
 from ._routes import PoolLimits, Route, route_for
 
 __all__ = [
-    "AsyncHttpClient",
     "HttpClient",
     "Origin",
     "encode_headers",
@@ -149,61 +148,6 @@ class _CountingBackend(httpcore.SyncBackend):
         return super().connect_tcp(*args, **kwargs)
 
 
-class _Seam:
-    """Origins and the pools behind them (one per route), shared by both flavours."""
-
-    _asynchronous = False
-
-    def __init__(self, *, tls: TlsConfig | None = None, limits: PoolLimits | None = None,
-                 network: httpx.BaseTransport | None = None,
-                 ssl_context: Callable[[], ssl.SSLContext] | None = None) -> None:
-        """`ssl_context` makes the context (clients that share one pass its maker), by
-        default from `tls` on first use."""
-        self._tls = tls
-        self._limits = limits or PoolLimits()
-        self._network = network
-        self._ssl_context = ssl_context or self._own_ssl_context
-        self._ssl: ssl.SSLContext | None = None
-        self._pools: dict[tuple[Route, bool], Any] = {}
-        self._origins: dict[str, Origin] = {}
-        self._lock = threading.Lock()
-
-    def origin(self, base_url: str) -> Origin:
-        """The origin of `base_url` (made once; its route is fixed from then on)."""
-        found = self._origins.get(base_url)
-        if found is not None:
-            return found
-        scheme, host, port, prefix, host_header = _split(base_url)
-        route = route_for(scheme, host, port)
-        with self._lock:
-            tls = scheme == "https" or (route.proxy or "").startswith("https:")
-            pool = self._pools.get((route, tls))
-            if pool is None and self._network is None:
-                pool = self._pools[(route, tls)] = route.pool(
-                    self._ssl_context() if tls else None, self._limits,
-                    asynchronous=self._asynchronous,
-                    backend=None if self._asynchronous else _CountingBackend())
-            origin = self._origins[base_url] = Origin(
-                base_url, scheme.encode(), host.encode(), port, prefix.encode(),
-                host_header.encode(), pool)
-        return origin
-
-    def _own_ssl_context(self) -> ssl.SSLContext:
-        if self._ssl is None:
-            self._ssl = ssl_context_for(self._tls)
-        return self._ssl
-
-    def _request(self, method: bytes, origin: Origin, target: bytes, headers: Headers,
-                 content: bytes | None, timeout: Timeouts, trace: Any) -> httpcore.Request:
-        head = [(b"host", origin.host_header), *headers]
-        if content is not None:
-            head.append((b"content-length", b"%d" % len(content)))
-        ext: dict[str, Any] = {"timeout": timeout}
-        if trace is not None:
-            ext["trace"] = trace
-        return _Request(method, origin.url(target), head, content or b"", ext)
-
-
 class _Request(httpcore.Request):
     """An httpcore request from parts that are valid by construction (bytes from the
     origin and the protocol clients' own header lists): httpcore's constructor checks
@@ -220,7 +164,7 @@ class _Request(httpcore.Request):
 
 
 class _Body:
-    """A request body sent whole, to threads or to an event loop."""
+    """A request body sent whole."""
 
     __slots__ = ("_content",)
 
@@ -231,9 +175,6 @@ class _Body:
         if self._content:
             yield self._content
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        if self._content:
-            yield self._content
 
 
 def _reraise(exc: Exception, request: httpcore.Request,
@@ -288,8 +229,52 @@ def _read_whole(status: int, chunks: Iterable[bytes], raw_headers: Headers,
     return _Decoder(encoding).decode(body) if encoding else body
 
 
-class HttpClient(_Seam):
+class HttpClient:
     """Sends requests from any thread; `close()` closes every connection."""
+
+    def __init__(self, *, tls: TlsConfig | None = None, limits: PoolLimits | None = None,
+                 network: httpx.BaseTransport | None = None) -> None:
+        self._tls = tls
+        self._limits = limits or PoolLimits()
+        self._network = network
+        self._ssl: ssl.SSLContext | None = None
+        self._pools: dict[tuple[Route, bool], Any] = {}
+        self._origins: dict[str, Origin] = {}
+        self._lock = threading.Lock()
+
+    def origin(self, base_url: str) -> Origin:
+        """The origin of `base_url` (made once; its route is fixed from then on)."""
+        found = self._origins.get(base_url)
+        if found is not None:
+            return found
+        scheme, host, port, prefix, host_header = _split(base_url)
+        route = route_for(scheme, host, port)
+        with self._lock:
+            tls = scheme == "https" or (route.proxy or "").startswith("https:")
+            pool = self._pools.get((route, tls))
+            if pool is None and self._network is None:
+                pool = self._pools[(route, tls)] = route.pool(
+                    self._ssl_context() if tls else None, self._limits,
+                    backend=_CountingBackend())
+            origin = self._origins[base_url] = Origin(
+                base_url, scheme.encode(), host.encode(), port, prefix.encode(),
+                host_header.encode(), pool)
+        return origin
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = ssl_context_for(self._tls)
+        return self._ssl
+
+    def _request(self, method: bytes, origin: Origin, target: bytes, headers: Headers,
+                 content: bytes | None, timeout: Timeouts, trace: Any) -> httpcore.Request:
+        head = [(b"host", origin.host_header), *headers]
+        if content is not None:
+            head.append((b"content-length", b"%d" % len(content)))
+        ext: dict[str, Any] = {"timeout": timeout}
+        if trace is not None:
+            ext["trace"] = trace
+        return _Request(method, origin.url(target), head, content or b"", ext)
 
     def send(self, method: bytes, origin: Origin, target: bytes, headers: Headers, *,
              content: bytes | None = None, timeout: Timeouts, trace: Exchange | None = None,
@@ -348,42 +333,3 @@ class HttpClient(_Seam):
             pool.close()
         if self._network is not None:
             self._network.close()
-
-
-class AsyncHttpClient(_Seam):
-    """Sends requests from one asyncio event loop."""
-
-    _asynchronous = True
-
-    async def send(self, method: bytes, origin: Origin, target: bytes, headers: Headers, *,
-                   timeout: Timeouts, stream: bool = False) -> Response:
-        """Send one request; the response is read whole unless `stream` (then it is an
-        `AsyncResponse` to read or close)."""
-        request = self._request(method, origin, target, headers, None, timeout, None)
-        try:
-            resp = await origin.pool.handle_async_request(request)
-        except Exception as exc:
-            _reraise(exc, request)
-        chunks = self._chunks(resp, request)
-        if stream:
-            return AsyncResponse(resp.status, resp.headers, chunks=chunks, close=resp.aclose)
-        body = [chunk async for chunk in chunks]
-        return Response(resp.status, resp.headers, content=_read_whole(
-            resp.status, body, resp.headers, request, lambda: None))
-
-    @staticmethod
-    async def _chunks(resp: httpcore.Response,
-                      request: httpcore.Request) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in resp.aiter_stream():
-                yield chunk
-        except Exception as exc:
-            _reraise(exc, request)
-        finally:
-            await resp.aclose()
-
-    async def aclose(self) -> None:
-        pools, self._pools = list(self._pools.values()), {}
-        self._origins.clear()
-        for pool in pools:
-            await pool.aclose()

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import httpx
 
-__all__ = ["AsyncResponse", "Headers", "Response"]
+__all__ = ["Headers", "Response"]
 
 Chunks = Iterator[bytes]
-AsyncChunks = AsyncIterator[bytes]
 
 
 class Headers(Mapping[str, str]):
@@ -171,34 +170,3 @@ class Response:
         close, self._close = self._close, None
         if close is not None:
             close()
-
-
-class AsyncResponse(Response):
-    """A streamed response on an asyncio event loop: read it or `aclose()` it."""
-
-    __slots__ = ("_achunks", "_aclose")
-
-    def __init__(self, status_code: int, headers: list[tuple[bytes, bytes]], *,
-                 chunks: AsyncChunks, close: Callable[[], Awaitable[None]]) -> None:
-        super().__init__(status_code, headers)
-        self._achunks: AsyncChunks | None = chunks
-        self._aclose: Callable[[], Awaitable[None]] | None = close
-
-    async def aiter_bytes(self) -> AsyncChunks:
-        """The body decoded, as it arrives."""
-        chunks, self._achunks = self._achunks, None
-        if chunks is None:
-            raise httpx.StreamConsumed()
-        decoder = _Decoder(self.headers.get("content-encoding", "").strip().lower())
-        try:
-            async for raw in chunks:
-                data = decoder.decode(raw)
-                if data:
-                    yield data
-        finally:
-            await self.aclose()
-
-    async def aclose(self) -> None:
-        close, self._aclose = self._aclose, None
-        if close is not None:
-            await close()

@@ -39,9 +39,9 @@ class Route:
         return "Route(direct)" if self.proxy is None else "Route(proxy)"
 
     def pool(self, ssl_context: ssl.SSLContext | None, limits: PoolLimits, *,
-             asynchronous: bool, backend: Any = None) -> Any:
-        """A new httpcore pool taking this route (`asynchronous`: for asyncio), opening
-        connections through `backend` (httpcore's default when None)."""
+             backend: Any = None) -> Any:
+        """A new httpcore pool taking this route, opening connections through `backend`
+        (httpcore's default when None)."""
         common: dict[str, Any] = {
             "ssl_context": ssl_context,
             "max_connections": limits.max_connections,
@@ -50,8 +50,7 @@ class Route:
             "network_backend": backend,
         }
         if self.proxy is None:
-            cls: Any = httpcore.AsyncConnectionPool if asynchronous else httpcore.ConnectionPool
-            return cls(**common)
+            return httpcore.ConnectionPool(**common)
         parts = urlsplit(self.proxy)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(
@@ -65,8 +64,7 @@ class Route:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         url = httpcore.URL(scheme=parts.scheme.encode(), host=parts.hostname.encode(),
                            port=port, target=b"/")
-        cls = httpcore.AsyncHTTPProxy if asynchronous else httpcore.HTTPProxy
-        return cls(proxy_url=url, proxy_auth=auth, **common)
+        return httpcore.HTTPProxy(proxy_url=url, proxy_auth=auth, **common)
 
 
 def route_for(scheme: str, host: str, port: int) -> Route:

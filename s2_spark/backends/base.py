@@ -45,11 +45,14 @@ class StreamWatch(Protocol):
     cannot hold (more than the process may keep connections for): the caller looks those
     up itself. `quiet` says which of the others certainly have nothing at or after those
     positions (a record appended a moment ago may still be on its way: it shows at a
-    later plan); `wait` returns when one of `streams` stops being quiet, or after
-    `timeout` seconds.
+    later plan); `news_tails` gives, for streams that got records, the tail their news
+    came with where it came with one (the caller may plan up to it without asking);
+    `wait` returns when one of `streams` stops being quiet, or after `timeout` seconds.
     """
 
     def watch(self, positions: Mapping[str, Any]) -> set[str]: ...
+
+    def news_tails(self, streams: Iterable[str]) -> dict[str, Any]: ...
 
     def quiet(self, positions: Mapping[str, Any]) -> set[str]: ...
 

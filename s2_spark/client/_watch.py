@@ -13,12 +13,13 @@ from urllib.parse import quote
 
 from google.protobuf.message import DecodeError
 
-from s2_spark._http import timeouts
+from s2_spark._http import PollTimeouts
 from s2_spark._proto import s2_pb2
 from s2_spark._tail_watch import (
     Answer,
     ClientSettings,
     LongPollWatch,
+    News,
     Poll,
     jittered_wait,
     watch_limit,
@@ -30,7 +31,7 @@ __all__ = ["WATCH_WAIT", "TailWatch", "watch_limit"]
 
 #: Seconds a long-poll waits server-side at most (S2 allows up to 60); each waits between
 #: half that and that.
-WATCH_WAIT = 20
+WATCH_WAIT = 40
 
 
 class TailWatch(LongPollWatch[int]):
@@ -45,8 +46,7 @@ class TailWatch(LongPollWatch[int]):
         self._wait = wait
         cfg = transport.config
         settings = ClientSettings(
-            timeout=timeouts(connect=cfg.connect_timeout, read=wait + cfg.request_timeout,
-                             write=cfg.request_timeout, pool=None),
+            timeout=PollTimeouts(connect=cfg.connect_timeout, read=wait + cfg.request_timeout),
             headers=[*transport.base_headers(basin), (b"accept", b"application/protobuf")],
             tls=cfg.tls,
         )
@@ -56,14 +56,17 @@ class TailWatch(LongPollWatch[int]):
         """A read of one record from `position` that waits a random part of `wait`."""
         path = f"/streams/{quote(stream, safe='')}/records?seq_num={position}&count=1&wait="
 
-        async def poll() -> Answer:
+        async def poll() -> Answer | News[int]:
             resp = await self._get(stream, self._base_url, f"{path}{jittered_wait(self._wait)}")
             if resp.status_code != 200:
                 return Answer.FAILED
             try:
-                records = s2_pb2.ReadBatch.FromString(resp.content).records
+                batch = s2_pb2.ReadBatch.FromString(resp.content)
             except DecodeError:
                 return Answer.FAILED
-            return Answer.NEWS if records else Answer.NOTHING
+            if not batch.records:
+                return Answer.NOTHING
+            # A record that came while the read waited comes with the tail (s2-lite).
+            return News(batch.tail.seq_num) if batch.HasField("tail") else Answer.NEWS
 
         return poll

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from s2_spark._http import AsyncResponse, Response, timeouts
+from s2_spark._http import PollTimeouts, Response
 from s2_spark._tail_watch import Answer, ClientSettings, LongPollWatch, Poll
 
 from ._reads import flag, is_json
@@ -50,8 +50,7 @@ class DurableTailWatch(LongPollWatch[Position]):
         settings = ClientSettings(
             # The read timeout is the sync client's for live reads: longer than the
             # server's long-poll timeout.
-            timeout=timeouts(connect=cfg.connect_timeout, read=cfg.live_timeout,
-                             write=cfg.request_timeout, pool=None),
+            timeout=PollTimeouts(connect=cfg.connect_timeout, read=cfg.live_timeout),
             headers=[*transport.base_headers(), (b"accept-encoding", b"identity")],
             tls=cfg.tls,
         )
@@ -73,12 +72,10 @@ class DurableTailWatch(LongPollWatch[Position]):
     def _poller(self, stream: str, position: Position) -> Poll:
         return _OffsetPoll(self, stream, self._config.stream_url(stream), position)
 
-    async def _long_poll(self, stream: str, url: str, query: str) -> AsyncResponse:
-        """(Loop thread) a long-poll read of `url` (streamed: the caller reads or closes)."""
+    async def _long_poll(self, stream: str, url: str, query: str) -> Response:
+        """(Loop thread) a long-poll read of `url`: its answer's head is enough."""
         base, path = split_url(url)
-        resp = await self._get(stream, base, path + query, streamed=True)
-        assert isinstance(resp, AsyncResponse)
-        return resp
+        return await self._get(stream, base, path + query, head_only=True)
 
 
 class _OffsetPoll:
@@ -102,18 +99,15 @@ class _OffsetPoll:
         if cursor:
             params["cursor"] = cursor
         resp = await self._watch._long_poll(self._stream, self._url, query(params))
-        try:
-            if resp.headers.get("stream-cursor"):
-                self._watch._cursors[self._stream] = resp.headers["stream-cursor"]
-            if resp.status_code == 204:
-                return Answer.ENDED if flag(resp, "stream-closed") else Answer.NOTHING
-            if resp.status_code != 200:
-                return Answer.FAILED
-            if await _has_data(resp):
-                return Answer.NEWS
-            return self._moved(resp)
-        finally:
-            await resp.aclose()
+        if resp.headers.get("stream-cursor"):
+            self._watch._cursors[self._stream] = resp.headers["stream-cursor"]
+        if resp.status_code == 204:
+            return Answer.ENDED if flag(resp, "stream-closed") else Answer.NOTHING
+        if resp.status_code != 200:
+            return Answer.FAILED
+        if _has_data(resp):
+            return Answer.NEWS
+        return self._moved(resp)
 
     def _moved(self, resp: Response) -> Answer:
         """An answer without data: closed there, or the same position at a new offset."""
@@ -126,24 +120,13 @@ class _OffsetPoll:
         return Answer.NOTHING
 
 
-async def _has_data(resp: AsyncResponse) -> bool:
-    """Whether a 200 answer holds data, from its first bytes: it may hold everything from
-    the offset on (servers need not cut it), which the watch has no use for. A JSON
+def _has_data(resp: Response) -> bool:
+    """Whether a 200 answer holds data, from the head of its body (it may hold everything
+    from the offset on: servers need not cut it, and the watch has no use for it). A JSON
     stream's empty answer is `[]`."""
+    head = resp.content.lstrip()
     if not is_json(resp.headers.get("content-type")):
-        async for chunk in resp.aiter_bytes():
-            if chunk:
-                return True
-        return False
-    head = b""
-    async for chunk in resp.aiter_bytes():
-        head = (head + chunk).lstrip()
-        if not head:
-            continue
-        if head[:1] != b"[":
-            return True  # not an array: let the caller's own read make sense of it
-        rest = head[1:].lstrip()
-        if rest:
-            return rest[:1] != b"]"
-        head = b"["
-    return False
+        return bool(resp.content)
+    if head[:1] != b"[":
+        return bool(head)  # not an array: let the caller's own read make sense of it
+    return head[1:].lstrip()[:1] not in (b"]", b"")

@@ -21,6 +21,7 @@ from s2_spark.backends._batches import coalesced, read_in_order
 from s2_spark.backends.base import DataLossHandler, ReadSettings, StreamBackend, StreamWatch
 from s2_spark.errors import DataLossError, NotFoundError
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
+from s2_spark.spark._discovery import Discovery
 from s2_spark.spark.options import BoundSpec, OptionError, ReadOptions
 from s2_spark.spark.planning import (
     PackedPartition,
@@ -243,13 +244,19 @@ class RangeStreamReader(DataSourceStreamReader):
         # Driver only (dropped when pickled for tasks): the backend's watch (False: it has
         # none) and the last discovery (when, what).
         self._watch: StreamWatch | Literal[False] | None = None
-        self._discovered: tuple[float, list[str]] | None = None
+        self._discovered: Discovery | None = None
         self._idle = False  # the last plan found nothing new
         # Streams the watch cannot hold, in the order they are looked up in turn.
         self._unwatched: list[str] = []
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_watch": None, "_discovered": None, "_unwatched": []}
+        """What a task needs to read: the backend and the options. The driver's planning
+        state (positions of every stream, the watch) stays behind: pickled into every
+        task it made each task's start grow with the number of streams."""
+        return {"backend": self._backend, "options": self._options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["backend"], state["options"])  # type: ignore[misc]
 
     def stop(self) -> None:
         if self._watch:
@@ -305,16 +312,16 @@ class RangeStreamReader(DataSourceStreamReader):
             return {s for s, end in self._target.items()
                     if s not in start or backend.is_after(end, start[s])}
         selection = self._options.selection
-        return {s for s in start if selection.matches(s)} | set(self._discover())
+        return {s for s in start if selection.matches(s)} | set(self._discovery().recent())
 
-    def _discover(self, *, fresh: bool = False) -> list[str]:
-        """The selected streams that exist, listed again at most every discoveryIntervalMs
-        unless `fresh` (explicitly named streams are never listed)."""
-        now = time.monotonic()
-        if fresh or self._discovered is None or now - self._discovered[0] >= (
-                self._options.discovery_interval_ms / 1000):
-            self._discovered = (now, _Planner(self._backend, self._options).discover())
-        return self._discovered[1]
+    def _discovery(self) -> Discovery:
+        """The selected streams that exist, listed again every discoveryIntervalMs
+        (explicitly named streams are never listed)."""
+        if self._discovered is None:
+            planner = _Planner(self._backend, self._options)
+            self._discovered = Discovery(planner.discover,
+                                         self._options.discovery_interval_ms / 1000)
+        return self._discovered
 
     def _tails_of_new_streams(self, start: dict[str, Any], tails: dict[str, Position],
                               plan_began: float) -> dict[str, Position]:
@@ -322,12 +329,13 @@ class RangeStreamReader(DataSourceStreamReader):
         that it has not seen: `processAllAvailable()` and idle queries see a stream
         created a moment ago, while busy plans list only every discoveryIntervalMs."""
         backend = self._backend
+        listed_at = self._discovery().listed_at
         if (self._options.selection.prefix is None or self._target is not None
-                or (self._discovered is not None and self._discovered[0] >= plan_began)
+                or (listed_at is not None and listed_at >= plan_began)
                 or any(s not in start or backend.is_after(t, start[s])
                        for s, t in tails.items())):
             return {}
-        new = [s for s in self._discover(fresh=True) if s not in start and s not in tails]
+        new = [s for s in self._discovery().now() if s not in start and s not in tails]
         found = _per_stream(self._tail_or_none, new)
         return {s: tail for s, tail in found.items() if tail is not None}
 
@@ -357,7 +365,12 @@ class RangeStreamReader(DataSourceStreamReader):
                 quiet = watch.quiet(known)
             streams -= quiet
             streams -= self._unwatched_skipped(streams)
-        found_tails = _per_stream(self._tail_or_none, sorted(streams))
+            told = watch.news_tails(streams)
+            streams -= told.keys()
+        else:
+            told = {}
+        found_tails: dict[str, Position | None] = {
+            **told, **_per_stream(self._tail_or_none, sorted(streams))}
         if self._available_now and self._target is None:
             self._target = {s: tail for s, tail in found_tails.items() if tail is not None}
         tails: dict[str, Position] = {}

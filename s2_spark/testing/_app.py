@@ -18,6 +18,7 @@ import base64
 import binascii
 import hmac
 import json
+import math
 import threading
 import time
 import zlib
@@ -709,7 +710,8 @@ class S2App:
         entries: list[bytes] = []
         tail: tuple[int, int] | None = None
         wait_mode = False
-        async for out in read_session(self.store, stream, start, spec, self.heartbeat_interval):
+        # Heartbeats tell a unary read only that it caught up (the first): no more.
+        async for out in read_session(self.store, stream, start, spec, math.inf):
             if isinstance(out, Batch):
                 entries.extend(out.entries)
                 tail = out.tail

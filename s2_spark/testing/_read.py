@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -165,7 +166,8 @@ async def read_session(
                 timeout = min(timeout, deadline - now)
             event = stream.changed_event()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), timeout)
+                async with asyncio.timeout(timeout if timeout != math.inf else None):
+                    await event.wait()
 
 
 def wall_ms() -> int:
