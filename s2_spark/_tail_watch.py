@@ -37,7 +37,7 @@ from typing import Any, Generic, TypeVar
 import httpx
 
 from s2_spark._closeable import Closeable
-from s2_spark._http import LongPollConnection, PollTimeouts, Response
+from s2_spark._http import AsyncConnection, AsyncTimeouts, Response
 from s2_spark._tls import TlsConfig, ssl_context_for
 
 __all__ = [
@@ -100,7 +100,7 @@ class ClientSettings:
     longest long-poll wait), the headers every poll carries (credentials: kept out of
     repr) and TLS."""
 
-    timeout: PollTimeouts
+    timeout: AsyncTimeouts
     headers: list[tuple[bytes, bytes]] = field(default_factory=list, repr=False)
     tls: TlsConfig | None = None
 
@@ -172,7 +172,7 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         # connections and which one each stream uses.
         self._tasks: dict[str, tuple[P, asyncio.Task[None]]] = {}
         self._polled: set[str] = set()  # given a poll, and still watched
-        self._conns: dict[str, LongPollConnection] = {}  # one per polled stream
+        self._conns: dict[str, AsyncConnection] = {}  # one per polled stream
         self._connects: asyncio.Semaphore
         self._ssl: ssl.SSLContext | None = None
         self._stopped: asyncio.Event
@@ -303,18 +303,18 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
     async def _get(self, stream: str, base_url: str, target: str, *,
                    head_only: bool = False) -> Response:
         """(Loop thread) GET `base_url` + `target` on `stream`'s own connection, with the
-        settings' headers and timeouts (see `LongPollConnection.get`)."""
+        settings' headers and timeouts (see `AsyncConnection.request`)."""
         conn = self._conns.get(stream)
         if conn is None:
-            conn = self._conns[stream] = LongPollConnection(base_url, self._ssl_context)
+            conn = self._conns[stream] = AsyncConnection(base_url, self._ssl_context)
         if not conn.connected:
             async with self._connects:
                 await conn.connect(self._settings.timeout)
-        return await conn.get(target, self._settings.headers, self._settings.timeout,
-                              head_only=head_only)
+        return await conn.request(b"GET", target, self._settings.headers,
+                                  self._settings.timeout, head_only=head_only)
 
     def _ssl_context(self) -> ssl.SSLContext:
-        """(Loop thread) one TLS context for every pool, made when the first needs it."""
+        """(Loop thread) one TLS context for every connection, made when one needs it."""
         if self._ssl is None:
             self._ssl = ssl_context_for(self._settings.tls)
         return self._ssl

@@ -3,11 +3,14 @@
 * `HttpClient`: prebuilt requests onto httpcore's connection pools (the transport under
   httpx), with proxies and CAs from the standard environment and the settings of a
   `TlsConfig`; `Origin` names a base URL once; `Response` is what comes back.
-* `LongPollConnection`: one stream's long-polls for the tail watch, on asyncio.
+* `AsyncConnection`: HTTP/1.1 on asyncio, one request at a time: each watched stream's
+  long-polls, and the connections of a `Fanout` (many small requests at once).
+* `Fanout`: the calls of a batch sent together from threaded code, on one event loop.
 * `Exchange`: what one request did on the wire (sent whole? on a reused connection?),
   and `transport_error`: a transport failure as a typed error, TLS problems told apart.
 """
 
+from s2_spark._http._async_connection import HEAD_BYTES, AsyncConnection, AsyncTimeouts
 from s2_spark._http._client import (
     HttpClient,
     Origin,
@@ -18,19 +21,21 @@ from s2_spark._http._client import (
     timeouts,
 )
 from s2_spark._http._exchange import Exchange, failure_summary, transport_error
-from s2_spark._http._long_poll import HEAD_BYTES, LongPollConnection, PollTimeouts
+from s2_spark._http._fanout import Call, Fanout
 from s2_spark._http._response import Headers, Response
 from s2_spark._http._routes import PoolLimits
 
 __all__ = [
     "HEAD_BYTES",
     "POOL_LIMITS",
+    "AsyncConnection",
+    "AsyncTimeouts",
+    "Call",
     "Exchange",
+    "Fanout",
     "Headers",
     "HttpClient",
-    "LongPollConnection",
     "Origin",
-    "PollTimeouts",
     "PoolLimits",
     "Response",
     "encode_headers",

@@ -254,14 +254,15 @@ class HttpClient:
             pool = self._pools.get((route, tls))
             if pool is None and self._network is None:
                 pool = self._pools[(route, tls)] = route.pool(
-                    self._ssl_context() if tls else None, self._limits,
+                    self.ssl_context() if tls else None, self._limits,
                     backend=_CountingBackend())
             origin = self._origins[base_url] = Origin(
                 base_url, scheme.encode(), host.encode(), port, prefix.encode(),
                 host_header.encode(), pool)
         return origin
 
-    def _ssl_context(self) -> ssl.SSLContext:
+    def ssl_context(self) -> ssl.SSLContext:
+        """The context this client verifies servers with (made on first use)."""
         if self._ssl is None:
             self._ssl = ssl_context_for(self._tls)
         return self._ssl

@@ -14,7 +14,7 @@ import functools
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 import pyarrow as pa
@@ -66,22 +66,17 @@ def _merge(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
 
 
 class ReadAhead(Iterator[T]):
-    """`produce()` iterated in another thread from construction on, at most `depth` items
-    ahead of the caller: a daemon thread of its own, or one `spawn` provides (a pool's).
-    Its exceptions are raised to the caller, in order. `close()` stops it at its next
-    item, which closes the inner iterator (and its HTTP response)."""
+    """`produce()` iterated in a daemon thread from construction on, at most `depth` items
+    ahead of the caller. Its exceptions are raised to the caller, in order. `close()`
+    stops it at its next item, which closes the inner iterator (and its HTTP response)."""
 
-    def __init__(self, produce: Callable[[], Iterator[T]], depth: int = READ_AHEAD, *,
-                 spawn: Callable[[Callable[[], None]], object] | None = None) -> None:
+    def __init__(self, produce: Callable[[], Iterator[T]], depth: int = READ_AHEAD) -> None:
         self._items: queue.Queue[tuple[object, BaseException | None]] = queue.Queue(depth)
         self._stop = threading.Event()
         self._finished = threading.Event()
         self._done = False
-        run = functools.partial(self._run, produce)
-        if spawn is None:
-            threading.Thread(target=run, name="s2-spark-read-ahead", daemon=True).start()
-        else:
-            spawn(run)
+        threading.Thread(target=functools.partial(self._run, produce),
+                         name="s2-spark-read-ahead", daemon=True).start()
 
     def _put(self, item: object, error: BaseException | None = None) -> bool:
         while not self._stop.is_set():
@@ -95,8 +90,6 @@ class ReadAhead(Iterator[T]):
     def _run(self, produce: Callable[[], Iterator[T]]) -> None:
         it: Iterator[T] | None = None
         try:
-            if self._stop.is_set():
-                return  # closed before a pool thread got to it
             it = produce()
             for item in it:
                 if not self._put(item):
@@ -150,30 +143,36 @@ def read_in_order(
     """The items of every source, source after source, as if read one by one.
 
     Meanwhile up to `ahead` of the sources that follow the current one and that
-    `prefetch(index)` allows (small ones: each holds up to `READ_AHEAD` items) are already
-    being read by a pool of `ahead` threads (a thread started per source would cost more
-    than a small source's read); the rest are read when their turn comes. Memory stays
-    bounded and the order is exactly the sources' order. The pool runs sources in the
-    order they were queued, so the current one is always running or done.
+    `prefetch(index)` allows (small ones: each is read whole, into a list) are already
+    being read by a pool of `ahead` threads; the rest are read when their turn comes.
+    Memory stays bounded (`ahead` small sources) and the order is exactly the sources'
+    order; a source's failure is raised when its turn comes. One future per small source:
+    a read-ahead thread with its queue per source cost more than reading it.
     """
-    started: dict[int, ReadAhead[T]] = {}
+    if ahead < 1:
+        for source in sources:
+            yield from source()
+        return
+    pending: dict[int, Future[list[T]]] = {}
     queued = 0  # sources before this index were started or passed over
-    pool = ThreadPoolExecutor(max_workers=max(1, ahead), thread_name_prefix="s2-spark-read")
+    pool = ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="s2-spark-read")
     try:
         for i, source in enumerate(sources):
             queued = max(queued, i + 1)
-            while queued < len(sources) and len(started) < ahead:
+            while queued < len(sources) and len(pending) < ahead:
                 if prefetch(queued):
-                    started[queued] = ReadAhead(sources[queued], spawn=pool.submit)
+                    pending[queued] = pool.submit(_whole, sources[queued])
                 queued += 1
-            current = started.pop(i, None)
-            if current is None:
+            done = pending.pop(i, None)
+            if done is None:
                 yield from source()
             else:
-                yield from current
+                yield from done.result()
     finally:
-        for pending in started.values():
-            pending.stop()
-        for pending in started.values():
-            pending.close()
-        pool.shutdown(wait=False)
+        for future in pending.values():
+            future.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _whole(source: Callable[[], Iterator[T]]) -> list[T]:
+    return list(source())

@@ -12,13 +12,27 @@ Nothing here imports pyspark.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 import pyarrow as pa
 
-__all__ = ["DataLossHandler", "PositionT", "ReadSettings", "StreamBackend", "StreamWatch"]
+from s2_spark.backends._batches import read_in_order
+from s2_spark.errors import NotFoundError
+
+__all__ = [
+    "LOOKUPS_IN_FLIGHT",
+    "PREFETCH_RECORDS",
+    "READS_IN_FLIGHT",
+    "DataLossHandler",
+    "PositionT",
+    "RangeRead",
+    "ReadSettings",
+    "StreamBackend",
+    "StreamWatch",
+]
 
 #: A position in one stream, as stored in offsets: any non-null JSON value the backend
 #: chooses (S2: the next seq_num; Durable Streams: an object, see backends.durable).
@@ -27,6 +41,25 @@ PositionT = TypeVar("PositionT")
 #: Called by `StreamBackend.read` for records of a planned range that are gone:
 #: (stream, first missing position, end of the missing run, exclusive).
 DataLossHandler = Callable[[str, Any, Any], None]
+
+
+#: Lookups (tails) a backend sends at the same time by default.
+LOOKUPS_IN_FLIGHT = 32
+#: Small ranges of a packed partition read at the same time by default, and the size
+#: (records) of a range that may be read ahead of its turn.
+READS_IN_FLIGHT = 16
+PREFETCH_RECORDS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class RangeRead:
+    """Positions [start, end) of one stream; `from_origin`: a gap at `start` is no loss
+    (the stream was read from its origin, and trimmed before it was found)."""
+
+    stream: str
+    start: Any
+    end: Any
+    from_origin: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +142,20 @@ class StreamBackend(ABC, Generic[PositionT]):
         Raises `s2_spark.errors.NotFoundError` when the stream does not exist.
         """
 
+    def latest_many(self, streams: Sequence[str]) -> dict[str, PositionT | None]:
+        """`latest` of each stream (None where it does not exist), `LOOKUPS_IN_FLIGHT` at
+        a time; services that can send many lookups together do better."""
+        def one(stream: str) -> PositionT | None:
+            try:
+                return self.latest(stream)
+            except NotFoundError:
+                return None
+
+        if len(streams) <= 1:
+            return {s: one(s) for s in streams}
+        with ThreadPoolExecutor(max_workers=min(LOOKUPS_IN_FLIGHT, len(streams))) as pool:
+            return dict(zip(streams, pool.map(one, streams), strict=True))
+
     def tail_watch(self) -> StreamWatch | None:
         """A watch over many streams for an idle streaming query (driver only), or None
         when the service offers no way to wait for records: then every plan looks up
@@ -143,6 +190,27 @@ class StreamBackend(ABC, Generic[PositionT]):
         """The position `count` records after `start`."""
 
     # -- reading ---------------------------------------------------------------------
+
+    def read_ranges(
+        self,
+        ranges: Sequence[RangeRead],
+        settings: ReadSettings,
+        on_data_loss: DataLossHandler,
+    ) -> Iterator[pa.RecordBatch]:
+        """Exactly the records of every range, range after range (a packed partition).
+        Meanwhile up to `READS_IN_FLIGHT` of the small ranges that follow (at most
+        `PREFETCH_RECORDS` records) are read ahead; services that can send many small
+        reads together do better."""
+        def reader(r: RangeRead) -> Callable[[], Iterator[pa.RecordBatch]]:
+            return lambda: self.read(r.stream, r.start, r.end, settings, on_data_loss,
+                                     leading_gap_ok=r.from_origin)
+
+        def small(i: int) -> bool:
+            n = self.distance(ranges[i].start, ranges[i].end)
+            return n is not None and n <= PREFETCH_RECORDS
+
+        return read_in_order([reader(r) for r in ranges], ahead=READS_IN_FLIGHT,
+                             prefetch=small)
 
     @abstractmethod
     def read(

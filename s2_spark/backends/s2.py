@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +20,15 @@ import pyarrow.compute as pc
 
 from s2_spark.backends._batches import coalesced, read_ahead
 from s2_spark.backends._clients import SharedClients
-from s2_spark.backends.base import DataLossHandler, ReadSettings, StreamBackend, StreamWatch
+from s2_spark.backends.base import (
+    DataLossHandler,
+    RangeRead,
+    ReadSettings,
+    StreamBackend,
+    StreamWatch,
+)
 from s2_spark.backends.network_options import NetworkSettings
-from s2_spark.errors import NotFoundError, ReadPastTailError
+from s2_spark.errors import NotFoundError, ReadPastTailError, S2Error
 
 if TYPE_CHECKING:
     from s2_spark.client import S2Client, S2Config
@@ -34,6 +40,9 @@ log = logging.getLogger("s2_spark.s2")
 
 #: Ranges up to this many records (one ReadBatch at most) are read by unary reads.
 UNARY_RECORDS = 1000
+#: Small ranges whose reads go out together, at most this many and this many records.
+WINDOW_RANGES = 256
+WINDOW_RECORDS = 64_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +152,11 @@ class S2Backend(StreamBackend[int]):
     def latest(self, stream: str) -> int:
         return int(self._stream(stream).check_tail().seq_num)
 
+    def latest_many(self, streams: Sequence[str]) -> dict[str, int | None]:
+        """The tails of many streams, looked up together (`BasinClient.check_tails`)."""
+        tails = self._basin().check_tails(streams)
+        return {s: None if p is None else int(p.seq_num) for s, p in tails.items()}
+
     def tail_watch(self) -> StreamWatch:
         """Long-polls (S2 reads with `wait`) on every watched stream, one thread."""
         return self._basin().watch_tails()  # type: ignore[no-any-return]
@@ -179,13 +193,65 @@ class S2Backend(StreamBackend[int]):
         else:
             yield from read_ahead(lambda: coalesced(frames))
 
+    def read_ranges(
+        self,
+        ranges: Sequence[RangeRead],
+        settings: ReadSettings,
+        on_data_loss: DataLossHandler,
+    ) -> Iterator[pa.RecordBatch]:
+        """Exactly the records of every range, range after range. Ranges one unary read
+        may hold go in windows whose reads are sent together (`BasinClient.read_many`),
+        the next window read while Spark takes this one; a range its read does not finish,
+        and every larger one, is read on as `read` reads it."""
+        def pieces() -> Iterator[list[pa.RecordBatch]]:
+            window: list[RangeRead] = []
+            records = 0
+            for r in ranges:
+                if r.end - r.start <= UNARY_RECORDS:
+                    window.append(r)
+                    records += r.end - r.start
+                    if len(window) >= WINDOW_RANGES or records >= WINDOW_RECORDS:
+                        yield self._window(window, settings, on_data_loss)
+                        window, records = [], 0
+                    continue
+                if window:
+                    yield self._window(window, settings, on_data_loss)
+                    window, records = [], 0
+                for batch in self.read(r.stream, r.start, r.end, settings, on_data_loss,
+                                       leading_gap_ok=r.from_origin):
+                    yield [batch]
+            if window:
+                yield self._window(window, settings, on_data_loss)
+
+        for piece in read_ahead(pieces, depth=1):
+            yield from piece
+
+    def _window(self, window: Sequence[RangeRead], settings: ReadSettings,
+                on_data_loss: DataLossHandler) -> list[pa.RecordBatch]:
+        """The records of small ranges, their first reads sent together."""
+        from s2_spark.client import SmallRead
+
+        firsts = self._basin().read_many(
+            [SmallRead(r.stream, r.start, r.end - r.start) for r in window if r.end > r.start],
+            include_command_records=settings.include_command_records,
+            include_headers=settings.include_headers)
+        out: list[pa.RecordBatch] = []
+        results = iter(firsts)
+        for r in window:
+            if r.end > r.start:
+                out.extend(self._frames(r.stream, r.start, r.end, settings, on_data_loss,
+                                        r.from_origin, next(results)))
+        return out
+
     def _decoded(
-        self, stream: str, start: int, end: int, settings: ReadSettings
+        self, stream: str, start: int, end: int, settings: ReadSettings,
+        first: DecodedBatch | S2Error | None = None,
     ) -> Iterator[DecodedBatch]:
         """The ReadBatches of [start, end). A small range (a streaming micro-batch near the
         tail) takes unary reads, whose connections go back to the pool, where a session
         stopped at its count is closed; each continues after the last record the one
-        before delivered (S2's 1 MiB cap, or an answer cut short in transit)."""
+        before delivered (S2's 1 MiB cap, or an answer cut short in transit). `first`:
+        the first unary read's outcome, already made (`read_ranges`)."""
         s = self._stream(stream)
         kept = {"include_command_records": settings.include_command_records,
                 "include_headers": settings.include_headers}
@@ -194,7 +260,12 @@ class S2Backend(StreamBackend[int]):
                 yield from session
             return
         while start < end:
-            decoded = s.read(seq_num=start, count=end - start, **kept)
+            if first is None:
+                decoded = s.read(seq_num=start, count=end - start, **kept)
+            elif isinstance(first, S2Error):
+                raise first
+            else:
+                decoded, first = first, None
             yield decoded
             if decoded.last_seq_num is None:
                 return
@@ -208,11 +279,13 @@ class S2Backend(StreamBackend[int]):
         settings: ReadSettings,
         on_data_loss: DataLossHandler,
         leading_gap_ok: bool,
+        made: DecodedBatch | S2Error | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """Each ReadBatch's kept records before `end`, reporting gaps as data loss."""
+        """Each ReadBatch's kept records before `end`, reporting gaps as data loss
+        (`made`: the first read's outcome, when it was made already)."""
         expected = start
         try:
-            for decoded in self._decoded(stream, start, end, settings):
+            for decoded in self._decoded(stream, start, end, settings, made):
                 if decoded.count == 0:
                     continue
                 first = int(decoded.first_seq_num)  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ UnavailableError. Proxies (`HTTPS_PROXY`, `NO_PROXY`) and CA bundles (`SSL_CERT_
 come from the environment; `S2Config.tls` adds a private CA or a client certificate.
 `append_many` uses S2S append sessions (half-duplex over httpx: all inputs, then all
 acks), about 1.5x faster than one unary request per batch against the local server.
+`BasinClient.check_tails` and `read_many` send the requests of many streams together.
 
     with S2Client(S2Config(endpoint="http://127.0.0.1:8080")) as client:
         stream = client.basin("my-basin").stream("events")
@@ -29,6 +30,7 @@ from s2_spark.errors import Position
 
 from ._client import BasinClient, S2Client
 from ._config import RetryPolicy, S2Config, TlsConfig
+from ._many import SmallRead
 from ._read_session import ReadSession
 from ._stream import StreamClient
 from ._types import (
@@ -55,6 +57,7 @@ __all__ = [
     "RetryPolicy",
     "S2Client",
     "S2Config",
+    "SmallRead",
     "StreamClient",
     "StreamConfig",
     "StreamInfo",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json as jsonlib
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -17,7 +18,9 @@ from typing import Any, Literal
 import httpx
 
 from s2_spark._http import (
+    AsyncTimeouts,
     Exchange,
+    Fanout,
     HttpClient,
     Origin,
     Response,
@@ -77,13 +80,26 @@ class Transport:
         self.http = HttpClient(tls=config.tls)
         self._routes: dict[str | None, BasinRoute] = {}
         self._timeout = self.timeout()
+        self._fanout: Fanout | None = None
+        self._fanout_lock = threading.Lock()
 
     def __reduce__(self) -> tuple[type[Transport], tuple[S2Config]]:
         # Picklable (Spark ships readers to executors): a copy opens its own connections.
         return (Transport, (self.config,))
 
     def close(self) -> None:
+        if self._fanout is not None:
+            self._fanout.close()
         self.http.close()
+
+    def fanout(self) -> Fanout:
+        """The client's fan-out (many small requests at once), started on first use."""
+        with self._fanout_lock:
+            if self._fanout is None:
+                cfg = self.config
+                self._fanout = Fanout(self.http.ssl_context, AsyncTimeouts(
+                    connect=cfg.connect_timeout, read=cfg.request_timeout))
+            return self._fanout
 
     def timeout(self, read: float | None = None) -> dict[str, float | None]:
         cfg = self.config

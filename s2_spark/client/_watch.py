@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from google.protobuf.message import DecodeError
 
-from s2_spark._http import PollTimeouts
+from s2_spark._http import AsyncTimeouts
 from s2_spark._proto import s2_pb2
 from s2_spark._tail_watch import (
     Answer,
@@ -46,7 +46,7 @@ class TailWatch(LongPollWatch[int]):
         self._wait = wait
         cfg = transport.config
         settings = ClientSettings(
-            timeout=PollTimeouts(connect=cfg.connect_timeout, read=wait + cfg.request_timeout),
+            timeout=AsyncTimeouts(connect=cfg.connect_timeout, read=wait + cfg.request_timeout),
             headers=[*transport.base_headers(basin), (b"accept", b"application/protobuf")],
             tls=cfg.tls,
         )

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from s2_spark._http import PollTimeouts, Response
+from s2_spark._http import AsyncTimeouts, Response
 from s2_spark._tail_watch import Answer, ClientSettings, LongPollWatch, Poll
 
 from ._reads import flag, is_json
@@ -50,7 +50,7 @@ class DurableTailWatch(LongPollWatch[Position]):
         settings = ClientSettings(
             # The read timeout is the sync client's for live reads: longer than the
             # server's long-poll timeout.
-            timeout=PollTimeouts(connect=cfg.connect_timeout, read=cfg.live_timeout),
+            timeout=AsyncTimeouts(connect=cfg.connect_timeout, read=cfg.live_timeout),
             headers=[*transport.base_headers(), (b"accept-encoding", b"identity")],
             tls=cfg.tls,
         )

@@ -17,8 +17,15 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from s2_spark.backends._batches import coalesced, read_in_order
-from s2_spark.backends.base import DataLossHandler, ReadSettings, StreamBackend, StreamWatch
+from s2_spark.backends._batches import coalesced
+from s2_spark.backends.base import (
+    LOOKUPS_IN_FLIGHT,
+    DataLossHandler,
+    RangeRead,
+    ReadSettings,
+    StreamBackend,
+    StreamWatch,
+)
 from s2_spark.errors import DataLossError, NotFoundError
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
 from s2_spark.spark._discovery import Discovery
@@ -42,14 +49,8 @@ log = logging.getLogger("s2_spark.spark")
 
 #: Seconds a plan that finds every stream quiet waits for a record (see `_tails`).
 IDLE_WAIT = 1.0
-#: Driver lookups (tails, starting positions) sent at the same time.
-LOOKUPS_IN_FLIGHT = 32
 #: Streams the tail watch cannot hold that one plan looks up (see `_unwatched_skipped`).
 UNWATCHED_PER_PLAN = 256
-#: Ranges of a packed partition read at the same time, and the size (records) of a range
-#: that may be read ahead of its turn (larger ones are read when their turn comes).
-READS_IN_FLIGHT = 16
-PREFETCH_RECORDS = 1000
 _LOSS_HINT = "set the option failOnDataLoss=false to skip missing records and go on"
 
 
@@ -192,33 +193,20 @@ def read_partition(
 ) -> Iterator[pa.RecordBatch]:
     """Read one planned partition on an executor; data loss fails or is logged per option.
 
-    A packed partition's ranges are read in their planned order, up to `READS_IN_FLIGHT`
-    small ones at a time, and their rows go out in batches of about `COALESCE_ROWS`."""
+    A packed partition's ranges are read in their planned order (`read_ranges`: the
+    backend reads small ones ahead), and their rows go out in batches of about
+    `COALESCE_ROWS`."""
     on_data_loss = loss_handler(backend, options)
     settings = ReadSettings(
         include_headers=options.include_headers,
         include_command_records=options.include_command_records,
     )
-
-    def reader(r: RangePartition) -> Callable[[], Iterator[pa.RecordBatch]]:
-        return lambda: backend.read(r.stream, r.start, r.end, settings, on_data_loss,
-                                    leading_gap_ok=r.from_origin)
-
     if isinstance(partition, RangePartition):
-        return reader(partition)()
+        return backend.read(partition.stream, partition.start, partition.end, settings,
+                            on_data_loss, leading_gap_ok=partition.from_origin)
     assert isinstance(partition, PackedPartition)
-    ranges = partition.ranges
-    return coalesced(read_in_order(
-        [reader(r) for r in ranges],
-        ahead=READS_IN_FLIGHT,
-        prefetch=lambda i: _is_small(backend, ranges[i]),
-    ))
-
-
-def _is_small(backend: Backend, r: RangePartition) -> bool:
-    """A range known to hold at most PREFETCH_RECORDS records (unsized ranges are not)."""
-    n = backend.distance(r.start, r.end)
-    return n is not None and n <= PREFETCH_RECORDS
+    ranges = [RangeRead(r.stream, r.start, r.end, r.from_origin) for r in partition.ranges]
+    return coalesced(backend.read_ranges(ranges, settings, on_data_loss))
 
 
 class RangeStreamReader(DataSourceStreamReader):
@@ -249,14 +237,18 @@ class RangeStreamReader(DataSourceStreamReader):
         # Streams the watch cannot hold, in the order they are looked up in turn.
         self._unwatched: list[str] = []
 
+    #: What the driver keeps for planning: positions of every stream, the watch.
+    _DRIVER_ONLY = frozenset({"_target", "_reported", "_planned", "_initial", "_watch",
+                              "_discovered", "_unwatched"})
+
     def __getstate__(self) -> dict[str, Any]:
-        """What a task needs to read: the backend and the options. The driver's planning
-        state (positions of every stream, the watch) stays behind: pickled into every
-        task it made each task's start grow with the number of streams."""
-        return {"backend": self._backend, "options": self._options}
+        """All but the driver's planning state, which pickled into every task made each
+        task's start grow with the number of streams."""
+        return {k: v for k, v in self.__dict__.items() if k not in self._DRIVER_ONLY}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["backend"], state["options"])  # type: ignore[misc]
+        self.__init__(state["_backend"], state["_options"])  # type: ignore[misc]
+        self.__dict__.update(state)
 
     def stop(self) -> None:
         if self._watch:
@@ -297,12 +289,6 @@ class RangeStreamReader(DataSourceStreamReader):
         self._available_now = True
         self._target = None
 
-    def _tail_or_none(self, stream: str) -> Position | None:
-        try:
-            return self._backend.latest(stream)
-        except NotFoundError:
-            return None
-
     def _streams(self, start: dict[str, Any]) -> set[str]:
         """The streams this plan covers: under AvailableNow those of the target not yet
         read to it; else those already read that the options still select (the others
@@ -336,7 +322,7 @@ class RangeStreamReader(DataSourceStreamReader):
                        for s, t in tails.items())):
             return {}
         new = [s for s in self._discovery().now() if s not in start and s not in tails]
-        found = _per_stream(self._tail_or_none, new)
+        found = self._backend.latest_many(new)
         return {s: tail for s, tail in found.items() if tail is not None}
 
     def _tail_watch(self) -> StreamWatch | None:
@@ -370,7 +356,7 @@ class RangeStreamReader(DataSourceStreamReader):
         else:
             told = {}
         found_tails: dict[str, Position | None] = {
-            **told, **_per_stream(self._tail_or_none, sorted(streams))}
+            **told, **self._backend.latest_many(sorted(streams))}
         if self._available_now and self._target is None:
             self._target = {s: tail for s, tail in found_tails.items() if tail is not None}
         tails: dict[str, Position] = {}

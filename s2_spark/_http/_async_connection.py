@@ -1,12 +1,15 @@
-"""One stream's long-poll connection for the tail watch: HTTP/1.1 on asyncio, kept open
-from poll to poll.
+"""One HTTP/1.1 connection on asyncio, one request at a time, kept open between them:
+what the tail watch long-polls each stream on, and what a fan-out sends many small
+requests over (`Fanout`).
 
 A watch keeps one long-poll waiting per stream, thousands at once, each answered after
-seconds. httpcore's async pools (under httpx's `AsyncClient`) cost 0.75 ms of CPU per such
-request (anyio cancel scopes, pool scans, locks), which at 10,000 streams kept a core
-busy. A poll needs none of that machinery: one connection per stream, one request at a
-time. So each stream gets a `LongPollConnection`: asyncio streams and h11 (the HTTP/1.1
-engine httpx speaks through), 0.15 ms per poll, with what the rest of the seam keeps:
+seconds; a fan-out sends thousands of small requests to one service. httpcore's async
+pools (under httpx's `AsyncClient`) cost 0.75 ms of CPU per such request (anyio cancel
+scopes, pool scans, locks), which at 10,000 streams kept a core busy, and threads on its
+sync pools pay in GIL handoffs (0.5-0.6 ms a request with 16-32 of them). Neither needs
+that machinery: a connection owned by one task, one request at a time. So an
+`AsyncConnection` is asyncio streams and h11 (the HTTP/1.1 engine httpx speaks through),
+0.15 ms a request, with what the rest of the seam keeps:
 
 * the route from the environment (`route_for`): an `http://` origin through a proxy gets
   absolute-form requests, an `https://` one a CONNECT tunnel (with the proxy's
@@ -30,7 +33,7 @@ import httpx
 from ._response import Response
 from ._routes import route_for
 
-__all__ = ["LongPollConnection", "PollTimeouts"]
+__all__ = ["AsyncConnection", "AsyncTimeouts"]
 
 Headers = list[tuple[bytes, bytes]]
 _CHUNK = 65536
@@ -39,15 +42,15 @@ HEAD_BYTES = 1024
 
 
 @dataclass(frozen=True, slots=True)
-class PollTimeouts:
+class AsyncTimeouts:
     """Seconds to connect (TCP, proxy tunnel and TLS) and to wait for each read."""
 
     connect: float
     read: float
 
 
-class LongPollConnection:
-    """GETs to one origin, one at a time, over one connection opened on first use and
+class AsyncConnection:
+    """Requests to one origin, one at a time, over one connection opened on first use and
     opened again after a failure or a server's close. Loop thread only."""
 
     def __init__(self, base_url: str, ssl_context: Callable[[], ssl.SSLContext]) -> None:
@@ -73,7 +76,7 @@ class LongPollConnection:
     def connected(self) -> bool:
         return self._h11 is not None
 
-    async def connect(self, timeouts: PollTimeouts) -> None:
+    async def connect(self, timeouts: AsyncTimeouts) -> None:
         """Open the connection (and the proxy's tunnel, and TLS) unless it is open."""
         if self._h11 is not None:
             return
@@ -87,15 +90,20 @@ class LongPollConnection:
             self.close()
             raise
 
-    async def get(self, target: str, headers: Headers, timeouts: PollTimeouts, *,
-                  head_only: bool = False) -> Response:
-        """GET `target` (under the base URL's path), connecting first if need be.
-        `head_only`: the body's first `HEAD_BYTES` are enough (the connection is dropped
-        if more follow)."""
+    async def request(self, method: bytes, target: str, headers: Headers,
+                      timeouts: AsyncTimeouts, *, content: bytes | None = None,
+                      head_only: bool = False) -> Response:
+        """Send a request for `target` (under the base URL's path), connecting first if
+        need be. `head_only`: the body's first `HEAD_BYTES` are enough (the connection is
+        dropped if more follow)."""
         await self.connect(timeouts)
+        head = [(b"host", self._host_header), *headers]
+        if content is not None:
+            head.append((b"content-length", b"%d" % len(content)))
         try:
-            return await self._exchange(self._target(target), headers, timeouts.read,
-                                        head_only)
+            return await self._exchange(h11.Request(method=method, target=self._target(target),
+                                                    headers=head),
+                                        content, timeouts.read, head_only)
         except BaseException:
             self.close()
             raise
@@ -145,14 +153,13 @@ class LongPollConnection:
             raise OSError(f"the proxy refused the tunnel (HTTP {answer.status_code})")
         await self._writer.start_tls(self._ssl_context(), server_hostname=self._host)
 
-    async def _exchange(self, target: bytes, headers: Headers, read_timeout: float,
-                        head_only: bool) -> Response:
+    async def _exchange(self, request: h11.Request, content: bytes | None,
+                        read_timeout: float, head_only: bool) -> Response:
         conn, reader, writer = self._h11, self._reader, self._writer
         assert conn is not None and reader is not None and writer is not None
-        request = h11.Request(method=b"GET", target=target,
-                              headers=[(b"host", self._host_header), *headers])
         try:
-            writer.write(conn.send(request) + conn.send(h11.EndOfMessage()))
+            body = conn.send(h11.Data(data=content)) if content else b""
+            writer.write(conn.send(request) + body + conn.send(h11.EndOfMessage()))
             async with asyncio.timeout(read_timeout):
                 head = await _next_response(conn, reader)
                 body = await _body(conn, reader, head_only)

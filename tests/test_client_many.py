@@ -1,0 +1,83 @@
+"""Many streams at once: tail lookups and small reads sent together (the client's fan-out)
+give exactly what the single-stream calls give, missing streams and reads past the tail
+included, and still do over a network that cuts connections (the packed Spark reads over
+such a network: tests/test_spark_network.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from s2_spark.client import AppendRecord, RetryPolicy, S2Client, S2Config, SmallRead
+from s2_spark.errors import NotFoundError, Position, ReadPastTailError
+from s2_spark.testing import TcpProxy
+
+
+def _bodies(batch: Any) -> list[bytes]:
+    return batch.batch.column("body").to_pylist()
+
+
+@pytest.fixture
+def streams(s2_server: Any, unique: Callable[[str], str]) -> Iterator[tuple[str, dict[str, int]]]:
+    """A basin of 40 streams, stream k holding k records; (basin, tails)."""
+    basin = unique("many")
+    with S2Client(S2Config(endpoint=s2_server.url)) as c:
+        c.create_basin(basin)
+        b = c.basin(basin)
+        for k in range(40):
+            b.create_stream(f"s{k:02d}")
+            if k:
+                b.stream(f"s{k:02d}").append([AppendRecord(f"{k}/{i}".encode())
+                                              for i in range(k)])
+    yield basin, {f"s{k:02d}": k for k in range(40)}
+
+
+def test_tails_of_many_streams_at_once_and_none_for_a_missing_one(
+    s2_server: Any, streams: tuple[str, dict[str, int]]
+) -> None:
+    basin, tails = streams
+    with S2Client(S2Config(endpoint=s2_server.url)) as c:
+        b = c.basin(basin)
+        got = b.check_tails([*tails, "nope"])
+        assert {s: p.seq_num for s, p in got.items() if p is not None} == tails
+        assert got["nope"] is None
+        assert got["s07"] == b.stream("s07").check_tail()
+        assert isinstance(got["s07"], Position)
+
+
+def test_many_small_reads_give_what_single_reads_give(
+    s2_server: Any, streams: tuple[str, dict[str, int]]
+) -> None:
+    basin, _ = streams
+    reads = [SmallRead(f"s{k:02d}", 1, 5) for k in range(2, 40)]
+    with S2Client(S2Config(endpoint=s2_server.url)) as c:
+        b = c.basin(basin)
+        got = b.read_many([*reads, SmallRead("s01", 1, 1), SmallRead("nope", 0, 1)],
+                          include_headers=False)
+        for r, batch in zip(reads, got, strict=False):
+            single = b.stream(r.stream).read(seq_num=1, count=5, include_headers=False)
+            assert not isinstance(batch, Exception)
+            assert _bodies(batch) == _bodies(single)
+            assert (batch.first_seq_num, batch.last_seq_num) == (1, min(5, int(r.stream[1:]) - 1))
+        assert isinstance(got[-2], ReadPastTailError)  # s01 holds one record: 1 is its tail
+        assert isinstance(got[-1], NotFoundError)
+
+
+def test_over_a_network_that_cuts_connections_the_answers_are_the_same(
+    s2_server: Any, streams: tuple[str, dict[str, int]]
+) -> None:
+    basin, tails = streams
+    with TcpProxy(s2_server.url, cut_after=(300, 2000), seed=3) as proxy, S2Client(
+        S2Config(endpoint=proxy.url, retry=RetryPolicy(initial_backoff=0.01))
+    ) as c:
+        b = c.basin(basin)
+        got = b.check_tails(list(tails))
+        reads = b.read_many([SmallRead(s, 0, n) for s, n in tails.items() if n])
+        assert proxy.cuts > 0
+    assert {s: p.seq_num for s, p in got.items() if p is not None} == tails
+    # As from `StreamClient.read`: a read cut short keeps the records that arrived whole.
+    for r, n in zip(reads, [n for n in tails.values() if n], strict=True):
+        got_bodies = _bodies(r)
+        assert got_bodies and got_bodies == [f"{n}/{i}".encode() for i in range(len(got_bodies))]
