@@ -10,12 +10,17 @@ against a single stream measured in the same run:
   to its end (the seconds of its triggers, without start-up, are printed too); the
   queries alternate and the best of `--repeat` counts. Ratio: single seconds / many
   seconds (higher is better, 1.00x is as fast as one stream).
-* write: a batch `df.write.format("s2")` of N*R rows (the first (N, R)) from `spark.range`
-  (2 partitions, body 100 B), routed by a `stream` column (row i to stream i % N, so every
-  partition writes to every stream), against the same rows all to one stream (option
-  `stream`, which overrides the column). Seconds of `save()`; ratio as for reads. Also
-  printed: the routed write after `repartition(2, "stream")` and a sort within partitions
-  (the README's advice for tasks that share streams), against the same single stream.
+* write: for each (N, R) too, a batch `df.write.format("s2")` of N*R rows from
+  `spark.range` (2 partitions, body 100 B), routed by a `stream` column (row i to stream
+  i % N, so every partition writes to every stream) to N streams the write creates
+  (`createStreams`; every run writes new ones, and their tails are checked), against
+  the same rows all to one new stream (option `stream`, which overrides the column).
+  Seconds of `save()`; ratio as for reads. Also printed: the routed write after
+  `repartition(2, "stream")` and a sort within partitions (the README's advice for tasks
+  that share streams), against the same single stream.
+* `--rtt-ms`: the reads' and writes' queries reach the server through
+  `s2_spark.testing.DelayProxy`, which adds that round trip (creating, filling and
+  checking go straight to it; the idle part too).
 * idle: a default-trigger query over `--idle-streams` empty streams (`streamPrefix`) into
   `foreachBatch`. After `--settle` s, for `--window` s (10, or the client's tail-watch
   long-poll wait if longer, so that every idle stream's long-poll is re-armed once in the
@@ -23,15 +28,15 @@ against a single stream measured in the same run:
   of its progress events (every idle trigger reports one here: the session sets
   `spark.sql.streaming.noDataProgressEventInterval=0`; a listener keeps them) and the
   requests that reach the server (its request counter, `GET /_local/stats`), per second
-  and per stream. Then one
-  record every `--interval` ms to a random one of the streams for `--duration` s, each
+  and per stream. Then one record every `--interval` ms to a random one of the streams
+  for `--duration` s, each
   record's body its wall-clock time (ns), and `foreachBatch` records `now - stamp` per row
   as `latency.py` does (records stamped in the first `--warmup` s left out): p50 and p99.
   The same is measured for one stream (latency.py's single-stream query: option `stream`,
   startingPosition latest) in the same run; ratio: many p50 / single p50 (lower is better).
 
-Streams are created and filled by concurrent requests before any timing. Ends with:
-`many_streams: read <r1>x single at <N1>, <r2>x at <N2>, write <w>x single,
+Streams to read are created and filled by concurrent requests before any timing. Ends
+with: `many_streams: read <r>x single at <N>x<R>, ...; write <w>x single at <N>x<R>, ...;
 idle <q> req/s per stream, p50 <x>x single`.
 For a smoke run: `--streams 100,200 --records 10,5 --idle-streams 100 --window 5
 --duration 5 --repeat 1`; `--skip read,write,idle` leaves parts out (printed as n/a).
@@ -40,6 +45,7 @@ For a smoke run: `--streams 100,200 --records 10,5 --idle-streams 100 --window 5
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import random
@@ -63,7 +69,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
 from s2_spark.client import AppendRecord, S2Client, S2Config
-from s2_spark.testing import ServerProcess
+from s2_spark.testing import DelayProxy, ServerProcess
 
 try:  # an idle stream's long-poll lasts this long: a window as long sees each re-armed once
     from s2_spark.client._watch import WATCH_WAIT
@@ -182,12 +188,14 @@ def best_of(repeat: int, runs: dict[str, Callable[[], float]]) -> dict[str, floa
 
 def bench_read(spark: Any, client: S2Client, url: str, tag: str, n: int, r: int,
                args: argparse.Namespace) -> float:
+    """AvailableNow reads of n streams of r records against one stream of n*r, queried
+    at `url` (through the delay proxy with --rtt-ms); see the top."""
     basin = f"bench-many-r{n}-{tag}"
     many = names("s-", n)
     took = create_streams(client, basin, many, r, args.workers)
     print(f"read, {n:,} streams x {r:,} records: created and filled in {took:.1f}s "
           f"({n / took:,.0f} streams/s)")
-    took = fill(url, basin, "single", n * r, RECORD)
+    took = fill(client.config.endpoint, basin, "single", n * r, RECORD)  # not via a proxy
     print(f"  one stream of {n * r:,} records filled in {took:.1f}s")
     best = best_of(args.repeat, {
         "many": lambda: read_once(source(spark, url, basin, prefix="s-"),
@@ -203,44 +211,50 @@ def bench_read(spark: Any, client: S2Client, url: str, tag: str, n: int, r: int,
 
 def bench_write(spark: Any, client: S2Client, url: str, tag: str, n: int, r: int,
                 args: argparse.Namespace) -> float:
+    """Routed batch writes that create their streams (`createStreams`), each run to new
+    ones, against the same rows to one new stream; see the top."""
     basin = f"bench-many-w{n}-{tag}"
-    many = names("w-", n)
-    took = create_streams(client, basin, [*many, "single"], 0, args.workers)
-    print(f"write, {n * r:,} rows to {n:,} streams: {n + 1:,} empty streams created in "
-          f"{took:.1f}s")
-    width = len(str(n - 1))
+    client.ensure_basin(basin)
+    print(f"write, {n * r:,} rows to {n:,} new streams")
     rows = n * r
+    runs = itertools.count()
 
-    def frame(total: int, streams: int) -> Any:
+    def frame(total: int, streams: int, prefix: str) -> Any:
+        width = len(str(streams - 1))  # as `names` pads them
         return spark.range(total, numPartitions=2).selectExpr(
             f"CAST(lpad(CAST(id AS STRING), {RECORD}, 'x') AS BINARY) AS body",
-            f"concat('w-', lpad(CAST(id % {streams} AS STRING), {width}, '0')) AS stream",
+            f"concat('{prefix}', lpad(CAST(id % {streams} AS STRING), {width}, '0')) AS stream",
         )
 
-    def write(label: str, total: int, streams: int, *, by_stream: bool = False,
-              **options: str) -> float:
-        df = frame(total, streams)
+    def write(label: str, total: int, streams: int, *, single: bool = False,
+              by_stream: bool = False) -> float:
+        prefix = f"w{next(runs)}-"
+        df = frame(total, streams, prefix)
         if by_stream:  # each stream's rows in one task, in a replayable order
             df = df.repartition(2, "stream").sortWithinPartitions("stream", "body")
+        writer = (df.write.format("s2").option("endpoint", url).option("basin", basin)
+                  .option("createStreams", "true").mode("append"))
+        if single:
+            writer = writer.option("stream", f"{prefix}single")
         t0 = time.perf_counter()
-        (df.write.format("s2").option("endpoint", url)
-         .option("basin", basin).options(**options).mode("append").save())
+        writer.save()
         wall = time.perf_counter() - t0
         print(f"  {label}: {total:,} rows in {wall:.2f}s")
+        if not single:
+            # Each stream holds its rows and one fence per task that wrote it, at least.
+            landed = tails(client, basin, names(prefix, streams), args.workers)
+            assert landed >= total + streams, f"{label}: only {landed} records landed"
         return wall
 
     # Warm-up (Python workers load the writer): a small write of each kind, not measured.
     write("warm-up, routed", min(rows, 1000), min(n, 10))
-    write("warm-up, one stream", min(rows, 1000), 1, stream="single")
+    write("warm-up, one stream", min(rows, 1000), 1, single=True)
     best = best_of(args.repeat, {
         "many": lambda: write(f"{n:,} streams (stream column)", rows, n),
-        "single": lambda: write("one stream (option stream)", rows, n, stream="single"),
+        "single": lambda: write("one stream (option stream)", rows, n, single=True),
         "by_stream": lambda: write(f"{n:,} streams, repartition('stream')", rows, n,
                                    by_stream=True),
     })
-    landed = tails(client, basin, many, args.workers)
-    print(f"  tails of the {n:,} streams add up to {landed:,} (rows written, warm-up included, "
-          f"plus any command records)")
     ratio = best["single"] / best["many"]
     print(f"write to {n:,} streams: {best['many']:.2f}s, one stream {best['single']:.2f}s "
           f"-> {ratio:.2f}x single; after repartition('stream') {best['by_stream']:.2f}s "
@@ -408,6 +422,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=16, help="requests at a time when filling")
     ap.add_argument("--skip", type=lambda s: set(s.split(",")), default=set(),
                     help=f"parts to leave out, comma-separated: {','.join(PARTS)}")
+    ap.add_argument("--rtt-ms", type=float, default=0.0,
+                    help="round trip the reads and writes see: their queries reach the server "
+                         "through s2_spark.testing.DelayProxy (filling and checks do not)")
     args = ap.parse_args()
     if len(args.streams) != len(args.records):
         ap.error("--streams and --records need as many values each")
@@ -418,21 +435,26 @@ def main() -> None:
     spark = session()
     tag = uuid.uuid4().hex[:8]
     reads: list[float] = []
-    write = float("nan")
+    writes: list[float] = []
     idle: tuple[Followed, Followed] | None = None
-    with ServerProcess() as server, S2Client(S2Config(endpoint=server.url)) as client:
+    with (ServerProcess() as server, S2Client(S2Config(endpoint=server.url)) as client,
+          contextlib.ExitStack() as stack):
         url = server.url
+        if args.rtt_ms:
+            url = stack.enter_context(DelayProxy(server.url, rtt_ms=args.rtt_ms)).url
+            print(f"reads and writes through a proxy adding {args.rtt_ms:g} ms of round trip")
         if "read" not in args.skip:
             # Warm up Python workers and the JVM on small reads of each kind.
             basin = f"bench-many-warm-{tag}"
             create_streams(client, basin, names("s-", 10), 10, args.workers)
-            fill(url, basin, "single", 100, RECORD)
+            fill(server.url, basin, "single", 100, RECORD)
             read_once(source(spark, url, basin, prefix="s-"), "warm-up, 10 streams", 100)
             read_once(source(spark, url, basin, stream="single"), "warm-up, one stream", 100)
-            for n, r in zip(args.streams, args.records, strict=True):
+        for n, r in zip(args.streams, args.records, strict=True):
+            if "read" not in args.skip:
                 reads.append(bench_read(spark, client, url, tag, n, r, args))
-        if "write" not in args.skip:
-            write = bench_write(spark, client, url, tag, args.streams[0], args.records[0], args)
+            if "write" not in args.skip:
+                writes.append(bench_write(spark, client, url, tag, n, r, args))
         if "idle" not in args.skip:
             idle = bench_idle(spark, client, server, tag, args.idle_streams, args)
     spark.stop()
@@ -440,12 +462,15 @@ def main() -> None:
     def fmt(x: float) -> str:
         return "n/a" if x != x else f"{x:.2f}"
 
-    r1, r2 = (reads + [float("nan")] * 2)[:2]
-    n1, n2 = ([*args.streams, 0])[:2]
+    def each(ratios: list[float]) -> str:
+        return ", ".join(f"{fmt(x)}x single at {n}x{r}" for x, n, r in
+                         zip(ratios, args.streams, args.records, strict=False)) or "n/a"
+
     q = "n/a" if idle is None else f"{idle[0].requests_per_s:.3f}"
     x = float("nan") if idle is None else idle[0].p50 / idle[1].p50
-    print(f"many_streams: read {fmt(r1)}x single at {n1}, {fmt(r2)}x at {n2}, write "
-          f"{fmt(write)}x single, idle {q} req/s per stream, p50 {fmt(x)}x single")
+    rtt = f" ({args.rtt_ms:g} ms round trip)" if args.rtt_ms else ""
+    print(f"many_streams{rtt}: read {each(reads)}; write {each(writes)}; idle {q} req/s per "
+          f"stream, p50 {fmt(x)}x single")
 
 
 if __name__ == "__main__":

@@ -183,10 +183,10 @@ def test_chain_all_acked(env: tuple[Any, str, str]) -> None:
     sink.add(bodies(5000))
     assert (sink.appends, sink.appended) == (5, 4995)
     result = sink.close()
-    assert (result.appended, result.appends, result.first_seq_num) == (5000, 6, 1)
+    assert (result.appended, result.appends, result.first_seq_num) == (5000, 6, 0)
     assert [b for b, _ in data_rows(basin, name)] == expect(5000)
-    # acquire fence + 6 data appends (each ending with a fence) + release fence
-    assert basin.stream(name).check_tail().seq_num == 5000 + 8
+    # 6 data appends (each ending with a fence, the first taking the lease) + release fence
+    assert basin.stream(name).check_tail().seq_num == 5000 + 7
 
 
 def test_takeover_mid_chain_leaves_exactly_the_prefix(
@@ -211,7 +211,7 @@ def test_takeover_mid_chain_leaves_exactly_the_prefix(
         t.start()
         wait_until("the chain's first half", gate.triggered.is_set)
         tail = basin.stream(name).check_tail
-        wait_until("inputs 0 and 1 to land", lambda: tail().seq_num == 1 + 2 * 1000)
+        wait_until("inputs 0 and 1 to land", lambda: tail().seq_num == 2 * 1000)
         newer = StreamSink(basin, name, wid(attempt=1), CHAIN)
         newer.add(bodies(5000))
         result = newer.close()
@@ -239,7 +239,7 @@ def test_cut_session_is_settled_by_the_token(
     tail = basin.stream(name).check_tail
     if mode == "mute":
         def release_when_all_landed() -> None:
-            wait_until("the chain to land", lambda: tail().seq_num == 1 + 5 * 1000)
+            wait_until("the chain to land", lambda: tail().seq_num == 5 * 1000)
             gate.release.set()
 
         threading.Thread(target=release_when_all_landed, daemon=True).start()
@@ -254,7 +254,7 @@ def test_cut_session_is_settled_by_the_token(
         client.close()
     assert (result.appended, result.appends, result.skipped) == (5000, 6, 0)
     assert [b for b, _ in data_rows(basin, name)] == expect(5000)
-    assert tail().seq_num == 5000 + 8  # no append landed twice
+    assert tail().seq_num == 5000 + 7  # no append landed twice
 
 
 def test_inflight_bounds_split_chains(env: tuple[Any, str, str]) -> None:

@@ -12,6 +12,7 @@
 
 from s2_spark._http._async_connection import HEAD_BYTES, AsyncConnection, AsyncTimeouts
 from s2_spark._http._client import (
+    POOL_SHARDS,
     HttpClient,
     Origin,
     encode_headers,
@@ -28,6 +29,7 @@ from s2_spark._http._routes import PoolLimits
 __all__ = [
     "HEAD_BYTES",
     "POOL_LIMITS",
+    "POOL_SHARDS",
     "AsyncConnection",
     "AsyncTimeouts",
     "Call",

@@ -158,8 +158,10 @@ class AsyncConnection:
         conn, reader, writer = self._h11, self._reader, self._writer
         assert conn is not None and reader is not None and writer is not None
         try:
-            body = conn.send(h11.Data(data=content)) if content else b""
-            writer.write(conn.send(request) + body + conn.send(h11.EndOfMessage()))
+            sent = conn.send(request)
+            if content:
+                sent += conn.send(h11.Data(data=content))
+            writer.write(sent + conn.send(h11.EndOfMessage()))
             async with asyncio.timeout(read_timeout):
                 head = await _next_response(conn, reader)
                 body = await _body(conn, reader, head_only)

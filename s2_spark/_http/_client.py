@@ -19,6 +19,7 @@ or `AsyncHttpClient` (the tail watch's event loop), which keep what httpx would:
 
 from __future__ import annotations
 
+import itertools
 import ssl
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -76,7 +77,8 @@ def timeouts(*, connect: float, read: float | None, write: float,
 @dataclass(frozen=True, eq=False)
 class Origin:
     """Where requests to one base URL go: scheme, host, port, the path they all start with
-    (`prefix`), the Host header, and the pool of the route to it."""
+    (`prefix`), the Host header, and the pools of the route to it (one per `POOL_SHARDS`
+    share of the threads)."""
 
     base_url: str
     scheme: bytes
@@ -84,7 +86,12 @@ class Origin:
     port: int
     prefix: bytes
     host_header: bytes
-    pool: Any = field(repr=False)
+    pools: tuple[Any, ...] = field(repr=False)
+
+    @property
+    def pool(self) -> Any:
+        """This thread's pool."""
+        return self.pools[_THREAD.shard]
 
     def url(self, target: bytes) -> httpcore.URL:
         return httpcore.URL(scheme=self.scheme, host=self.host, port=self.port,
@@ -127,13 +134,23 @@ def _split(base_url: str) -> tuple[str, str, int, str, str]:
     return parts.scheme, parts.hostname, port, parts.path.rstrip("/"), host_header
 
 
-class _Connects(threading.local):
-    """Connections this thread has opened (see `_CountingBackend`)."""
+#: Pools per route: each thread keeps to one (round robin). httpcore takes a pool-wide
+#: lock and looks at every pooled connection on each request and response: 32 threads of
+#: a writer on one pool spent more time waiting for that lock than on their requests.
+POOL_SHARDS = 8
+_NEXT_SHARD = itertools.count()
 
-    count = 0
+
+class _ThreadState(threading.local):
+    """This thread's pool shard, and the connections it has opened (see
+    `_CountingBackend`)."""
+
+    def __init__(self) -> None:
+        self.shard = next(_NEXT_SHARD) % POOL_SHARDS
+        self.count = 0
 
 
-_CONNECTS = _Connects()
+_THREAD = _ThreadState()
 #: Failures of a request that a connection had taken (not connect or pool failures).
 _CONNECTION_FAILURES = (httpcore.ReadError, httpcore.WriteError, httpcore.RemoteProtocolError,
                         httpcore.ReadTimeout, httpcore.WriteTimeout)
@@ -144,7 +161,7 @@ class _CountingBackend(httpcore.SyncBackend):
     one failed on a pooled connection (what an untraced `Exchange` needs to know)."""
 
     def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
-        _CONNECTS.count += 1
+        _THREAD.count += 1
         return super().connect_tcp(*args, **kwargs)
 
 
@@ -238,7 +255,7 @@ class HttpClient:
         self._limits = limits or PoolLimits()
         self._network = network
         self._ssl: ssl.SSLContext | None = None
-        self._pools: dict[tuple[Route, bool], Any] = {}
+        self._pools: dict[tuple[Route, bool], tuple[Any, ...]] = {}
         self._origins: dict[str, Origin] = {}
         self._lock = threading.Lock()
 
@@ -251,14 +268,15 @@ class HttpClient:
         route = route_for(scheme, host, port)
         with self._lock:
             tls = scheme == "https" or (route.proxy or "").startswith("https:")
-            pool = self._pools.get((route, tls))
-            if pool is None and self._network is None:
-                pool = self._pools[(route, tls)] = route.pool(
-                    self.ssl_context() if tls else None, self._limits,
-                    backend=_CountingBackend())
+            pools = self._pools.get((route, tls), ())
+            if not pools and self._network is None:
+                ssl_context = self.ssl_context() if tls else None
+                pools = self._pools[(route, tls)] = tuple(
+                    route.pool(ssl_context, self._limits, backend=_CountingBackend())
+                    for _ in range(POOL_SHARDS))
             origin = self._origins[base_url] = Origin(
                 base_url, scheme.encode(), host.encode(), port, prefix.encode(),
-                host_header.encode(), pool)
+                host_header.encode(), pools)
         return origin
 
     def ssl_context(self) -> ssl.SSLContext:
@@ -287,13 +305,13 @@ class HttpClient:
         request = self._request(method, origin, target, headers, content, timeout, traced)
         if self._network is not None:
             return self._via_network(request, stream)
-        connects = _CONNECTS.count
+        connects = _THREAD.count
         try:
             resp = origin.pool.handle_request(request)
         except Exception as exc:
             if trace is not None and traced is None:
                 trace.used = isinstance(exc, _CONNECTION_FAILURES)
-                trace.new_connection = _CONNECTS.count != connects
+                trace.new_connection = _THREAD.count != connects
             _reraise(exc, request)
         if trace is not None:
             trace.response_started = True
@@ -328,7 +346,8 @@ class HttpClient:
 
     def close(self) -> None:
         with self._lock:
-            pools, self._pools = list(self._pools.values()), {}
+            pools = [p for shards in self._pools.values() for p in shards]
+            self._pools = {}
             self._origins.clear()
         for pool in pools:
             pool.close()

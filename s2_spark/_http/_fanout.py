@@ -16,10 +16,12 @@ through their client's own path, which retries by deadline and reports typed err
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from s2_spark._closeable import Closeable
 
@@ -60,11 +62,14 @@ class Fanout(Closeable):
     def __repr__(self) -> str:
         return f"Fanout(width={self._width})"
 
-    def run(self, calls: Sequence[Call]) -> list[Response | Exception]:
-        """Each call's response (any status), or the exception it failed with."""
+    def run(self, calls: Sequence[Call], *, limit: int | None = None
+            ) -> list[Response | Exception]:
+        """Each call's response (any status), or the exception it failed with; at most
+        `limit` of these calls in flight at once (and `width` per origin in all)."""
         if not calls:
             return []
-        return asyncio.run_coroutine_threadsafe(self._all(calls), self._started()).result()
+        return asyncio.run_coroutine_threadsafe(self._all(calls, limit),
+                                                self._started()).result()
 
     def close(self) -> None:
         with self._lock:
@@ -85,8 +90,11 @@ class Fanout(Closeable):
                 self._loop, self._thread = loop, thread
             return self._loop
 
-    async def _all(self, calls: Sequence[Call]) -> list[Response | Exception]:
-        done = await asyncio.gather(*(self._one(c) for c in calls), return_exceptions=True)
+    async def _all(self, calls: Sequence[Call], limit: int | None
+                   ) -> list[Response | Exception]:
+        mine = asyncio.Semaphore(limit) if limit is not None else contextlib.nullcontext()
+        done = await asyncio.gather(*(self._one(c, mine) for c in calls),
+                                    return_exceptions=True)
         out: list[Response | Exception] = []
         for result in done:
             if isinstance(result, BaseException) and not isinstance(result, Exception):
@@ -94,11 +102,12 @@ class Fanout(Closeable):
             out.append(result)
         return out
 
-    async def _one(self, call: Call) -> Response:
+    async def _one(self, call: Call, mine: contextlib.AbstractAsyncContextManager[Any]
+                   ) -> Response:
         slots = self._slots.get(call.base_url)
         if slots is None:
             slots = self._slots[call.base_url] = asyncio.Semaphore(self._width)
-        async with slots:
+        async with mine, slots:
             idle = self._idle.setdefault(call.base_url, [])
             conn = idle.pop() if idle else AsyncConnection(call.base_url, self._ssl_context)
             try:

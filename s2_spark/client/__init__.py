@@ -30,7 +30,7 @@ from s2_spark.errors import Position
 
 from ._client import BasinClient, S2Client
 from ._config import RetryPolicy, S2Config, TlsConfig
-from ._many import SmallRead
+from ._many import SingleAppend, SmallRead
 from ._read_session import ReadSession
 from ._stream import StreamClient
 from ._types import (
@@ -57,6 +57,7 @@ __all__ = [
     "RetryPolicy",
     "S2Client",
     "S2Config",
+    "SingleAppend",
     "SmallRead",
     "StreamClient",
     "StreamConfig",

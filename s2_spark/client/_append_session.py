@@ -24,7 +24,7 @@ import httpx
 
 from s2_spark._http import Exchange
 from s2_spark._proto import s2_pb2
-from s2_spark.errors import FrameError, S2Error, ServiceError
+from s2_spark.errors import FrameError, Position, S2Error, ServiceError
 from s2_spark.wire.frames import Compression, FrameDecoder, Message, encode_message
 
 from ._errors import error_from_body, error_from_status, error_from_transport
@@ -40,6 +40,7 @@ __all__ = [
     "PROTO_HEADERS",
     "SESSION_HEADERS",
     "SessionResult",
+    "ack_of",
     "run_append_session",
 ]
 
@@ -62,9 +63,8 @@ class SessionResult:
     error: ServiceError | None = None
 
 
-def _ack(raw: bytes) -> AppendAck:
-    from s2_spark.errors import Position
-
+def ack_of(raw: bytes) -> AppendAck:
+    """An AppendAck answer (protobuf, or an S2S frame's body), decoded."""
     a = s2_pb2.AppendAck.FromString(raw)
     return AppendAck(
         Position(a.start.seq_num, a.start.timestamp),
@@ -113,7 +113,7 @@ def run_append_session(
             for chunk in chunks:
                 for frame in decoder.feed(chunk):
                     if isinstance(frame, Message):
-                        acks.append(_ack(frame.body))
+                        acks.append(ack_of(frame.body))
                         continue
                     return SessionResult(acks, error_from_status(frame.status, frame.error(),
                                                                  target))
@@ -160,7 +160,7 @@ def _unary_append(transport: Transport, basin: str, stream: str, batch: AppendBa
         err = error_from_body(resp.status_code, resp.content, target)
         err.unsent = side_effect_free(err)
         return SessionResult([], err)
-    return SessionResult([_ack(resp.content)])
+    return SessionResult([ack_of(resp.content)])
 
 
 def _session_body(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from s2_spark._closeable import Closeable
-from s2_spark.errors import BadRequestError, NotFoundError, Position, S2Error
+from s2_spark.errors import BadRequestError, NotFoundError, Position, S2Error, ServiceError
 
 from ._config import S2Config
 from ._stream import StreamClient
@@ -18,7 +18,8 @@ from ._types import BasinInfo, StreamConfig, StreamInfo
 if TYPE_CHECKING:
     from s2_spark.wire.records import DecodedBatch
 
-    from ._many import SmallRead
+    from ._many import SingleAppend, SmallRead
+    from ._types import AppendAck
     from ._watch import TailWatch
 
 __all__ = ["BasinClient", "S2Client"]
@@ -178,6 +179,21 @@ class BasinClient:
 
         return read_many(self, reads, include_command_records=include_command_records,
                          include_headers=include_headers)
+
+    def append_each(self, appends: Sequence[SingleAppend], *, in_flight: int = 32
+                    ) -> list[AppendAck | ServiceError]:
+        """One append to each of many streams (pre-encoded batches, each under its own
+        conditions), sent together, at most `in_flight` unanswered at a time. Each result
+        is the ack or the error, never retried (an append cut short may have landed)."""
+        from ._many import append_each
+
+        return append_each(self, appends, in_flight=in_flight)
+
+    def create_streams(self, names: Sequence[str]) -> None:
+        """Create the streams of `names` that do not exist, the requests sent together."""
+        from ._many import create_streams
+
+        create_streams(self, names)
 
     def watch_tails(self, **kw: Any) -> TailWatch:
         """A `TailWatch` over streams of this basin (close it when done)."""

@@ -1,4 +1,5 @@
-"""Operations on many streams of a basin at once: tails and small reads, sent together.
+"""Operations on many streams of a basin at once: tails, small reads, single appends and
+creations, sent together.
 
 S2 has no call that answers for several streams, so each stream costs a request; sent
 through the client's `Fanout` they cost a third of the CPU of a thread each and go out as
@@ -10,23 +11,33 @@ single-stream call would have given.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from s2_spark._http import Call, Response, query
-from s2_spark.errors import Position, S2Error
+import httpx
 
-from ._append_session import PROTO_ACCEPT
+from s2_spark._http import Call, Response, query
+from s2_spark.errors import AlreadyExistsError, Position, S2Error, ServiceError
+
+from ._append_session import PROTO_ACCEPT, PROTO_HEADERS, ack_of
+from ._errors import error_from_body, error_from_transport
 from ._params import read_params
+from ._transport import side_effect_free
+from ._types import AppendAck
 
 if TYPE_CHECKING:
+    from s2_spark.wire.appends import AppendBatch
     from s2_spark.wire.records import DecodedBatch
 
     from ._client import BasinClient
 
-__all__ = ["SmallRead", "check_tails", "read_many"]
+__all__ = ["SingleAppend", "SmallRead", "append_each", "check_tails", "create_streams",
+           "read_many"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,13 +49,26 @@ class SmallRead:
     count: int
 
 
-def _calls(basin: BasinClient, targets: Sequence[str], extra: list[tuple[bytes, bytes]]
-           ) -> list[Response | Exception]:
+@dataclass(frozen=True, slots=True)
+class SingleAppend:
+    """One append of a pre-encoded batch to `stream`, under the given conditions."""
+
+    stream: str
+    batch: AppendBatch
+    fencing_token: str | None = None
+    match_seq_num: int | None = None
+
+
+def _calls(basin: BasinClient, targets: Sequence[str], extra: list[tuple[bytes, bytes]], *,
+           method: bytes = b"GET", bodies: Sequence[bytes | None] | None = None,
+           limit: int | None = None) -> list[Response | Exception]:
     transport = basin._transport
     route = transport.route(basin.name)
     headers = route.headers + extra
+    contents = bodies if bodies is not None else [None] * len(targets)
     return transport.fanout().run(
-        [Call(b"GET", route.origin.base_url, t, headers) for t in targets])
+        [Call(method, route.origin.base_url, t, headers, body)
+         for t, body in zip(targets, contents, strict=True)], limit=limit)
 
 
 def check_tails(basin: BasinClient, names: Sequence[str]) -> dict[str, Position | None]:
@@ -93,3 +117,48 @@ def read_many(basin: BasinClient, reads: Sequence[SmallRead], *,
         except S2Error as exc:
             out.append(exc)
     return out
+
+
+def append_each(basin: BasinClient, appends: Sequence[SingleAppend], *, in_flight: int
+                ) -> list[AppendAck | ServiceError]:
+    """Each append's ack, or the error it failed with, never retried: an append cut short
+    in transit may have landed, and only the caller knows how to find out (a writer reads
+    its fencing token back). Such failures are `UnavailableError`s with `unsent` false.
+    At most `in_flight` of them are sent and not yet answered at any time."""
+    targets = [f"/streams/{quote(a.stream, safe='')}/records" for a in appends]
+    bodies = [a.batch.to_append_input(a.match_seq_num, a.fencing_token) for a in appends]
+    out: list[AppendAck | ServiceError] = []
+    results = _calls(basin, targets, PROTO_HEADERS, method=b"POST", bodies=bodies,
+                     limit=in_flight)
+    for a, result in zip(appends, results, strict=True):
+        what = f"stream {a.stream!r} in basin {basin.name!r}"
+        if isinstance(result, Response) and result.status_code == 200:
+            out.append(ack_of(result.content))
+        elif isinstance(result, Response):
+            err = error_from_body(result.status_code, result.content, what)
+            err.unsent = side_effect_free(err)
+            out.append(err)
+        elif isinstance(result, httpx.TransportError):
+            out.append(error_from_transport(result, what, "append", None))
+        else:
+            raise result
+    return out
+
+
+def create_streams(basin: BasinClient, names: Sequence[str]) -> None:
+    """Create the streams that do not exist yet, the requests sent together (each with
+    its own request token, so a repeat cannot create twice); a failed one is made again
+    alone, with retries. Streams that exist already are left as they are."""
+    route = basin._transport.route(basin.name)
+    bodies = [json.dumps({"stream": n}).encode() for n in names]
+    tokens = [[(b"s2-request-token", uuid.uuid4().hex.encode())] for _ in names]
+    fanout = basin._transport.fanout()
+    results = fanout.run([
+        Call(b"POST", route.origin.base_url, "/streams",
+             [*route.headers, (b"content-type", b"application/json"), *token], body)
+        for body, token in zip(bodies, tokens, strict=True)])
+    for name, result in zip(names, results, strict=True):
+        if isinstance(result, Response) and result.status_code in (200, 201, 409):
+            continue
+        with contextlib.suppress(AlreadyExistsError):
+            basin.create_stream(name)

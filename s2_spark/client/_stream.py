@@ -6,7 +6,6 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from s2_spark._proto import s2_pb2
 from s2_spark.errors import (
     BadRequestError,
     Position,
@@ -21,6 +20,7 @@ from ._append_session import (
     PROTO_ACCEPT,
     PROTO_HEADERS,
     SessionResult,
+    ack_of,
     run_append_session,
 )
 from ._config import S2Config
@@ -37,15 +37,6 @@ if TYPE_CHECKING:
 
 __all__ = ["StreamClient"]
 
-
-
-def _position(p: s2_pb2.StreamPosition) -> Position:
-    return Position(p.seq_num, p.timestamp)
-
-
-def _ack(raw: bytes) -> AppendAck:
-    ack = s2_pb2.AppendAck.FromString(raw)
-    return AppendAck(_position(ack.start), _position(ack.end), _position(ack.tail))
 
 
 class StreamClient:
@@ -249,7 +240,7 @@ class StreamClient:
                 if acks:
                     return acks[0]
             raise
-        return _ack(resp.content)
+        return ack_of(resp.content)
 
     def append_many(
         self,

@@ -15,10 +15,12 @@ The API follows S2's OpenAPI spec and s2-lite's behaviour: basins and streams, a
 command records, retention and access-token checks (`token=`).
 
 `TcpProxy` sits between a client and a server and cuts or resets connections the way
-flaky networks do, for fault-injection tests.
+flaky networks do, for fault-injection tests; `DelayProxy` adds a round trip like a real
+service's, for benchmarks.
 """
 
+from s2_spark.testing._delay import DelayProxy
 from s2_spark.testing._proxy import TcpProxy
 from s2_spark.testing._server import LocalS2Server, ServerProcess, ServerTls
 
-__all__ = ["LocalS2Server", "ServerProcess", "ServerTls", "TcpProxy"]
+__all__ = ["DelayProxy", "LocalS2Server", "ServerProcess", "ServerTls", "TcpProxy"]

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "AppendBatch",
     "encode_append_batches",
+    "encode_record",
     "encode_records",
     "metered_size",
 ]
@@ -101,7 +102,7 @@ def encode_append_batches(
         ends = np.frombuffer(ends_b, dtype=np.int64)
         meters = np.frombuffer(meters_b, dtype=np.int64)
     else:
-        entries = [_encode_entry(b, h, t) for b, h, t in cols.rows()]
+        entries = [encode_record(b, h, t) for b, h, t in cols.rows()]
         payload = b"".join(e for e, _ in entries)
         ends = np.cumsum(np.fromiter((len(e) for e, _ in entries), np.int64, cols.n))
         meters = np.fromiter((m for _, m in entries), np.int64, cols.n)
@@ -129,7 +130,7 @@ def encode_records(
             body, hdrs, ts = rec
         else:
             body, hdrs, ts = rec.body, rec.headers, rec.timestamp
-        entry, metered = _encode_entry(bytes(body), [(bytes(n), bytes(v)) for n, v in hdrs], ts)
+        entry, metered = encode_record(bytes(body), [(bytes(n), bytes(v)) for n, v in hdrs], ts)
         parts.append(entry)
         sizes.append(len(entry))
         meters.append(metered)
@@ -166,10 +167,11 @@ def _ld(tag: int, data: bytes) -> bytes:
     return bytes((tag,)) + _varint(len(data)) + data
 
 
-def _encode_entry(
+def encode_record(
     body: bytes, headers: Sequence[tuple[bytes, bytes]], timestamp: int | None
 ) -> tuple[bytes, int]:
-    """One `records` entry of AppendInput (fields in number order, empty bytes omitted)."""
+    """One `records` entry of AppendInput (fields in number order, empty bytes omitted)
+    and the record's metered size: for one record, without a batch's set-up."""
     parts = []
     if timestamp is not None:
         if not 0 <= timestamp <= _U64_MAX:
