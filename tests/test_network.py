@@ -383,3 +383,22 @@ def test_finished_append_sessions_leave_their_connection_to_the_next(
             assert result.error is None and len(result.acks) == 1
         assert stream.check_tail().seq_num == 1005
     assert proxy.connections == 1
+
+
+def test_a_delay_proxy_forwards_every_byte_in_order(
+    s2_server: Any, filled: str
+) -> None:
+    """`DelayProxy` (the benchmarks' far-away service) holds bytes, never changes them: a
+    read session and a thousand appends through it are exact."""
+    from s2_spark.testing import DelayProxy
+
+    with DelayProxy(s2_server.url, rtt_ms=2) as proxy:
+        client, stream = s2_stream(proxy.url, filled)
+        with client:
+            got = [b for x in stream.read_session(seq_num=0, count=1000)
+                   for b in x.batch.column("body").to_pylist()]
+            stream.append_many([AppendRecord(body(1000 + i)) for i in range(1000)],
+                               match_seq_num=1000)
+            assert stream.check_tail().seq_num == 2000
+        assert proxy.connections >= 1
+    assert got == [body(i) for i in range(1000)]

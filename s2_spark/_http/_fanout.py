@@ -28,9 +28,12 @@ from s2_spark._closeable import Closeable
 from ._async_connection import AsyncConnection, AsyncTimeouts
 from ._response import Response
 
-__all__ = ["Call", "Fanout"]
+__all__ = ["FANOUT_WIDTH", "Call", "Fanout"]
 
 Headers = list[tuple[bytes, bytes]]
+#: Connections a fan-out keeps per origin: requests in flight at once. On a loopback they
+#: are answered about as fast as sent; 20 ms away, 64 still send 3,000 a second.
+FANOUT_WIDTH = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +51,7 @@ class Fanout(Closeable):
     """Sends the calls of `run` concurrently; any thread may call it."""
 
     def __init__(self, ssl_context: Callable[[], ssl.SSLContext], timeouts: AsyncTimeouts,
-                 *, width: int = 32) -> None:
+                 *, width: int = FANOUT_WIDTH) -> None:
         self._ssl_context = ssl_context
         self._timeouts = timeouts
         self._width = width

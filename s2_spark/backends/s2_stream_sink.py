@@ -77,8 +77,9 @@ __all__ = [
 #: + len("fence") + the token.
 FENCE_RESERVE = 8 + 2 + len("fence") + MAX_TOKEN_BYTES
 DATA_MAX_RECORDS = 999
-#: Appends a writer sends before reading their acks (about 1.7 MB of 100 B rows).
-DEFAULT_APPENDS_IN_FLIGHT = 16
+#: Appends a writer has sent and not yet seen acknowledged, across its streams (one
+#: stream sends at most `max_inflight_bytes` in a session).
+DEFAULT_APPENDS_IN_FLIGHT = 64
 DATA_MAX_BYTES = 1024 * 1024 - FENCE_RESERVE
 _PROBE = "w-probe"
 #: Tokens this process last saw per stream, the next writer's guess (bounded).

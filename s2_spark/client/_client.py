@@ -180,7 +180,7 @@ class BasinClient:
         return read_many(self, reads, include_command_records=include_command_records,
                          include_headers=include_headers)
 
-    def append_each(self, appends: Sequence[SingleAppend], *, in_flight: int = 32
+    def append_each(self, appends: Sequence[SingleAppend], *, in_flight: int = 64
                     ) -> list[AppendAck | ServiceError]:
         """One append to each of many streams (pre-encoded batches, each under its own
         conditions), sent together, at most `in_flight` unanswered at a time. Each result

@@ -115,7 +115,7 @@ class S2DataSource(RangeDataSource):
     * ``maxRecordsPerAppend`` (1..999, default 999): records per append request.
     * ``leaseTimeoutMs`` (default 120000): how long a task waits for another task of the
       same micro-batch that holds a target stream without appending before taking over.
-    * ``maxAppendsInFlight`` (1..256, default 16): appends a task has sent and not yet
+    * ``maxAppendsInFlight`` (1..256, default 64): appends a task has sent and not yet
       seen acknowledged, in total across its target streams (one stream's go out in one
       S2S session).
 
