@@ -221,7 +221,8 @@ def test_bad_options_fail_before_any_task(env: Env) -> None:
     bad = {
         "url": ({"url": "/relative"}, "option url: '/relative' is not accepted"),
         "both": ({"url": env.url + out, "stream": out}, "set option url"),
-        "urls": ({"urls": env.url + out}, "option urls selects streams to read"),
+        "urls": ({"urls": env.url + out}, "option urls is not supported by format "
+                 "durable-streams (writing): it selects streams to read"),
         "createStreams": ({"stream": out, "createStreams": "yes"},
                           "option createStreams='yes' is not accepted"),
         "contentType": ({"stream": out, "createStreams": "true", "contentType": "json"},

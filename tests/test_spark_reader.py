@@ -440,8 +440,23 @@ class _FlakyStreamReader(_StreamReader):
                 raise RuntimeError("injected task failure")
 
 
+def _flaky_format() -> Any:
+    from dataclasses import replace
+
+    from s2_spark._option_spec import Option, OptionSet
+    from s2_spark.spark.s2_source import S2_OPTIONS, S2_READ_FORMAT
+
+    test_options = (Option("testMarker", "a path", "Test only.", roles=("read",)),
+                    Option("testFailFrom", "a seq_num", "Test only.", roles=("read",)))
+    options = OptionSet("s2flaky", S2_OPTIONS.options + test_options)
+    return replace(S2_READ_FORMAT, name="s2flaky", options=options)
+
+
 class FlakyS2DataSource(S2DataSource):
-    """Test only: the s2 source with `_FlakyStreamReader` (options testMarker, testFailFrom)."""
+    """Test only: the s2 source with `_FlakyStreamReader` (options testMarker, testFailFrom,
+    declared like every option)."""
+
+    read_format = _flaky_format()
 
     @classmethod
     def name(cls) -> str:

@@ -15,18 +15,49 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from s2_spark._option_values import get, get_url, split_streams
-from s2_spark.backends.network_options import NetworkSettings, parse_network_options
+from s2_spark._option_spec import Option
+from s2_spark._option_values import get_url, split_streams
+from s2_spark.backends.network_options import (
+    NETWORK_OPTIONS,
+    NetworkSettings,
+    parse_network_options,
+)
 from s2_spark.backends.selection import StreamSelection
 from s2_spark.errors import OptionError
 
 if TYPE_CHECKING:
     from s2_spark.durable import DurableConfig
 
-__all__ = ["DurableSettings", "parse_durable_connection", "parse_durable_selection"]
+__all__ = [
+    "DURABLE_CONNECTION_OPTIONS",
+    "DURABLE_SELECTION_OPTIONS",
+    "DurableSettings",
+    "parse_durable_connection",
+    "parse_durable_selection",
+]
 
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
-_SELECTION_KEYS = ("url", "urls", "stream", "streams")
+
+BASE_URL = Option("baseUrl", "an http:// or https:// URL",
+                  "The server's URL, for streams named by path.")
+BEARER_TOKEN = Option(
+    "bearerToken", "a token",
+    "Sent as Authorization: Bearer ...; Spark redacts it; it never appears in offsets, "
+    "logs or errors.")
+SECRET_HEADERS = Option(
+    "secretHeaders", 'a JSON object, e.g. {"x-api-key": "..."}',
+    "Extra request headers (credentials); Spark redacts it; values never appear in "
+    "offsets, logs or errors.")
+DURABLE_CONNECTION_OPTIONS = (BASE_URL, BEARER_TOKEN, SECRET_HEADERS, *NETWORK_OPTIONS)
+
+URL = Option("url", "an http:// or https:// stream URL", "The one stream to read.",
+             roles=("read",))
+URLS = Option("urls", "comma-separated stream URLs", "The streams to read.", roles=("read",))
+PATH = Option("stream", "a path under baseUrl", "The one stream to read.", roles=("read",))
+PATHS = Option("streams", "comma-separated paths under baseUrl", "The streams to read.",
+               roles=("read",))
+#: Exactly one of these names the streams a read reads (the protocol cannot list them).
+DURABLE_SELECTION_OPTIONS = (URL, URLS, PATH, PATHS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +106,8 @@ def _secret_headers(raw: str) -> list[tuple[str, str]]:
 
 def parse_durable_connection(options: Mapping[str, str]) -> DurableSettings:
     """`baseUrl`, the credential and the network options, checked."""
-    headers = dict(_secret_headers(get(options, "secretHeaders") or "{}"))
-    token = get(options, "bearerToken")
+    headers = dict(_secret_headers(SECRET_HEADERS.raw(options) or "{}"))
+    token = BEARER_TOKEN.raw(options)
     if token is not None:
         if not token.strip() or any(c in token for c in "\r\n"):
             raise OptionError(
@@ -89,7 +120,7 @@ def parse_durable_connection(options: Mapping[str, str]) -> DurableSettings:
             )
         headers["authorization"] = f"Bearer {token.strip()}"
     return DurableSettings(
-        base_url=get_url(options, "baseUrl"),
+        base_url=get_url(options, BASE_URL.name),
         headers=tuple(sorted(headers.items())),
         network=parse_network_options(options),
     )
@@ -108,19 +139,20 @@ def parse_durable_selection(
     options: Mapping[str, str], settings: DurableSettings
 ) -> StreamSelection:
     """Exactly one of url, urls, or (with baseUrl) stream / streams."""
-    given = [key for key in _SELECTION_KEYS if get(options, key) is not None]
+    given = [o for o in DURABLE_SELECTION_OPTIONS if o.raw(options) is not None]
     if len(given) != 1:
-        which = f"got {', '.join(given)}" if given else "got none"
+        which = f"got {', '.join(o.name for o in given)}" if given else "got none"
         raise OptionError(
             "set exactly one of the options url (one stream URL), urls (comma-separated "
             "stream URLs), or stream / streams (paths under option baseUrl); " + which
         )
-    key = given[0]
-    raw = get(options, key) or ""
-    names = split_streams(raw, key) if key in ("urls", "streams") else (raw.strip(),)
+    option = given[0]
+    key = option.name
+    raw = option.raw(options) or ""
+    names = split_streams(raw, key) if option in (URLS, PATHS) else (raw.strip(),)
     if not names[0]:
         raise OptionError(f"option {key}={raw!r} is not accepted: it must not be empty")
-    if key in ("url", "urls"):
+    if option in (URL, URLS):
         check_stream_urls(names, key)
     elif settings.base_url is None:
         raise OptionError(

@@ -10,14 +10,33 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from s2_spark._option_values import get
+from s2_spark._option_spec import Option
 from s2_spark._tls import TlsConfig
 from s2_spark.errors import OptionError
 from s2_spark.retry import DEFAULT_RETRY_TIMEOUT, RetryPolicy
 
-__all__ = ["NetworkSettings", "parse_network_options"]
+__all__ = ["NETWORK_OPTIONS", "NetworkSettings", "parse_network_options"]
 
-_FILES = (("sslCaFile", "ca_file"), ("sslCertFile", "cert_file"), ("sslKeyFile", "key_file"))
+RETRY_TIMEOUT_MS = Option(
+    "retryTimeoutMs", "milliseconds, an integer >= 0",
+    "How long a failing request is retried, with backoff and jitter, without progress "
+    "(records delivered, appends acknowledged start it over) before the task or plan "
+    "fails; 0 turns retries off. Dead pooled connections are retried at once and never "
+    "count.",
+    default=int(DEFAULT_RETRY_TIMEOUT * 1000),
+)
+SSL_CA_FILE = Option(
+    "sslCaFile", "a path", "A PEM bundle of CA certificates to trust (a private CA); "
+    "readable on every node.")
+SSL_CERT_FILE = Option(
+    "sslCertFile", "a path", "A PEM client certificate, where the service requires one "
+    "(with its key in it or in sslKeyFile); readable on every node.")
+SSL_KEY_FILE = Option("sslKeyFile", "a path", "The client certificate's PEM private key.")
+SSL_KEY_PASSWORD = Option(
+    "sslKeyPassword", "a password", "The private key's password (Spark redacts it).")
+NETWORK_OPTIONS = (RETRY_TIMEOUT_MS, SSL_CA_FILE, SSL_CERT_FILE, SSL_KEY_FILE, SSL_KEY_PASSWORD)
+
+_FILES = ((SSL_CA_FILE, "ca_file"), (SSL_CERT_FILE, "cert_file"), (SSL_KEY_FILE, "key_file"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +52,7 @@ class NetworkSettings:
 
 
 def _retry_timeout(options: Mapping[str, str]) -> float:
-    raw = get(options, "retryTimeoutMs")
+    raw = RETRY_TIMEOUT_MS.raw(options)
     if raw is None:
         return DEFAULT_RETRY_TIMEOUT
     value = raw.strip()
@@ -49,12 +68,12 @@ def _retry_timeout(options: Mapping[str, str]) -> float:
 def _tls(options: Mapping[str, str]) -> TlsConfig | None:
     files: dict[str, str] = {}
     for option, field_name in _FILES:
-        raw = get(options, option)
+        raw = option.raw(options)
         if raw is not None:
             if not raw.strip():
-                raise OptionError(f"option {option} is empty: use the path of a PEM file")
+                raise OptionError(f"option {option.name} is empty: use the path of a PEM file")
             files[field_name] = raw.strip()
-    password = get(options, "sslKeyPassword")
+    password = SSL_KEY_PASSWORD.raw(options)
     if not files and password is None:
         return None
     if "cert_file" not in files and ("key_file" in files or password is not None):

@@ -11,15 +11,43 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from s2_spark._option_values import get, get_url, split_streams
-from s2_spark.backends.network_options import parse_network_options
+from s2_spark._option_spec import Option
+from s2_spark._option_values import get_url, split_streams
+from s2_spark.backends.network_options import NETWORK_OPTIONS, parse_network_options
 from s2_spark.backends.s2 import S2Settings
 from s2_spark.backends.selection import StreamSelection
 from s2_spark.errors import OptionError
 
-__all__ = ["parse_s2_connection", "parse_s2_selection"]
+__all__ = ["S2_CONNECTION_OPTIONS", "S2_SELECTION_OPTIONS", "parse_s2_connection",
+           "parse_s2_selection"]
 
-_STREAM_KEYS = ("stream", "streams", "streamPrefix")
+BASIN = Option("basin", "a basin name", "Required: the basin to read from or write to.")
+ENDPOINT = Option(
+    "endpoint", "an http:// or https:// URL",
+    "One URL for account and basin operations (s2-lite, the local server); default: "
+    "S2 cloud, or the S2_ENDPOINT environment variable of the driver.")
+ACCOUNT_ENDPOINT = Option(
+    "accountEndpoint", "an http:// or https:// URL",
+    "S2 cloud's account endpoint (default https://a.s2.dev); not with endpoint.")
+BASIN_ENDPOINT = Option(
+    "basinEndpoint", "an http:// or https:// URL",
+    "S2 cloud's basin endpoint (default https://{basin}.b.s2.dev); not with endpoint.")
+ACCESS_TOKEN = Option(
+    "accessToken", "a token",
+    "The S2 access token; default: the S2_ACCESS_TOKEN environment variable of the "
+    "driver. Spark redacts it in plans; it never appears in offsets, logs or errors.")
+S2_CONNECTION_OPTIONS = (BASIN, ENDPOINT, ACCOUNT_ENDPOINT, BASIN_ENDPOINT, ACCESS_TOKEN,
+                         *NETWORK_OPTIONS)
+
+STREAM = Option("stream", "a stream name", "The one stream to read.", roles=("read",))
+STREAMS = Option("streams", "comma-separated stream names", "The streams to read.",
+                 roles=("read",))
+STREAM_PREFIX = Option(
+    "streamPrefix", "a prefix (may be empty)",
+    "Every stream whose name starts with it, streams created while the query runs "
+    "included (found by the next listing, read from their beginning).", roles=("read",))
+#: Exactly one of these selects the streams a read reads.
+S2_SELECTION_OPTIONS = (STREAM, STREAMS, STREAM_PREFIX)
 
 
 def parse_s2_connection(options: Mapping[str, str], *, purpose: str) -> S2Settings:
@@ -28,19 +56,19 @@ def parse_s2_connection(options: Mapping[str, str], *, purpose: str) -> S2Settin
     `purpose` ("read from", "write to") makes the message for a missing basin say what the
     basin is for.
     """
-    basin = (get(options, "basin") or "").strip()
+    basin = (BASIN.raw(options) or "").strip()
     if not basin:
         raise OptionError(f"option basin is required: the name of the S2 basin to {purpose}")
-    token = get(options, "accessToken")
+    token = ACCESS_TOKEN.raw(options)
     if token is not None and (not token.strip() or any(c in token for c in "\r\n")):
         raise OptionError(
             "option accessToken is not accepted: use a non-empty token without line breaks"
         )
     if token is None:
         token = os.environ.get("S2_ACCESS_TOKEN") or None
-    endpoint = get_url(options, "endpoint")
-    account_endpoint = get_url(options, "accountEndpoint")
-    basin_endpoint = get_url(options, "basinEndpoint")
+    endpoint = get_url(options, ENDPOINT.name)
+    account_endpoint = get_url(options, ACCOUNT_ENDPOINT.name)
+    basin_endpoint = get_url(options, BASIN_ENDPOINT.name)
     if endpoint and (account_endpoint or basin_endpoint):
         raise OptionError(
             "set either option endpoint (one URL for everything, e.g. s2-lite) or "
@@ -58,19 +86,19 @@ def parse_s2_connection(options: Mapping[str, str], *, purpose: str) -> S2Settin
 
 def parse_s2_selection(options: Mapping[str, str]) -> StreamSelection:
     """Exactly one of stream, streams (comma-separated) or streamPrefix."""
-    given = [key for key in _STREAM_KEYS if get(options, key) is not None]
+    given = [o for o in S2_SELECTION_OPTIONS if o.raw(options) is not None]
     if len(given) != 1:
-        which = f"got {', '.join(given)}" if given else "got none"
+        which = f"got {', '.join(o.name for o in given)}" if given else "got none"
         raise OptionError(
             "set exactly one of the options stream (one stream name), streams "
             f"(comma-separated names) or streamPrefix (every stream with that prefix); {which}"
         )
-    key = given[0]
-    raw = get(options, key) or ""
-    if key == "streamPrefix":
+    option = given[0]
+    raw = option.raw(options) or ""
+    if option is STREAM_PREFIX:
         return StreamSelection(prefix=raw)
-    if key == "stream":
+    if option is STREAM:
         if not raw.strip():
             raise OptionError(f"option stream={raw!r} is not accepted: use a stream name")
         return StreamSelection(streams=(raw.strip(),))
-    return StreamSelection(streams=split_streams(raw, key))
+    return StreamSelection(streams=split_streams(raw, option.name))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from s2_spark._option_values import get, get_bool, get_positive_int
+from s2_spark._option_spec import Option
 from s2_spark.backends.durable_options import (
     DurableSettings,
     check_stream_urls,
@@ -23,10 +23,11 @@ from s2_spark.backends.durable_options import (
 )
 from s2_spark.backends.durable_sink import DEFAULT_CONTENT_TYPE, Payload, SinkSettings
 from s2_spark.errors import OptionError
-from s2_spark.spark._write_common import TEST_FAULT_OPTION
+from s2_spark.spark._write_common import TEST_FAULT
 
 __all__ = [
     "ACCEPTED_COLUMNS",
+    "DURABLE_WRITE_OPTIONS",
     "DurableInputLayout",
     "DurableWriteOptions",
     "check_durable_input",
@@ -41,6 +42,39 @@ ACCEPTED_COLUMNS = (
     "offset and index (ignored, so the reader's rows can be written as they are)"
 )
 _IGNORED = ("offset", "index")
+_DEFAULTS = SinkSettings()
+
+TARGET_URL = Option(
+    "url", "an http:// or https:// stream URL",
+    "The target of every row (overrides the url/stream columns); it must exist (or be "
+    "created), be open and take the message column, checked before any task runs.",
+    roles=("write",))
+TARGET_PATH = Option(
+    "stream", "a path under baseUrl, or a URL", "The target of every row, like url.",
+    roles=("write",))
+CREATE_STREAMS = Option(
+    "createStreams", "true, false", "Create missing targets, with contentType.",
+    default=False, roles=("write",))
+CONTENT_TYPE = Option(
+    "contentType", "a media type",
+    "The content type of streams the writer creates (only with createStreams=true).",
+    default=DEFAULT_CONTENT_TYPE, roles=("write",))
+CLOSE_STREAM_ON_FINISH = Option(
+    "closeStreamOnFinish", "true, false",
+    "df.write only: close every stream the job wrote once the job commits.",
+    default=False, roles=("write",))
+MAX_MESSAGES_PER_APPEND = Option(
+    "maxMessagesPerAppend", "a positive integer",
+    "Messages per append request; keep it unchanged across restarts of a query.",
+    default=_DEFAULTS.max_messages, roles=("write",))
+MAX_BYTES_PER_APPEND = Option(
+    "maxBytesPerAppend", "a positive integer",
+    "Bytes per append request (a larger row goes alone); keep it unchanged across "
+    "restarts of a query.", default=_DEFAULTS.max_bytes, roles=("write",))
+#: The options only the `durable-streams` writer takes (the connection options are shared).
+DURABLE_WRITE_OPTIONS = (TARGET_URL, TARGET_PATH, CREATE_STREAMS, CONTENT_TYPE,
+                         CLOSE_STREAM_ON_FINISH, MAX_MESSAGES_PER_APPEND, MAX_BYTES_PER_APPEND,
+                         TEST_FAULT)
 _CONTENT_TYPE = re.compile(r"^[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+(\s*;.*)?$")
 
 
@@ -75,21 +109,15 @@ def parse_durable_write_options(
 ) -> DurableWriteOptions:
     """Check every writer option; raise `OptionError` for the first bad one."""
     settings = parse_durable_connection(options)
-    for key in ("urls", "streams"):
-        if get(options, key) is not None:
-            raise OptionError(
-                f"option {key} selects streams to read; to write, set option url (one stream "
-                "URL) or stream (a path under baseUrl), or give the rows a url or stream column"
-            )
-    given = [k for k in ("url", "stream") if get(options, k) is not None]
+    given = [o for o in (TARGET_URL, TARGET_PATH) if o.raw(options) is not None]
     if len(given) > 1:
         raise OptionError(
             "set option url (a stream URL) or option stream (a path under baseUrl), not both"
         )
     target = target_option = None
     if given:
-        target_option = given[0]
-        raw = get(options, target_option) or ""
+        target_option = given[0].name
+        raw = given[0].raw(options) or ""
         target = raw.strip()
         if not target:
             raise OptionError(f"option {target_option}={raw!r} is not accepted: it is empty")
@@ -101,8 +129,8 @@ def parse_durable_write_options(
                 f"option stream={target!r} is a path, which needs option baseUrl (the "
                 "server's URL); or name the stream by URL with option url"
             )
-    create = get_bool(options, "createStreams", False)
-    content_type = get(options, "contentType")
+    create = CREATE_STREAMS.flag(options)
+    content_type = CONTENT_TYPE.raw(options)
     if content_type is not None:
         content_type = content_type.strip()
         if not _CONTENT_TYPE.match(content_type) or any(c in content_type for c in "\r\n"):
@@ -116,21 +144,18 @@ def parse_durable_write_options(
                 "option contentType is the content type of streams the writer creates: it "
                 "needs createStreams=true (an existing stream keeps its own content type)"
             )
-    close = get_bool(options, "closeStreamOnFinish", False)
+    close = CLOSE_STREAM_ON_FINISH.flag(options)
     if close and streaming:
         raise OptionError(
             "option closeStreamOnFinish=true applies to batch writes (df.write) only: a "
             "streaming query never finishes writing. Close the streams yourself after "
             "stopping the query, or write them with df.write"
         )
-    max_messages = get_positive_int(options, "maxMessagesPerAppend")
-    max_bytes = get_positive_int(options, "maxBytesPerAppend")
-    defaults = SinkSettings()
     sink = SinkSettings(
         create_streams=create,
         content_type=content_type or DEFAULT_CONTENT_TYPE,
-        max_messages=max_messages or defaults.max_messages,
-        max_bytes=max_bytes or defaults.max_bytes,
+        max_messages=MAX_MESSAGES_PER_APPEND.count(options) or _DEFAULTS.max_messages,
+        max_bytes=MAX_BYTES_PER_APPEND.count(options) or _DEFAULTS.max_bytes,
     )
     return DurableWriteOptions(
         settings=settings,
@@ -138,7 +163,7 @@ def parse_durable_write_options(
         target_option=target_option,
         sink=sink,
         close_on_finish=close,
-        test_fault=get(options, TEST_FAULT_OPTION),
+        test_fault=TEST_FAULT.raw(options),
     )
 
 

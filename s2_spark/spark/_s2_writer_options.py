@@ -24,7 +24,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from s2_spark._option_values import get, get_bool, get_positive_int
+from s2_spark._option_spec import Option
 from s2_spark.backends.s2 import S2Settings
 from s2_spark.backends.s2_options import parse_s2_connection
 from s2_spark.backends.s2_sink import (
@@ -34,9 +34,39 @@ from s2_spark.backends.s2_sink import (
     SinkSettings,
 )
 from s2_spark.errors import OptionError
-from s2_spark.spark._write_common import TEST_FAULT_OPTION
+from s2_spark.spark._write_common import TEST_FAULT
 
-__all__ = ["ACCEPTED_COLUMNS", "InputLayout", "WriteOptions", "check_input", "parse_write_options"]
+__all__ = [
+    "ACCEPTED_COLUMNS",
+    "S2_WRITE_OPTIONS",
+    "InputLayout",
+    "WriteOptions",
+    "check_input",
+    "parse_write_options",
+]
+
+TARGET_STREAM = Option(
+    "stream", "a stream name (1-512 bytes)",
+    "The target stream of every row (overrides the stream column).", roles=("write",))
+CREATE_STREAMS = Option(
+    "createStreams", "true, false",
+    "Create missing target streams; otherwise a missing stream fails the query, naming it.",
+    default=False, roles=("write",))
+MAX_RECORDS_PER_APPEND = Option(
+    "maxRecordsPerAppend", f"1..{DATA_MAX_RECORDS}", "Records per append request.",
+    default=DATA_MAX_RECORDS, roles=("write",))
+LEASE_TIMEOUT_MS = Option(
+    "leaseTimeoutMs", "milliseconds, a positive integer",
+    "How long a task waits for another task of the same micro-batch that holds a target "
+    "stream without appending before taking over.", default=120_000, roles=("write",))
+MAX_APPENDS_IN_FLIGHT = Option(
+    "maxAppendsInFlight", f"1..{MAX_INPUTS_PER_SESSION}",
+    "Appends a task has sent and not yet seen acknowledged, in total across its target "
+    "streams (one stream's go out in one S2S session).",
+    default=DEFAULT_APPENDS_IN_FLIGHT, roles=("write",))
+#: The options only the `s2` writer takes (the connection options are shared).
+S2_WRITE_OPTIONS = (TARGET_STREAM, CREATE_STREAMS, MAX_RECORDS_PER_APPEND, LEASE_TIMEOUT_MS,
+                    MAX_APPENDS_IN_FLIGHT, TEST_FAULT)
 
 ACCEPTED_COLUMNS = (
     "body (binary or string, required), "
@@ -73,12 +103,7 @@ class InputLayout:
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     """Check every writer option; raise `OptionError` for the first bad one."""
     settings = parse_s2_connection(options, purpose="write to")
-    if get(options, "streams") is not None or get(options, "streamPrefix") is not None:
-        raise OptionError(
-            "options streams/streamPrefix select streams to read; to write, set option "
-            "stream (one target stream) or give the rows a `stream` column"
-        )
-    stream_raw = get(options, "stream")
+    stream_raw = TARGET_STREAM.raw(options)
     stream = None
     if stream_raw is not None:
         stream = stream_raw.strip()
@@ -87,32 +112,26 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
                 f"option stream={stream_raw!r} is not accepted: use a stream name of 1-512 "
                 "bytes"
             )
-    lease_ms = get_positive_int(options, "leaseTimeoutMs")
-    per_append = get_positive_int(options, "maxRecordsPerAppend")
-    if per_append is not None and per_append > DATA_MAX_RECORDS:
+    per_append = MAX_RECORDS_PER_APPEND.count(options) or DATA_MAX_RECORDS
+    if per_append > DATA_MAX_RECORDS:
         raise OptionError(
             f"option maxRecordsPerAppend={per_append} is not accepted: use 1..{DATA_MAX_RECORDS}"
             " (S2 takes 1000 records per append; one is the exactly-once fence record)"
         )
-    in_flight = get_positive_int(options, "maxAppendsInFlight")
-    if in_flight is not None and in_flight > MAX_INPUTS_PER_SESSION:
+    in_flight = MAX_APPENDS_IN_FLIGHT.count(options) or DEFAULT_APPENDS_IN_FLIGHT
+    if in_flight > MAX_INPUTS_PER_SESSION:
         raise OptionError(
             f"option maxAppendsInFlight={in_flight} is not accepted: use "
             f"1..{MAX_INPUTS_PER_SESSION} (appends sent before their acknowledgements)"
         )
     sink = SinkSettings(
-        create_streams=get_bool(options, "createStreams", False),
-        lease_timeout=(lease_ms / 1000.0) if lease_ms is not None else 120.0,
-        max_records=per_append or DATA_MAX_RECORDS,
-        max_inflight_appends=in_flight or DEFAULT_APPENDS_IN_FLIGHT,
+        create_streams=CREATE_STREAMS.flag(options),
+        lease_timeout=(LEASE_TIMEOUT_MS.count(options) or 120_000) / 1000.0,
+        max_records=per_append,
+        max_inflight_appends=in_flight,
     )
-    fault = get(options, TEST_FAULT_OPTION)
-    return WriteOptions(
-        settings=settings,
-        stream=stream,
-        sink=sink,
-        test_fault=fault,
-    )
+    return WriteOptions(settings=settings, stream=stream, sink=sink,
+                        test_fault=TEST_FAULT.raw(options))
 
 
 def _is_text(t: DataType) -> bool:

@@ -10,13 +10,15 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from s2_spark._option_spec import Option
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.datasource import WriterCommitMessage
 
 __all__ = [
     "ROW_CHUNK",
-    "TEST_FAULT_OPTION",
+    "TEST_FAULT",
     "ArrowInput",
     "MicroBatchCommits",
     "RowInput",
@@ -29,10 +31,11 @@ __all__ = [
 #: Rows turned into one Arrow batch on the row path.
 ROW_CHUNK = 4096
 
-#: TEST-ONLY hook (not a user option): "fail:N:B:/marker" or "hang:N:B:/marker" makes a task
-#: of micro-batch B ("*": any) fail, or hang until killed, right after its N-th append,
-#: once per marker file.
-TEST_FAULT_OPTION = "_testFaultAfterAppends"
+#: TEST-ONLY hook (not a user option, left out of the docs): "fail:N:B:/marker" or
+#: "hang:N:B:/marker" makes a task of micro-batch B ("*": any) fail, or hang until killed,
+#: right after its N-th append, once per marker file.
+TEST_FAULT = Option("_testFaultAfterAppends", "fail:N:B:/marker, hang:N:B:/marker",
+                    "Test hook.", roles=("write",), hidden=True)
 
 
 class WriterJob:

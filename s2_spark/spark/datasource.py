@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, ClassVar
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
@@ -11,7 +12,7 @@ from s2_spark.backends.base import StreamBackend
 from s2_spark.spark.options import OptionError, ReadFormat, ReadOptions, parse_read_options
 from s2_spark.spark.reader import RangeBatchReader, stream_reader
 
-__all__ = ["RangeDataSource"]
+__all__ = ["RangeDataSource", "document_options"]
 
 
 class RangeDataSource(DataSource):
@@ -23,6 +24,10 @@ class RangeDataSource(DataSource):
 
     def _read_options(self, *, streaming: bool) -> ReadOptions:
         return parse_read_options(self.options, streaming=streaming, fmt=self.read_format)
+
+    def _check_write_options(self) -> None:
+        """Before a writer is made: fail names the format does not take for writing."""
+        self.read_format.options.check(self.options, "write")
 
     def _backend(self, options: ReadOptions) -> StreamBackend[Any]:
         raise NotImplementedError
@@ -52,3 +57,12 @@ class RangeDataSource(DataSource):
         options = self._read_options(streaming=True)
         self._check_schema(schema, options)
         return stream_reader(self._backend(options), options)
+
+
+def document_options(source: type[RangeDataSource]) -> None:
+    """End the class docstring with its format's options, from their declaration."""
+    options = source.read_format.options
+    source.__doc__ = (
+        f"{inspect.cleandoc(source.__doc__ or '')}\n\nReading options:\n\n"
+        f"{options.bullets('read')}\n\nWriting options:\n\n{options.bullets('write')}\n"
+    )

@@ -8,22 +8,80 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
-from s2_spark._option_values import get, get_positive_int
+from s2_spark._option_spec import Option, OptionSet
 from s2_spark.backends.base import StreamBackend
 from s2_spark.backends.durable import DurableBackend, StreamKind, check_offset_position
-from s2_spark.backends.durable_options import parse_durable_connection, parse_durable_selection
+from s2_spark.backends.durable_options import (
+    DURABLE_CONNECTION_OPTIONS,
+    DURABLE_SELECTION_OPTIONS,
+    parse_durable_connection,
+    parse_durable_selection,
+)
 from s2_spark.errors import NotFoundError, OptionError
-from s2_spark.spark.datasource import RangeDataSource
-from s2_spark.spark.options import ReadFormat, ReadOptions, require_admission_control
+from s2_spark.spark._durable_writer_options import DURABLE_WRITE_OPTIONS
+from s2_spark.spark.datasource import RangeDataSource, document_options
+from s2_spark.spark.options import (
+    DISCOVERY_INTERVAL_MS,
+    INCLUDE_COMMAND_RECORDS,
+    INCLUDE_HEADERS,
+    MAX_RECORDS_PER_PARTITION,
+    MAX_RECORDS_PER_TRIGGER,
+    MIN_PARTITIONS,
+    READ_OPTIONS,
+    ReadFormat,
+    ReadOptions,
+    require_admission_control,
+)
 
-__all__ = ["DURABLE_READ_FORMAT", "DurableStreamsDataSource", "durable_read_schema"]
+__all__ = [
+    "DURABLE_OPTIONS",
+    "DURABLE_READ_FORMAT",
+    "DurableStreamsDataSource",
+    "durable_read_schema",
+]
 
 _ONE_TASK = (
     "a Durable Streams read can only start at an offset the server gave, so each stream is "
     "read by one task per micro-batch (splitting would re-read the stream once per task)"
 )
 _S2_ONLY = "it applies to S2 records (format s2) only"
+_NAMED = "the protocol cannot list streams, so a read names its streams and never lists them"
+_NOT_WRITTEN = (
+    "it selects streams to read; to write, set option url (one stream URL) or stream (a "
+    "path under baseUrl), or give the rows a url or stream column"
+)
 _VALUE_TYPES: dict[str, StreamKind] = {"string": "json", "binary": "bytes"}
+
+VALUE_TYPE = Option(
+    "valueType", "string, binary",
+    "Fixes the value column without looking the streams up: string for JSON streams, "
+    "binary for other content types (default: from their content type); a stream of the "
+    "other kind then fails the read.", roles=("read",))
+MAX_BYTES_PER_TRIGGER = Option(
+    "maxBytesPerTrigger", "a positive integer",
+    "Byte streams: at most this many bytes per micro-batch, shared fairly across streams "
+    "(maxRecordsPerTrigger counts the messages of JSON streams). PySpark 4.2+.",
+    roles=("read",))
+_S2_READ_ONLY = (MIN_PARTITIONS, MAX_RECORDS_PER_PARTITION, DISCOVERY_INTERVAL_MS,
+                 INCLUDE_HEADERS, INCLUDE_COMMAND_RECORDS)
+
+#: Every option of format durable-streams, reading and writing: the one declaration.
+DURABLE_OPTIONS = OptionSet(
+    "durable-streams",
+    (*DURABLE_CONNECTION_OPTIONS, *DURABLE_SELECTION_OPTIONS, VALUE_TYPE,
+     *(o for o in READ_OPTIONS if o not in _S2_READ_ONLY), MAX_BYTES_PER_TRIGGER,
+     *DURABLE_WRITE_OPTIONS),
+    refused=(
+        ("read", MIN_PARTITIONS.name, _ONE_TASK),
+        ("read", MAX_RECORDS_PER_PARTITION.name, _ONE_TASK),
+        ("read", INCLUDE_HEADERS.name, _S2_ONLY),
+        ("read", INCLUDE_COMMAND_RECORDS.name, _S2_ONLY),
+        ("read", DISCOVERY_INTERVAL_MS.name, _NAMED),
+        ("write", "urls", _NOT_WRITTEN),
+        ("write", "streams", _NOT_WRITTEN),
+    ),
+    documented_in="help(s2_spark.spark.DurableStreamsDataSource) and docs/options.md",
+)
 
 DURABLE_READ_FORMAT = ReadFormat(
     name="durable-streams",
@@ -33,12 +91,7 @@ DURABLE_READ_FORMAT = ReadFormat(
     position_example='{"/events": "0000000000000000_0000000000000512"} (an offset the server '
     "gave in Stream-Next-Offset, or \"-1\")",
     timestamps=False,
-    unsupported=(
-        ("minPartitions", _ONE_TASK),
-        ("maxRecordsPerPartition", _ONE_TASK),
-        ("includeHeaders", _S2_ONLY),
-        ("includeCommandRecords", _S2_ONLY),
-    ),
+    options=DURABLE_OPTIONS,
 )
 
 
@@ -72,39 +125,10 @@ class DurableStreamsDataSource(RangeDataSource):
     and its task reads the range once, cut exactly there; a replayed micro-batch reads
     exactly the same rows (see the README, "Exact replay").
 
-    Options (values are strings; every bad value fails at ``load()``):
-
-    * exactly one of ``url`` (one stream URL), ``urls`` (comma-separated URLs), or
-      ``stream`` / ``streams`` (paths under ``baseUrl``). Every stream must exist and all
-      must be JSON streams, or all byte streams.
-    * ``valueType``: ``string`` (JSON streams) or ``binary`` (other content types) fixes the
-      ``value`` column without looking the streams up (default: from their content type);
-      a stream of the other kind then fails the read.
-    * ``baseUrl``: the server's URL, for paths.
-    * ``bearerToken``: sent as ``Authorization: Bearer ...``; ``secretHeaders``: a JSON
-      object of extra request headers. Spark redacts both; they never appear in offsets,
-      logs or errors.
-    * ``startingPosition``: ``earliest`` (default), ``latest``, or a JSON object of stream
-      to offset (streams left out start at earliest). A checkpoint always wins.
-    * ``endingPosition`` (batch reads only; default ``latest``): ``latest`` or a JSON
-      object of stream to offset, exclusive.
-    * ``maxRecordsPerTrigger`` (JSON streams) / ``maxBytesPerTrigger`` (byte streams):
-      at most this many messages / bytes per micro-batch, shared fairly across streams
-      (PySpark 4.2+; also paces ``trigger(availableNow=True)``).
-    * ``maxStreamsPerPartition`` (default 1000): small ranges of many streams share a task,
-      read concurrently inside it (as for format ``s2``); ``1`` gives every stream its own.
-    * ``failOnDataLoss`` (default ``true``): a planned range that is gone (410 Gone after
-      retention, a deleted stream) fails the query naming the stream; ``false`` logs a
-      warning and reads on from the first retained message.
-    * ``retryTimeoutMs`` (default 120000): how long a failing request is retried, with
-      backoff and jitter, without progress (records delivered, appends acknowledged start
-      it over) before the task or plan fails; ``0`` turns retries off. Dead pooled
-      connections are retried at once and never count.
-    * ``sslCaFile``: a PEM bundle of CA certificates to trust (a private CA);
-      ``sslCertFile`` / ``sslKeyFile`` / ``sslKeyPassword``: a client certificate where the
-      service requires one. Paths must be readable on every node; Spark redacts the
-      password. Proxies and CA bundles from the environment (``HTTPS_PROXY``,
-      ``NO_PROXY``, ``SSL_CERT_FILE``) are honoured on every node.
+    Options (values are strings, names case-insensitive): declared once in
+    `DURABLE_OPTIONS`, which checks them and makes the tables of the docs and the list at
+    the end of this text. Every bad value, and every name the format does not know, fails
+    at ``load()`` / ``save()`` / ``start()``.
 
     Reads, streaming reads and writes work on every PySpark 4.x (limits per trigger need
     4.2+).
@@ -114,18 +138,7 @@ class DurableStreamsDataSource(RangeDataSource):
     value's text per row, ``value`` a string, ``body`` a string or UTF-8 binary; other
     content types: the bytes, string or binary) and routes rows with option ``url`` /
     ``stream`` or else a ``url`` / ``stream`` column; ``offset`` and ``index`` are ignored,
-    so read rows can be written back as they are. Options: the connection options above,
-    plus
-
-    * ``url`` (a stream URL) or ``stream`` (a path under ``baseUrl``, or a URL): the target
-      of every row (overrides the columns). It must exist (or be created), be open and
-      take the message column, checked before any task runs.
-    * ``createStreams`` (default ``false``): create missing targets, with ``contentType``
-      (default ``application/json``; only with ``createStreams=true``).
-    * ``closeStreamOnFinish`` (default ``false``; ``df.write`` only): close every stream
-      the job wrote once the job commits.
-    * ``maxMessagesPerAppend`` (default 10000) / ``maxBytesPerAppend`` (default 1048576):
-      how append requests are cut; keep them unchanged across restarts of a query.
+    so read rows can be written back as they are.
 
     Writes are exactly-once across task retries and query restarts through the server's
     idempotent producers (see ``s2_spark.backends.durable_sink`` and the README): producer
@@ -144,19 +157,19 @@ class DurableStreamsDataSource(RangeDataSource):
         options = super()._read_options(streaming=streaming)
         kind = self._kind(options)
         unit, other = (
-            ("maxRecordsPerTrigger", "maxBytesPerTrigger")
+            (MAX_RECORDS_PER_TRIGGER, MAX_BYTES_PER_TRIGGER)
             if kind == "json"
-            else ("maxBytesPerTrigger", "maxRecordsPerTrigger")
+            else (MAX_BYTES_PER_TRIGGER, MAX_RECORDS_PER_TRIGGER)
         )
-        if get(self.options, other) is not None:
+        if other.raw(self.options) is not None:
             raise OptionError(
-                f"option {other} does not apply to {kind} streams: use {unit} (JSON streams "
-                "count messages, other content types count bytes)"
+                f"option {other.name} does not apply to {kind} streams: use {unit.name} (JSON "
+                "streams count messages, other content types count bytes)"
             )
         if kind == "bytes":
-            limit = get_positive_int(self.options, "maxBytesPerTrigger")
+            limit = MAX_BYTES_PER_TRIGGER.count(self.options)
             if limit is not None:
-                require_admission_control("maxBytesPerTrigger")
+                require_admission_control(MAX_BYTES_PER_TRIGGER.name)
                 options = replace(options, max_records_per_trigger=limit)
         return options
 
@@ -165,7 +178,7 @@ class DurableStreamsDataSource(RangeDataSource):
         cached: StreamKind | None = getattr(self, "_cached_kind", None)
         if cached is not None:
             return cached
-        declared = (get(self.options, "valueType") or "").strip().lower()
+        declared = (VALUE_TYPE.raw(self.options) or "").strip().lower()
         if declared:
             if declared not in _VALUE_TYPES:
                 raise OptionError(
@@ -204,6 +217,7 @@ class DurableStreamsDataSource(RangeDataSource):
         """`df.write.format("durable-streams")`: idempotent-producer appends."""
         from s2_spark.spark._durable_writer import batch_writer
 
+        self._check_write_options()
         return batch_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
@@ -211,4 +225,8 @@ class DurableStreamsDataSource(RangeDataSource):
         restarts (see s2_spark.spark._durable_writer)."""
         from s2_spark.spark._durable_writer import stream_writer
 
+        self._check_write_options()
         return stream_writer(self.options, schema, overwrite)
+
+
+document_options(DurableStreamsDataSource)

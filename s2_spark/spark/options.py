@@ -15,13 +15,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from s2_spark._option_values import get, get_bool, get_positive_int
+from s2_spark._option_spec import Option, OptionSet
 from s2_spark.backends.selection import StreamSelection
 from s2_spark.errors import OptionError
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL, SPARK_VERSION
 from s2_spark.spark.planning import DEFAULT_MAX_STREAMS_PER_PARTITION
 
 __all__ = [
+    "READ_OPTIONS",
     "BoundSpec",
     "OptionError",
     "ReadFormat",
@@ -33,6 +34,53 @@ __all__ = [
 
 #: How often a streaming query lists the streams of its streamPrefix again, by default.
 DEFAULT_DISCOVERY_INTERVAL_MS = 1000
+
+STARTING_POSITION = Option(
+    "startingPosition", "earliest, latest, timestamp:<epoch millis>, or JSON",
+    "Where a query without a checkpoint starts (a checkpoint always wins): a JSON object "
+    "maps streams to positions; streams left out start at earliest. See Positions.",
+    default="earliest", roles=("read",))
+ENDING_POSITION = Option(
+    "endingPosition", "latest, timestamp:<epoch millis>, or JSON",
+    "Batch reads only: where the read ends, exclusive (like Kafka's endingOffsets); "
+    "streams left out of a JSON object end at latest.", default="latest", roles=("read",))
+MAX_RECORDS_PER_TRIGGER = Option(
+    "maxRecordsPerTrigger", "a positive integer",
+    "At most this many records per micro-batch, shared fairly across streams; also "
+    "paces trigger(availableNow=True). PySpark 4.2+.", roles=("read",))
+MIN_PARTITIONS = Option(
+    "minPartitions", "a positive integer",
+    "Split long ranges so that a micro-batch has at least this many tasks.",
+    roles=("read",))
+MAX_RECORDS_PER_PARTITION = Option(
+    "maxRecordsPerPartition", "a positive integer",
+    "Split long ranges into tasks of at most this many records.", roles=("read",))
+MAX_STREAMS_PER_PARTITION = Option(
+    "maxStreamsPerPartition", "a positive integer",
+    "Small ranges of many streams share a task, read concurrently inside it: up to this "
+    "many streams per task; 1 gives every stream its own task.",
+    default=DEFAULT_MAX_STREAMS_PER_PARTITION, roles=("read",))
+DISCOVERY_INTERVAL_MS = Option(
+    "discoveryIntervalMs", "milliseconds, a positive integer",
+    "How often a streaming query whose plans keep finding data lists the streams of "
+    "streamPrefix again (a plan that would find nothing new lists them first).",
+    default=DEFAULT_DISCOVERY_INTERVAL_MS, roles=("read",))
+INCLUDE_HEADERS = Option(
+    "includeHeaders", "true, false", "false drops the headers column.", default=True,
+    roles=("read",))
+INCLUDE_COMMAND_RECORDS = Option(
+    "includeCommandRecords", "true, false",
+    "Command records (fence, trim) are skipped and offsets move past them; true returns "
+    "them as rows.", default=False, roles=("read",))
+FAIL_ON_DATA_LOSS = Option(
+    "failOnDataLoss", "true, false",
+    "Records of a planned range that are gone (trimmed, expired, a stream deleted) fail "
+    "the query naming the stream and range; false logs a warning and reads on.",
+    default=True, roles=("read",))
+#: The reader options every format shares (some refused by a format, with the reason).
+READ_OPTIONS = (STARTING_POSITION, ENDING_POSITION, MAX_RECORDS_PER_TRIGGER, MIN_PARTITIONS,
+                MAX_RECORDS_PER_PARTITION, MAX_STREAMS_PER_PARTITION, DISCOVERY_INTERVAL_MS,
+                INCLUDE_HEADERS, INCLUDE_COMMAND_RECORDS, FAIL_ON_DATA_LOSS)
 
 BoundKind = Literal["earliest", "latest", "timestamp", "positions"]
 
@@ -60,7 +108,8 @@ class ReadFormat:
     `connection` parses where the service is and how to authenticate; `selection` which
     streams to read (it gets the connection too); `check_position` validates a position
     a user wrote in a JSON bound (ValueError says what is accepted); `position_example`
-    shows one in messages. `timestamps`: whether `timestamp:` bounds exist.
+    shows one in messages. `timestamps`: whether `timestamp:` bounds exist. `options`
+    declares every option of the format (reading and writing), checked first.
     """
 
     name: str
@@ -68,9 +117,8 @@ class ReadFormat:
     selection: Callable[[Mapping[str, str], Any], StreamSelection]
     check_position: Callable[[object], object]
     position_example: str
+    options: OptionSet
     timestamps: bool = True
-    #: Options this format rejects, each with the reason shown to the user.
-    unsupported: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,13 +180,13 @@ def _bound(raw: str, name: str, fmt: ReadFormat, *, allow_earliest: bool) -> Bou
 def _bounds(
     options: Mapping[str, str], fmt: ReadFormat, selection: StreamSelection, streaming: bool
 ) -> tuple[BoundSpec, BoundSpec | None]:
-    starting_raw = get(options, "startingPosition")
+    starting_raw = STARTING_POSITION.raw(options)
     starting = (
         BoundSpec("earliest")
         if starting_raw is None
         else _bound(starting_raw, "startingPosition", fmt, allow_earliest=True)
     )
-    ending_raw = get(options, "endingPosition")
+    ending_raw = ENDING_POSITION.raw(options)
     ending: BoundSpec | None = None
     if ending_raw is not None:
         if streaming:
@@ -172,28 +220,31 @@ def parse_read_options(
     options: Mapping[str, str], *, streaming: bool, fmt: ReadFormat
 ) -> ReadOptions:
     """Check every reader option; raise `OptionError` for the first bad one."""
-    for key, why in fmt.unsupported:
-        if get(options, key) is not None:
-            raise OptionError(f"option {key} is not supported by format {fmt.name}: {why}")
+    fmt.options.check(options, "read")
     connection = fmt.connection(options)
     selection = fmt.selection(options, connection)
     starting, ending = _bounds(options, fmt, selection, streaming)
-    max_records_per_trigger = get_positive_int(options, "maxRecordsPerTrigger")
+    max_records_per_trigger = MAX_RECORDS_PER_TRIGGER.count(options)
     if max_records_per_trigger is not None:
-        require_admission_control("maxRecordsPerTrigger")
+        require_admission_control(MAX_RECORDS_PER_TRIGGER.name)
     return ReadOptions(
         connection=connection,
         selection=selection,
         starting=starting,
         ending=ending,
         max_records_per_trigger=max_records_per_trigger,
-        min_partitions=get_positive_int(options, "minPartitions"),
-        max_records_per_partition=get_positive_int(options, "maxRecordsPerPartition"),
-        max_streams_per_partition=get_positive_int(options, "maxStreamsPerPartition")
-        or DEFAULT_MAX_STREAMS_PER_PARTITION,
-        discovery_interval_ms=get_positive_int(options, "discoveryIntervalMs")
-        or DEFAULT_DISCOVERY_INTERVAL_MS,
-        include_headers=get_bool(options, "includeHeaders", True),
-        include_command_records=get_bool(options, "includeCommandRecords", False),
-        fail_on_data_loss=get_bool(options, "failOnDataLoss", True),
+        min_partitions=MIN_PARTITIONS.count(options),
+        max_records_per_partition=MAX_RECORDS_PER_PARTITION.count(options),
+        max_streams_per_partition=_count(MAX_STREAMS_PER_PARTITION, options),
+        discovery_interval_ms=_count(DISCOVERY_INTERVAL_MS, options),
+        include_headers=INCLUDE_HEADERS.flag(options),
+        include_command_records=INCLUDE_COMMAND_RECORDS.flag(options),
+        fail_on_data_loss=FAIL_ON_DATA_LOSS.flag(options),
     )
+
+
+def _count(option: Option, options: Mapping[str, str]) -> int:
+    """A count whose declaration has a default."""
+    value = option.count(options)
+    assert value is not None, option.name
+    return value

@@ -15,13 +15,33 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from s2_spark._option_spec import OptionSet
 from s2_spark.backends.base import StreamBackend
 from s2_spark.backends.s2 import seq_num_position
-from s2_spark.backends.s2_options import parse_s2_connection, parse_s2_selection
-from s2_spark.spark.datasource import RangeDataSource
-from s2_spark.spark.options import ReadFormat, ReadOptions
+from s2_spark.backends.s2_options import (
+    S2_CONNECTION_OPTIONS,
+    S2_SELECTION_OPTIONS,
+    parse_s2_connection,
+    parse_s2_selection,
+)
+from s2_spark.spark._s2_writer_options import S2_WRITE_OPTIONS
+from s2_spark.spark.datasource import RangeDataSource, document_options
+from s2_spark.spark.options import READ_OPTIONS, ReadFormat, ReadOptions
 
-__all__ = ["S2_READ_FORMAT", "S2DataSource", "read_schema"]
+__all__ = ["S2_OPTIONS", "S2_READ_FORMAT", "S2DataSource", "read_schema"]
+
+_NOT_WRITTEN = (
+    "options streams/streamPrefix select streams to read; to write, set option stream "
+    "(one target stream) or give the rows a `stream` column"
+)
+
+#: Every option of format s2, reading and writing: the one declaration.
+S2_OPTIONS = OptionSet(
+    "s2",
+    (*S2_CONNECTION_OPTIONS, *S2_SELECTION_OPTIONS, *READ_OPTIONS, *S2_WRITE_OPTIONS),
+    refused=(("write", "streams", _NOT_WRITTEN), ("write", "streamPrefix", _NOT_WRITTEN)),
+    documented_in="help(s2_spark.spark.S2DataSource) and docs/options.md",
+)
 
 
 def read_schema(include_headers: bool = True) -> StructType:
@@ -44,6 +64,7 @@ S2_READ_FORMAT = ReadFormat(
     selection=lambda options, _connection: parse_s2_selection(options),
     check_position=seq_num_position,
     position_example='{"events": 42} (the next seq_num to read)',
+    options=S2_OPTIONS,
 )
 
 
@@ -55,69 +76,16 @@ class S2DataSource(RangeDataSource):
     JSON objects mapping each stream to the next seq_num to read, so a batch replayed from
     the checkpoint reads exactly the same records.
 
-    Options (values are strings; every bad value fails before any task runs):
-
-    * ``basin`` (required): the basin to read from.
-    * exactly one of ``stream`` (a stream name), ``streams`` (comma-separated names) or
-      ``streamPrefix`` (every stream whose name starts with it; streams created while a
-      query runs are found by the next listing, see ``discoveryIntervalMs``, and read from
-      their beginning).
-    * ``endpoint``: one URL for account and basin operations (s2-lite, the local server).
-      Or, for S2 cloud, ``accountEndpoint`` / ``basinEndpoint`` (defaults
-      https://a.s2.dev and https://{basin}.b.s2.dev). Env: S2_ENDPOINT etc.
-    * ``accessToken``: the S2 access token (default: the S2_ACCESS_TOKEN environment
-      variable of the driver). Spark redacts it in plans; it never appears in offsets,
-      partitions, logs or errors.
-    * ``startingPosition``: ``earliest`` (default), ``latest``, ``timestamp:<epoch millis>``
-      (the first record at or after that time), or a JSON object of stream to seq_num such
-      as ``{"events": 42}`` (streams left out start at earliest). Applies when a query
-      starts without a checkpoint; a checkpoint always wins.
-    * ``endingPosition`` (batch reads only; default ``latest``): ``latest``,
-      ``timestamp:<epoch millis>`` or JSON like ``startingPosition``; exclusive, like
-      Kafka's endingOffsets (streams left out end at latest).
-    * ``maxRecordsPerTrigger``: at most this many records per micro-batch, shared fairly
-      across streams (also paces ``trigger(availableNow=True)``).
-    * ``minPartitions`` / ``maxRecordsPerPartition``: split long seq_num ranges into several
-      tasks (at least this many tasks in total / at most this many records per task).
-    * ``maxStreamsPerPartition`` (default 1000): small ranges of many streams share a task,
-      read concurrently inside it: up to this many streams and about 100,000 records per
-      task (each stream counting 100 extra for its request); ``1`` gives every stream its
-      own task. Packing depends only on the planned offsets and the options, so a replayed
-      micro-batch has the same rows in the same partitions on any cluster.
-    * ``discoveryIntervalMs`` (default 1000): how often a streaming query whose plans keep
-      finding data lists the streams of ``streamPrefix`` again (a plan that would find
-      nothing new lists them first); new streams are read from their beginning.
-    * ``includeHeaders`` (default ``true``): ``false`` drops the ``headers`` column.
-    * ``includeCommandRecords`` (default ``false``): command records (fence, trim) are
-      skipped and offsets move past them; ``true`` returns them as rows.
-    * ``failOnDataLoss`` (default ``true``): records of a planned range that were trimmed,
-      or a stream deleted, fail the query naming the stream and missing seq_num range;
-      ``false`` logs a warning and goes on.
-    * ``retryTimeoutMs`` (default 120000): how long a failing request is retried, with
-      backoff and jitter, without progress (records delivered, appends acknowledged start
-      it over) before the task or plan fails; ``0`` turns retries off. Dead pooled
-      connections are retried at once and never count.
-    * ``sslCaFile``: a PEM bundle of CA certificates to trust (a private CA);
-      ``sslCertFile`` / ``sslKeyFile`` / ``sslKeyPassword``: a client certificate where the
-      service requires one. Paths must be readable on every node; Spark redacts the
-      password. Proxies and CA bundles from the environment (``HTTPS_PROXY``,
-      ``NO_PROXY``, ``SSL_CERT_FILE``) are honoured on every node.
+    Options (values are strings, names case-insensitive): declared once in
+    `S2_OPTIONS`, which checks them and makes the tables of the docs and the list at the
+    end of this text. Every bad value, and every name the format does not know, fails
+    before any task runs.
 
     Writing (``df.write`` with ``mode("append")``, ``df.writeStream`` with a checkpoint)
     takes input columns ``body`` (binary or string, required), ``headers`` (the reader's
     type, or map<string, string|binary>), ``timestamp`` (timestamp or bigint epoch millis)
     and ``stream`` (routes each row); ``seq_num`` is ignored so read rows can be written
-    back as they are. Options: the connection options above, plus
-
-    * ``stream``: the target stream for every row (overrides the ``stream`` column).
-    * ``createStreams`` (default ``false``): create missing target streams; otherwise a
-      missing stream fails the query, naming it.
-    * ``maxRecordsPerAppend`` (1..999, default 999): records per append request.
-    * ``leaseTimeoutMs`` (default 120000): how long a task waits for another task of the
-      same micro-batch that holds a target stream without appending before taking over.
-    * ``maxAppendsInFlight`` (1..256, default 64): appends a task has sent and not yet
-      seen acknowledged, in total across its target streams (one stream's go out in one
-      S2S session).
+    back as they are.
 
     Writes are exactly-once across task retries and query restarts (see the README): each
     append carries a fence record with the writer's progress, conditioned on the previous
@@ -143,10 +111,15 @@ class S2DataSource(RangeDataSource):
         """`df.write.format("s2")`: exactly-once appends (see s2_spark.spark._s2_writer)."""
         from s2_spark.spark._s2_writer import batch_writer
 
+        self._check_write_options()
         return batch_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """`df.writeStream.format("s2")`: exactly-once across retries and restarts."""
         from s2_spark.spark._s2_writer import stream_writer
 
+        self._check_write_options()
         return stream_writer(self.options, schema, overwrite)
+
+
+document_options(S2DataSource)
