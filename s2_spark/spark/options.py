@@ -19,6 +19,11 @@ from s2_spark._option_spec import Option, OptionSet
 from s2_spark.backends.selection import StreamSelection
 from s2_spark.errors import OptionError
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL, SPARK_VERSION
+from s2_spark.spark._stream_position import (
+    TIMESTAMP_FORM,
+    position_json,
+    stream_position,
+)
 from s2_spark.spark.planning import DEFAULT_MAX_STREAMS_PER_PARTITION
 
 __all__ = [
@@ -37,13 +42,16 @@ DEFAULT_DISCOVERY_INTERVAL_MS = 1000
 
 STARTING_POSITION = Option(
     "startingPosition", "earliest, latest, timestamp:<epoch millis>, or JSON",
-    "Where a query without a checkpoint starts (a checkpoint always wins): a JSON object "
-    "maps streams to positions; streams left out start at earliest. See Positions.",
+    "Where a query without a checkpoint starts (a checkpoint always wins). A time starts "
+    "at the first record at or after it (at the tail when every record is older); a JSON "
+    'object maps streams to positions, e.g. {"orders": 42, "clicks": {"timestamp": '
+    '1700000000000}} for format s2; streams left out start at earliest.",
     default="earliest", roles=("read",))
 ENDING_POSITION = Option(
     "endingPosition", "latest, timestamp:<epoch millis>, or JSON",
-    "Batch reads only: where the read ends, exclusive (like Kafka's endingOffsets); "
-    "streams left out of a JSON object end at latest.", default="latest", roles=("read",))
+    "Batch reads only: where the read ends, exclusive (like Kafka's endingOffsets); a "
+    "time after every record ends at the tail; streams left out of a JSON object end at "
+    "latest.", default="latest", roles=("read",))
 MAX_RECORDS_PER_TRIGGER = Option(
     "maxRecordsPerTrigger", "a positive integer",
     "At most this many records per micro-batch, shared fairly across streams; also "
@@ -87,7 +95,8 @@ BoundKind = Literal["earliest", "latest", "timestamp", "positions"]
 
 @dataclass(frozen=True, slots=True)
 class BoundSpec:
-    """A starting or ending position as the user wrote it, per kind."""
+    """A starting or ending position as the user wrote it, per kind. `positions`: each
+    named stream's checked position, the format's as written or a `StreamTimestamp`."""
 
     kind: BoundKind
     timestamp_ms: int = 0
@@ -97,7 +106,7 @@ class BoundSpec:
         if self.kind == "timestamp":
             return f"timestamp:{self.timestamp_ms}"
         if self.kind == "positions":
-            return json.dumps(dict(self.positions))
+            return json.dumps({s: position_json(p) for s, p in self.positions})
         return self.kind
 
 
@@ -108,8 +117,9 @@ class ReadFormat:
     `connection` parses where the service is and how to authenticate; `selection` which
     streams to read (it gets the connection too); `check_position` validates a position
     a user wrote in a JSON bound (ValueError says what is accepted); `position_example`
-    shows one in messages. `timestamps`: whether `timestamp:` bounds exist. `options`
-    declares every option of the format (reading and writing), checked first.
+    shows one in messages. `timestamps`: whether `timestamp:` bounds and per-stream
+    `{"timestamp": ms}` positions exist. `options` declares every option of the format
+    (reading and writing), checked first.
     """
 
     name: str
@@ -142,9 +152,10 @@ class ReadOptions:
 def _bound(raw: str, name: str, fmt: ReadFormat, *, allow_earliest: bool) -> BoundSpec:
     kinds = "'earliest', 'latest'" if allow_earliest else "'latest'"
     timestamp = ", 'timestamp:<epoch millis>'" if fmt.timestamps else ""
+    per_stream_time = f", or to a time {TIMESTAMP_FORM}" if fmt.timestamps else ""
     accepted = (
         f"use {kinds}{timestamp} or a JSON object of stream to position such as "
-        f"{fmt.position_example}"
+        f"{fmt.position_example}{per_stream_time}"
     )
     value = raw.strip()
     lowered = value.lower()
@@ -165,15 +176,17 @@ def _bound(raw: str, name: str, fmt: ReadFormat, *, allow_earliest: bool) -> Bou
             ) from None
         if not isinstance(parsed, dict) or not parsed:
             raise OptionError(f"option {name} must name at least one stream; {accepted}")
+        checked: dict[str, object] = {}
         for stream, pos in parsed.items():
             try:
-                fmt.check_position(pos)
+                checked[stream] = stream_position(pos, fmt.check_position,
+                                                  timestamps=fmt.timestamps)
             except ValueError as exc:
                 raise OptionError(
                     f"option {name}: the position of stream {stream!r} is not accepted "
                     f"({exc}); {accepted}"
                 ) from None
-        return BoundSpec("positions", positions=tuple(sorted(parsed.items())))
+        return BoundSpec("positions", positions=tuple(sorted(checked.items())))
     raise OptionError(f"option {name}={raw!r} is not accepted; {accepted}")
 
 

@@ -29,6 +29,7 @@ from s2_spark.backends.base import (
 from s2_spark.errors import DataLossError, NotFoundError
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
 from s2_spark.spark._discovery import Discovery
+from s2_spark.spark._stream_position import StreamTimestamp
 from s2_spark.spark.options import BoundSpec, OptionError, ReadOptions
 from s2_spark.spark.planning import (
     PackedPartition,
@@ -133,19 +134,28 @@ class _Planner:
     ) -> Position:
         """Where `spec` puts `stream`; streams a JSON spec leaves out take `default`.
 
-        `latest` is `tail` when the caller already looked it up, so one plan sees one tail.
+        `latest` is `tail` when the caller already looked it up, so one plan sees one tail;
+        a time after every record before that tail (one appended since) is that tail too.
+        A time, for all streams or this one (`StreamTimestamp`), is its first record at or
+        after the time, or its tail when every record is older.
         """
         kind: str = spec.kind
+        timestamp_ms = spec.timestamp_ms
         if kind == "positions":
             given = dict(spec.positions)
-            if stream in given:
-                return self.backend.parse_position(given[stream])
-            kind = default
+            pos = given.get(stream)
+            if stream not in given:
+                kind = default
+            elif isinstance(pos, StreamTimestamp):
+                kind, timestamp_ms = "timestamp", pos.ms
+            else:
+                return self.backend.parse_position(pos)
         try:
             if kind == "earliest":
                 return self.backend.earliest(stream)
             if kind == "timestamp":
-                return self.backend.at_timestamp(stream, spec.timestamp_ms)
+                found = self.backend.at_timestamp(stream, timestamp_ms)
+                return tail if tail is not None and self.backend.is_after(found, tail) else found
             return self.backend.latest(stream) if tail is None else tail
         except NotFoundError:
             raise self._missing(stream) from None
