@@ -169,4 +169,6 @@ class OptionSet:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text in a Markdown table cell: pipes escaped, and `<...>` kept from reading as HTML."""
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace("|", "\\|").replace("\n", " "))

@@ -80,7 +80,7 @@ DURABLE_OPTIONS = OptionSet(
         ("write", "urls", _NOT_WRITTEN),
         ("write", "streams", _NOT_WRITTEN),
     ),
-    documented_in="help(s2_spark.spark.DurableStreamsDataSource) and docs/options.md",
+    documented_in="help(s2_spark.spark.DurableStreamsDataSource) and docs/durable-streams.md",
 )
 
 DURABLE_READ_FORMAT = ReadFormat(
@@ -123,7 +123,7 @@ class DurableStreamsDataSource(RangeDataSource):
     offset and units (messages or bytes) after it; ``"closed": true`` marks a stream whose
     end was reached. A micro-batch without a limit ends at each stream's tail from HEAD
     and its task reads the range once, cut exactly there; a replayed micro-batch reads
-    exactly the same rows (see the README, "Exact replay").
+    exactly the same rows (see docs/durable-streams.md, "Exact replay").
 
     Options (values are strings, names case-insensitive): declared once in
     `DURABLE_OPTIONS`, which checks them and makes the tables of the docs and the list at
@@ -141,7 +141,8 @@ class DurableStreamsDataSource(RangeDataSource):
     so read rows can be written back as they are.
 
     Writes are exactly-once across task retries and query restarts through the server's
-    idempotent producers (see ``s2_spark.backends.durable_sink`` and the README): producer
+    idempotent producers (see ``s2_spark.backends.durable_sink`` and
+    docs/durable-streams.md): producer
     ``spark-<query id>-p<partition>`` at epoch = micro-batch id, seq = request index, so
     a replay is answered as duplicates and a zombie of an older micro-batch is fenced out
     (403). Batch jobs use ``spark-job-<job id>-p<partition>`` at epoch 0.

@@ -45,7 +45,7 @@ STARTING_POSITION = Option(
     "Where a query without a checkpoint starts (a checkpoint always wins). A time starts "
     "at the first record at or after it (at the tail when every record is older); a JSON "
     'object maps streams to positions, e.g. {"orders": 42, "clicks": {"timestamp": '
-    '1700000000000}} for format s2; streams left out start at earliest.",
+    '1700000000000}} for format s2; streams left out start at earliest.',
     default="earliest", roles=("read",))
 ENDING_POSITION = Option(
     "endingPosition", "latest, timestamp:<epoch millis>, or JSON",

@@ -40,7 +40,7 @@ S2_OPTIONS = OptionSet(
     "s2",
     (*S2_CONNECTION_OPTIONS, *S2_SELECTION_OPTIONS, *READ_OPTIONS, *S2_WRITE_OPTIONS),
     refused=(("write", "streams", _NOT_WRITTEN), ("write", "streamPrefix", _NOT_WRITTEN)),
-    documented_in="help(s2_spark.spark.S2DataSource) and docs/options.md",
+    documented_in="help(s2_spark.spark.S2DataSource) and docs/reading.md, docs/writing.md",
 )
 
 
@@ -87,7 +87,7 @@ class S2DataSource(RangeDataSource):
     and ``stream`` (routes each row); ``seq_num`` is ignored so read rows can be written
     back as they are.
 
-    Writes are exactly-once across task retries and query restarts (see the README): each
+    Writes are exactly-once across task retries and query restarts (see docs/writing.md): each
     append carries a fence record with the writer's progress, conditioned on the previous
     fencing token and the tail, so a replay resumes where the earlier attempt stopped and a
     stale attempt is fenced out.
