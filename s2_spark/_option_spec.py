@@ -34,7 +34,7 @@ SPARK_OPTIONS = frozenset({"path", "paths", "checkpointlocation", "queryname"})
 class Option:
     """One option: `takes` says what a value may be, `default` is what an unset option
     means (None: unset means nothing, or the `doc` says), `hidden` ones are accepted but
-    left out of the docs (test hooks)."""
+    left out of the docs (test hooks), `aliases` are older names still accepted."""
 
     name: str
     takes: str
@@ -42,21 +42,35 @@ class Option:
     default: object = None
     roles: tuple[Role, ...] = ("read", "write")
     hidden: bool = False
+    aliases: tuple[str, ...] = ()
+
+    def given_as(self, options: Mapping[str, str]) -> str:
+        """The name the option was given under: its own, or one of its aliases."""
+        given = [n for n in (self.name, *self.aliases) if get(options, n) is not None]
+        if len(given) > 1:
+            raise OptionError(f"options {' and '.join(given)} are the same option: set one")
+        return given[0] if given else self.name
 
     def raw(self, options: Mapping[str, str]) -> str | None:
         """The value as given (Spark's option names are case-insensitive)."""
-        return get(options, self.name)
+        return get(options, self.given_as(options))
 
     def flag(self, options: Mapping[str, str]) -> bool:
         """A `true`/`false` option; the declared default when unset."""
-        return get_bool(options, self.name, bool(self.default))
+        return get_bool(options, self.given_as(options), bool(self.default))
 
     def count(self, options: Mapping[str, str]) -> int | None:
         """A positive integer; the declared default (an int, or None) when unset."""
-        value = get_positive_int(options, self.name)
+        value = get_positive_int(options, self.given_as(options))
         if value is None and isinstance(self.default, int):
             return self.default
         return value
+
+    def described(self) -> str:
+        """The doc line, naming the older names still accepted."""
+        if not self.aliases:
+            return self.doc
+        return f"{self.doc} Also accepted under its older name {', '.join(self.aliases)}."
 
     def shown_default(self) -> str:
         if self.default is None:
@@ -92,11 +106,12 @@ class OptionSet:
         by_role: dict[Role, dict[str, Option]] = {"read": {}, "write": {}}
         for option in (*self.options, UNKNOWN_OPTIONS):
             for role in option.roles:
-                by_role[role].setdefault(option.name.lower(), option)
+                for name in (option.name, *option.aliases):
+                    by_role[role].setdefault(name.lower(), option)
         object.__setattr__(self, "_by_role", by_role)
 
     def declared(self, role: Role) -> list[Option]:
-        return list(self._by_role[role].values())
+        return list(dict.fromkeys(self._by_role[role].values()))
 
     def check(self, options: Mapping[str, str], role: Role) -> None:
         """Fail the first option this format does not take for `role`, naming the nearest
@@ -152,7 +167,7 @@ class OptionSet:
             default = option.shown_default()
             rows.append(
                 f"| `{option.name}` | {_cell(option.takes)} | "
-                f"{f'`{default}`' if default else ''} | {_cell(option.doc)} |"
+                f"{f'`{default}`' if default else ''} | {_cell(option.described())} |"
             )
         return "\n".join(rows) + "\n"
 
@@ -164,7 +179,7 @@ class OptionSet:
             if not option.hidden:
                 default = option.shown_default()
                 shown = f"; default {default}" if default else ""
-                lines.append(f"* {option.name} ({option.takes}{shown}): {option.doc}")
+                lines.append(f"* {option.name} ({option.takes}{shown}): {option.described()}")
         return "\n".join(lines)
 
 

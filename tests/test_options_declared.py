@@ -171,3 +171,18 @@ def test_durable_misspelled_options_fail_at_load_and_save(ds_server: Any, spark:
         df.write.format("durable-streams").mode("append").option("url", url) \
             .option("createStreams", "true").option("contentTyp", "application/json").save()
     assert "did you mean contentType?" in str(info.value)
+
+
+def test_an_older_name_is_an_alias() -> None:
+    from s2_spark.spark._durable_writer_options import MAX_MESSAGES_PER_APPEND
+
+    assert MAX_MESSAGES_PER_APPEND.name == "maxRecordsPerAppend"  # as format s2 names it
+    DURABLE_OPTIONS.check({"maxMessagesPerAppend": "5"}, "write")
+    assert MAX_MESSAGES_PER_APPEND.count({"maxMessagesPerAppend": "5"}) == 5
+    assert MAX_MESSAGES_PER_APPEND.count({"maxRecordsPerAppend": "6"}) == 6
+    with pytest.raises(OptionError, match="option maxMessagesPerAppend='0' is not accepted"):
+        MAX_MESSAGES_PER_APPEND.count({"maxMessagesPerAppend": "0"})
+    with pytest.raises(OptionError, match="options maxRecordsPerAppend and "
+                                          "maxMessagesPerAppend are the same option"):
+        MAX_MESSAGES_PER_APPEND.count({"maxRecordsPerAppend": "6", "maxMessagesPerAppend": "5"})
+    assert "older name maxMessagesPerAppend" in options_markdown("durable-streams", "write")

@@ -64,9 +64,10 @@ CLOSE_STREAM_ON_FINISH = Option(
     "df.write only: close every stream the job wrote once the job commits.",
     default=False, roles=("write",))
 MAX_MESSAGES_PER_APPEND = Option(
-    "maxMessagesPerAppend", "a positive integer",
-    "Messages per append request; keep it unchanged across restarts of a query.",
-    default=_DEFAULTS.max_messages, roles=("write",))
+    "maxRecordsPerAppend", "a positive integer",
+    "Messages (rows) per append request, named as format s2 names it; keep it unchanged "
+    "across restarts of a query.",
+    default=_DEFAULTS.max_messages, roles=("write",), aliases=("maxMessagesPerAppend",))
 MAX_BYTES_PER_APPEND = Option(
     "maxBytesPerAppend", "a positive integer",
     "Bytes per append request (a larger row goes alone); keep it unchanged across "
