@@ -2,7 +2,11 @@
 
 The Spark data source is `s2_spark.spark.S2DataSource` (format name "s2"); importing this
 package does not import pyspark, so the wire codecs and protocol clients work without it.
+`lag_of` reads a streaming progress without pyspark; `LagListener`, a Spark listener, is
+imported (and pyspark with it) only when first used.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from s2_spark.errors import (
     AlreadyExistsError,
@@ -25,9 +29,14 @@ from s2_spark.errors import (
     UnauthorizedError,
     UnavailableError,
 )
+from s2_spark.lag import QueryLag, SourceLag, StreamLag, lag_of
+
+if TYPE_CHECKING:
+    from s2_spark.lag_listener import LagListener as LagListener
 
 __version__ = "0.1.0"
 
+# `LagListener` is public but left out: `from s2_spark import *` must work without pyspark.
 __all__ = [
     "AlreadyExistsError",
     "BadRequestError",
@@ -37,6 +46,7 @@ __all__ = [
     "FrameError",
     "NotFoundError",
     "Position",
+    "QueryLag",
     "RateLimitedError",
     "ReadPastTailError",
     "RecordTooLargeError",
@@ -45,8 +55,20 @@ __all__ = [
     "SeqNumMismatchError",
     "ServiceError",
     "SessionTimeoutError",
+    "SourceLag",
+    "StreamLag",
     "TlsError",
     "UnauthorizedError",
     "UnavailableError",
     "__version__",
+    "lag_of",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`LagListener` on first use: it subclasses pyspark's listener."""
+    if name == "LagListener":
+        from s2_spark.lag_listener import LagListener
+
+        return LagListener
+    raise AttributeError(f"module 's2_spark' has no attribute {name!r}")
