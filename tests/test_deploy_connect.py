@@ -16,12 +16,14 @@ from typing import Any
 
 import pytest
 from _deploy import ConnectServer
+from _versions import needs_admission_control
 
 from s2_spark.client import AppendRecord, S2Client, S2Config
 
 pytestmark = pytest.mark.connect
 
-CLIENT = Path(__file__).resolve().parent.parent / "examples" / "connect_client.py"
+ROOT = Path(__file__).resolve().parent.parent
+CLIENT = ROOT / "examples" / "connect_client.py"
 
 
 @pytest.fixture(scope="session")
@@ -66,3 +68,61 @@ def test_connect_client_reads_and_copies_exactly_once(
             "source: ['one', 'two', 'three', 'four', 'five']",
             "target: ['one', 'two', 'three', 'four', 'five']",
         ]
+
+
+# A Connect client with a LagListener: it runs on the client, fed by the server's events.
+LAG_CLIENT = """
+import logging, sys, time
+from pyspark.sql import SparkSession
+from s2_spark import LagListener
+
+remote, endpoint, basin, checkpoint = sys.argv[1:]
+logging.basicConfig(stream=sys.stdout, format="%(message)s")
+logging.getLogger("s2_spark.lag").setLevel(logging.INFO)
+spark = SparkSession.builder.remote(remote).getOrCreate()
+listener = LagListener()
+spark.streams.addListener(listener)
+query = (spark.readStream.format("s2").option("endpoint", endpoint).option("basin", basin)
+         .option("streams", "a,b").option("maxRecordsPerTrigger", "10").load()
+         .writeStream.format("memory").queryName("connect_lag")
+         .option("checkpointLocation", checkpoint).start())
+query.processAllAvailable()
+last, deadline = query.lastProgress["batchId"], time.monotonic() + 60
+while (seen := listener.latest(query.id)) is None or seen.batch_id < last:
+    assert time.monotonic() < deadline, "no listener event for the last micro-batch"
+    time.sleep(0.05)
+query.stop()
+print("kept", seen.query_id == str(query.id), seen.total, seen.behind, flush=True)
+spark.streams.removeListener(listener)  # ends the client's listener bus thread
+spark.stop()
+"""
+
+
+@needs_admission_control
+def test_lag_listener_on_a_connect_client(
+    connect_server: ConnectServer, s2_server: Any, unique: Any, tmp_path: Path
+) -> None:
+    basin = unique("connect-lag")
+    with S2Client(S2Config(endpoint=s2_server.url)) as client:
+        client.create_basin(basin)
+        for name, count in (("a", 25), ("b", 5)):
+            client.basin(basin).create_stream(name)
+            client.basin(basin).stream(name).append([AppendRecord(b"x")] * count)
+    done = subprocess.run(
+        [sys.executable, "-c", LAG_CLIENT, connect_server.url, s2_server.url, basin,
+         str(tmp_path / "checkpoint")],
+        cwd=tmp_path, env={**connect_server.env, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=180,
+    )
+    assert done.returncode == 0, (done.stderr[-4000:], connect_server.daemon.log_tail())
+    out = done.stdout.splitlines()
+    [qid] = {line.split("(id ")[1].split(")")[0] for line in out if "(id " in line}
+    head = f"query connect_lag (id {qid})"
+    expected = [
+        f"{head} batch 0: lag 20, 1/2 streams behind, worst a=20",
+        f"{head} batch 1: lag 10, 1/2 streams behind, worst a=10",
+        f"{head} batch 2: lag 0, 0/2 streams behind",
+    ]
+    # Lines of idle triggers (lag 0, the next batch id) may come in between.
+    assert list(dict.fromkeys(line for line in out if line in expected)) == expected
+    assert out[-1] == "kept True 0 0"
