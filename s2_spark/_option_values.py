@@ -7,11 +7,25 @@ are shared by every format's option parsing, in the Spark layer and in the backe
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from s2_spark.errors import OptionError
 
-__all__ = ["get", "get_bool", "get_positive_int", "get_url", "split_streams"]
+__all__ = [
+    "get",
+    "get_bool",
+    "get_duration_ms",
+    "get_positive_int",
+    "get_url",
+    "split_streams",
+]
+
+#: Milliseconds per unit of a duration option (Spark's time strings, as Kafka's
+#: maxTriggerDelay takes them); a number without a unit is milliseconds.
+_DURATION_UNITS = {"": 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+                   "d": 86_400_000}
+_DURATION = re.compile(r"(\d+)\s*([a-z]*)")
 
 
 def get(options: Mapping[str, str], name: str) -> str | None:
@@ -46,6 +60,21 @@ def get_positive_int(options: Mapping[str, str], name: str) -> int | None:
     if value <= 0:
         raise OptionError(f"option {name}={raw!r} is not accepted: use a positive integer")
     return value
+
+
+def get_duration_ms(options: Mapping[str, str], name: str) -> int | None:
+    """A positive duration such as `15m`, `30s`, `500ms` or `60000` (milliseconds), in
+    milliseconds."""
+    raw = get(options, name)
+    if raw is None:
+        return None
+    match = _DURATION.fullmatch(raw.strip().lower())
+    if match is None or match.group(2) not in _DURATION_UNITS or int(match.group(1)) == 0:
+        raise OptionError(
+            f"option {name}={raw!r} is not accepted: use a positive duration such as '15m', "
+            "'30s' or '500ms' (units ms, s, m or min, h, d; a number alone is milliseconds)"
+        )
+    return int(match.group(1)) * _DURATION_UNITS[match.group(2)]
 
 
 def get_url(options: Mapping[str, str], name: str) -> str | None:

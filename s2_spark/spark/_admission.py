@@ -12,6 +12,7 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 
@@ -21,13 +22,24 @@ __all__ = ["AdmittedStreamReader"]
 
 
 class AdmittedStreamReader(RangeStreamReader, SupportsTriggerAvailableNow):
-    """`maxRecordsPerTrigger` through Spark's read limits; `trigger(availableNow=True)`
-    stops at the tails seen when the query started, in paced micro-batches."""
+    """`maxRecordsPerTrigger` through Spark's read limits, `minRecordsPerTrigger` with
+    `maxTriggerDelay` through `TriggerHold`; `trigger(availableNow=True)` stops at the
+    tails seen when the query started, in micro-batches paced by the maximum only.
+
+    Spark hands `latestOffset` back the limit `getDefaultReadLimit` gave (one of them: a
+    Python source has no composite limit) or `ReadAllAvailable` where the trigger reads
+    everything at once; the minimum and the delay come from the options."""
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # type: ignore[override]
         max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return self._plan(start, max_records=max_records)
+        everything = isinstance(limit, ReadAllAvailable) or self._available_now
+        return self._plan(start, max_records=max_records,
+                          hold=None if everything else self._hold)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        n = self._options.max_records_per_trigger
-        return ReadMaxRows(n) if n else ReadAllAvailable()
+        options = self._options
+        if options.max_records_per_trigger:
+            return ReadMaxRows(options.max_records_per_trigger)
+        if options.min_records_per_trigger:
+            return ReadMinRows(options.min_records_per_trigger)
+        return ReadAllAvailable()

@@ -9,7 +9,14 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from s2_spark.backends.base import StreamBackend
-from s2_spark.spark.options import OptionError, ReadFormat, ReadOptions, parse_read_options
+from s2_spark.spark.options import (
+    RECORDS,
+    OptionError,
+    ReadFormat,
+    ReadOptions,
+    TriggerUnits,
+    parse_read_options,
+)
 from s2_spark.spark.reader import RangeBatchReader, stream_reader
 
 __all__ = ["RangeDataSource", "document_options"]
@@ -23,7 +30,12 @@ class RangeDataSource(DataSource):
     read_format: ClassVar[ReadFormat]
 
     def _read_options(self, *, streaming: bool) -> ReadOptions:
-        return parse_read_options(self.options, streaming=streaming, fmt=self.read_format)
+        return parse_read_options(self.options, streaming=streaming, fmt=self.read_format,
+                                  trigger_units=self._trigger_units)
+
+    def _trigger_units(self, options: ReadOptions) -> TriggerUnits:
+        """What the per-trigger sizes count: records, unless the streams count bytes."""
+        return RECORDS
 
     def _check_write_options(self) -> None:
         """Before a writer is made: fail names the format does not take for writing."""

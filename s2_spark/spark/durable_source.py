@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter
@@ -21,16 +20,18 @@ from s2_spark.errors import NotFoundError, OptionError
 from s2_spark.spark._durable_writer_options import DURABLE_WRITE_OPTIONS
 from s2_spark.spark.datasource import RangeDataSource, document_options
 from s2_spark.spark.options import (
+    BYTE_TRIGGER_OPTIONS,
+    BYTES,
     DISCOVERY_INTERVAL_MS,
     INCLUDE_COMMAND_RECORDS,
     INCLUDE_HEADERS,
     MAX_RECORDS_PER_PARTITION,
-    MAX_RECORDS_PER_TRIGGER,
     MIN_PARTITIONS,
     READ_OPTIONS,
+    RECORDS,
     ReadFormat,
     ReadOptions,
-    require_admission_control,
+    TriggerUnits,
 )
 
 __all__ = [
@@ -57,11 +58,6 @@ VALUE_TYPE = Option(
     "Fixes the value column without looking the streams up: string for JSON streams, "
     "binary for other content types (default: from their content type); a stream of the "
     "other kind then fails the read.", roles=("read",))
-MAX_BYTES_PER_TRIGGER = Option(
-    "maxBytesPerTrigger", "a positive integer",
-    "Byte streams: at most this many bytes per micro-batch, shared fairly across streams "
-    "(maxRecordsPerTrigger counts the messages of JSON streams). PySpark 4.2+.",
-    roles=("read",))
 _S2_READ_ONLY = (MIN_PARTITIONS, MAX_RECORDS_PER_PARTITION, DISCOVERY_INTERVAL_MS,
                  INCLUDE_HEADERS, INCLUDE_COMMAND_RECORDS)
 
@@ -69,7 +65,7 @@ _S2_READ_ONLY = (MIN_PARTITIONS, MAX_RECORDS_PER_PARTITION, DISCOVERY_INTERVAL_M
 DURABLE_OPTIONS = OptionSet(
     "durable-streams",
     (*DURABLE_CONNECTION_OPTIONS, *DURABLE_SELECTION_OPTIONS, VALUE_TYPE,
-     *(o for o in READ_OPTIONS if o not in _S2_READ_ONLY), MAX_BYTES_PER_TRIGGER,
+     *(o for o in READ_OPTIONS if o not in _S2_READ_ONLY), *BYTE_TRIGGER_OPTIONS,
      *DURABLE_WRITE_OPTIONS),
     refused=(
         ("read", MIN_PARTITIONS.name, _ONE_TASK),
@@ -154,25 +150,17 @@ class DurableStreamsDataSource(RangeDataSource):
     def name(cls) -> str:
         return "durable-streams"
 
-    def _read_options(self, *, streaming: bool) -> ReadOptions:
-        options = super()._read_options(streaming=streaming)
+    def _trigger_units(self, options: ReadOptions) -> TriggerUnits:
+        """JSON streams count messages, the others bytes; the other unit's options fail."""
         kind = self._kind(options)
-        unit, other = (
-            (MAX_RECORDS_PER_TRIGGER, MAX_BYTES_PER_TRIGGER)
-            if kind == "json"
-            else (MAX_BYTES_PER_TRIGGER, MAX_RECORDS_PER_TRIGGER)
-        )
-        if other.raw(self.options) is not None:
-            raise OptionError(
-                f"option {other.name} does not apply to {kind} streams: use {unit.name} (JSON "
-                "streams count messages, other content types count bytes)"
-            )
-        if kind == "bytes":
-            limit = MAX_BYTES_PER_TRIGGER.count(self.options)
-            if limit is not None:
-                require_admission_control(MAX_BYTES_PER_TRIGGER.name)
-                options = replace(options, max_records_per_trigger=limit)
-        return options
+        units, other = (RECORDS, BYTES) if kind == "json" else (BYTES, RECORDS)
+        for name, use in ((other.maximum, units.maximum), (other.minimum, units.minimum)):
+            if name.raw(self.options) is not None:
+                raise OptionError(
+                    f"option {name.name} does not apply to {kind} streams: use {use.name} (JSON "
+                    "streams count messages, other content types count bytes)"
+                )
+        return units
 
     def _kind(self, options: ReadOptions) -> StreamKind:
         """The content kind shared by every selected stream (one HEAD per stream)."""

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from s2_spark._option_spec import Option, OptionSet
+from s2_spark._option_values import get_duration_ms
 from s2_spark.backends.selection import StreamSelection
 from s2_spark.errors import OptionError
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL, SPARK_VERSION
@@ -27,18 +28,24 @@ from s2_spark.spark._stream_position import (
 from s2_spark.spark.planning import DEFAULT_MAX_STREAMS_PER_PARTITION
 
 __all__ = [
+    "BYTES",
+    "BYTE_TRIGGER_OPTIONS",
     "READ_OPTIONS",
+    "RECORDS",
     "BoundSpec",
     "OptionError",
     "ReadFormat",
     "ReadOptions",
     "StreamSelection",
+    "TriggerUnits",
     "parse_read_options",
     "require_admission_control",
 ]
 
 #: How often a streaming query lists the streams of its streamPrefix again, by default.
 DEFAULT_DISCOVERY_INTERVAL_MS = 1000
+#: How long a trigger held by a minimum waits at most, by default (Kafka's 15m).
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 
 STARTING_POSITION = Option(
     "startingPosition", "earliest, latest, timestamp:<epoch millis>, or JSON",
@@ -56,6 +63,25 @@ MAX_RECORDS_PER_TRIGGER = Option(
     "maxRecordsPerTrigger", "a positive integer",
     "At most this many records per micro-batch, shared fairly across streams; also "
     "paces trigger(availableNow=True). PySpark 4.2+.", roles=("read",))
+MIN_RECORDS_PER_TRIGGER = Option(
+    "minRecordsPerTrigger", "a positive integer",
+    "A trigger that finds fewer new records than this, across the streams, waits for more, "
+    "but no longer than maxTriggerDelay after the last micro-batch (Kafka's "
+    "minOffsetsPerTrigger; not for availableNow). PySpark 4.2+.", roles=("read",))
+MAX_TRIGGER_DELAY = Option(
+    "maxTriggerDelay", "a duration: 15m, 30s, 500ms, or milliseconds",
+    "How long a trigger waits for minRecordsPerTrigger (minBytesPerTrigger) at most, "
+    "counted from the last micro-batch; only with a minimum.", default="15m",
+    roles=("read",))
+MAX_BYTES_PER_TRIGGER = Option(
+    "maxBytesPerTrigger", "a positive integer",
+    "Durable Streams byte streams: at most this many bytes per micro-batch, shared fairly "
+    "across streams (maxRecordsPerTrigger counts the messages of JSON streams). "
+    "PySpark 4.2+.", roles=("read",))
+MIN_BYTES_PER_TRIGGER = Option(
+    "minBytesPerTrigger", "a positive integer",
+    "Durable Streams byte streams: minRecordsPerTrigger in bytes. PySpark 4.2+.",
+    roles=("read",))
 MIN_PARTITIONS = Option(
     "minPartitions", "a positive integer",
     "Split long ranges so that a micro-batch has at least this many tasks.",
@@ -86,9 +112,12 @@ FAIL_ON_DATA_LOSS = Option(
     "the query naming the stream and range; false logs a warning and reads on.",
     default=True, roles=("read",))
 #: The reader options every format shares (some refused by a format, with the reason).
-READ_OPTIONS = (STARTING_POSITION, ENDING_POSITION, MAX_RECORDS_PER_TRIGGER, MIN_PARTITIONS,
+READ_OPTIONS = (STARTING_POSITION, ENDING_POSITION, MAX_RECORDS_PER_TRIGGER,
+                MIN_RECORDS_PER_TRIGGER, MAX_TRIGGER_DELAY, MIN_PARTITIONS,
                 MAX_RECORDS_PER_PARTITION, MAX_STREAMS_PER_PARTITION, DISCOVERY_INTERVAL_MS,
                 INCLUDE_HEADERS, INCLUDE_COMMAND_RECORDS, FAIL_ON_DATA_LOSS)
+#: Durable Streams byte streams' per-trigger sizes (format s2 refuses them).
+BYTE_TRIGGER_OPTIONS = (MAX_BYTES_PER_TRIGGER, MIN_BYTES_PER_TRIGGER)
 
 BoundKind = Literal["earliest", "latest", "timestamp", "positions"]
 
@@ -108,6 +137,18 @@ class BoundSpec:
         if self.kind == "positions":
             return json.dumps({s: position_json(p) for s, p in self.positions})
         return self.kind
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerUnits:
+    """The options that size a micro-batch in one unit: records (messages) or bytes."""
+
+    minimum: Option
+    maximum: Option
+
+
+RECORDS = TriggerUnits(MIN_RECORDS_PER_TRIGGER, MAX_RECORDS_PER_TRIGGER)
+BYTES = TriggerUnits(MIN_BYTES_PER_TRIGGER, MAX_BYTES_PER_TRIGGER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +180,12 @@ class ReadOptions:
     selection: StreamSelection
     starting: BoundSpec = BoundSpec("earliest")
     ending: BoundSpec | None = None
+    #: Per-trigger sizes, in the format's unit (see `TriggerUnits`): at most
+    #: `max_records_per_trigger`; a trigger with fewer than `min_records_per_trigger` new
+    #: waits, until `max_trigger_delay_ms` after the last micro-batch.
     max_records_per_trigger: int | None = None
+    min_records_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     max_streams_per_partition: int = DEFAULT_MAX_STREAMS_PER_PARTITION
@@ -229,23 +275,49 @@ def require_admission_control(name: str) -> None:
         )
 
 
+def _trigger_sizes(
+    options: Mapping[str, str], units: TriggerUnits
+) -> tuple[int | None, int | None, int]:
+    """(minimum, maximum, delay ms) per trigger, in `units`, checked together."""
+    low = units.minimum.count(options)
+    high = units.maximum.count(options)
+    delay = get_duration_ms(options, MAX_TRIGGER_DELAY.name)
+    for option, value in ((units.maximum, high), (units.minimum, low)):
+        if value is not None:
+            require_admission_control(option.name)
+    if delay is not None and low is None:
+        raise OptionError(
+            f"option maxTriggerDelay applies only with option {units.minimum.name}: it "
+            "bounds how long a trigger waits for that minimum; set both, or neither"
+        )
+    if low is not None and high is not None and low > high:
+        raise OptionError(
+            f"option {units.minimum.name}={low} is more than option "
+            f"{units.maximum.name}={high}: the minimum must not exceed the maximum"
+        )
+    return low, high, DEFAULT_MAX_TRIGGER_DELAY_MS if delay is None else delay
+
+
 def parse_read_options(
-    options: Mapping[str, str], *, streaming: bool, fmt: ReadFormat
+    options: Mapping[str, str],
+    *,
+    streaming: bool,
+    fmt: ReadFormat,
+    trigger_units: Callable[[ReadOptions], TriggerUnits] | None = None,
 ) -> ReadOptions:
-    """Check every reader option; raise `OptionError` for the first bad one."""
+    """Check every reader option; raise `OptionError` for the first bad one.
+
+    `trigger_units` says, from the other options, in which unit the per-trigger sizes
+    count (default `RECORDS`)."""
     fmt.options.check(options, "read")
     connection = fmt.connection(options)
     selection = fmt.selection(options, connection)
     starting, ending = _bounds(options, fmt, selection, streaming)
-    max_records_per_trigger = MAX_RECORDS_PER_TRIGGER.count(options)
-    if max_records_per_trigger is not None:
-        require_admission_control(MAX_RECORDS_PER_TRIGGER.name)
-    return ReadOptions(
+    parsed = ReadOptions(
         connection=connection,
         selection=selection,
         starting=starting,
         ending=ending,
-        max_records_per_trigger=max_records_per_trigger,
         min_partitions=MIN_PARTITIONS.count(options),
         max_records_per_partition=MAX_RECORDS_PER_PARTITION.count(options),
         max_streams_per_partition=_count(MAX_STREAMS_PER_PARTITION, options),
@@ -254,6 +326,10 @@ def parse_read_options(
         include_command_records=INCLUDE_COMMAND_RECORDS.flag(options),
         fail_on_data_loss=FAIL_ON_DATA_LOSS.flag(options),
     )
+    units = RECORDS if trigger_units is None else trigger_units(parsed)
+    low, high, delay = _trigger_sizes(options, units)
+    return replace(parsed, min_records_per_trigger=low, max_records_per_trigger=high,
+                   max_trigger_delay_ms=delay)
 
 
 def _count(option: Option, options: Mapping[str, str]) -> int:

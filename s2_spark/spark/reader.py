@@ -30,6 +30,7 @@ from s2_spark.errors import DataLossError, NotFoundError
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
 from s2_spark.spark._discovery import Discovery
 from s2_spark.spark._stream_position import StreamTimestamp
+from s2_spark.spark._trigger_hold import TriggerHold
 from s2_spark.spark.options import BoundSpec, OptionError, ReadOptions
 from s2_spark.spark.planning import (
     PackedPartition,
@@ -246,10 +247,14 @@ class RangeStreamReader(DataSourceStreamReader):
         self._idle = False  # the last plan found nothing new
         # Streams the watch cannot hold, in the order they are looked up in turn.
         self._unwatched: list[str] = []
+        # minRecordsPerTrigger (PySpark 4.2+): whether a trigger waits for more records.
+        minimum = options.min_records_per_trigger
+        self._hold = None if minimum is None else TriggerHold(
+            minimum, options.max_trigger_delay_ms, backend, self._count_ranges)
 
     #: What the driver keeps for planning: positions of every stream, the watch.
     _DRIVER_ONLY = frozenset({"_target", "_reported", "_planned", "_initial", "_watch",
-                              "_discovered", "_unwatched"})
+                              "_discovered", "_unwatched", "_hold"})
 
     def __getstate__(self) -> dict[str, Any]:
         """All but the driver's planning state, which pickled into every task made each
@@ -274,10 +279,12 @@ class RangeStreamReader(DataSourceStreamReader):
 
         `earliest` without a per-trigger limit is `{}`: every stream is then new to the
         first plan and read from its origin (records trimmed before are no loss), which
-        spares one request per stream. A limit needs the true first positions to pace by."""
+        spares one request per stream. A limit or a minimum needs the true first positions
+        to count from."""
         if self._initial is None:
             options = self._options
-            if options.starting.kind == "earliest" and options.max_records_per_trigger is None:
+            if (options.starting.kind == "earliest" and options.max_records_per_trigger is None
+                    and options.min_records_per_trigger is None):
                 self._initial = self._planned = {}
                 return {}
             planner = _Planner(self._backend, self._options)
@@ -344,21 +351,28 @@ class RangeStreamReader(DataSourceStreamReader):
             self._watch = self._backend.tail_watch() or False
         return self._watch or None
 
-    def _tails(self, start: dict[str, Any]) -> dict[str, Position]:
+    def _tails(self, start: dict[str, Any], hold: TriggerHold | None) -> dict[str, Position]:
         """Current tails of the streams that may have moved, capped at the AvailableNow
         target. Streams the watch knows are quiet are not asked. After a plan that found
         nothing new, this one first waits up to IDLE_WAIT seconds for a quiet stream to
         get a record: Spark asks again within milliseconds, so this way the service sees
         about one request per stream per watch wait (and per IDLE_WAIT for streams that
-        cannot be watched), and an arriving record ends the wait at once."""
+        cannot be watched), and an arriving record ends the wait at once. After a plan
+        that `hold` held, streams are quiet at the tails it saw, which are kept, and the
+        wait ends when the hold's delay does."""
         streams = self._streams(start)
+        held = hold.tails(start) if hold is not None else {}
         watch = self._tail_watch()
+        kept: dict[str, Position] = {}
         if watch is not None:
-            known = {s: start[s] for s in streams if s in start}
+            known = {s: held[s] if s in held else start[s]
+                     for s in streams if s in held or s in start}
             quiet = watch.quiet(known)
             if self._idle:
-                watch.wait(quiet, IDLE_WAIT)
+                held_for = hold.remaining() if hold is not None and held else IDLE_WAIT
+                watch.wait(quiet, min(IDLE_WAIT, held_for))
                 quiet = watch.quiet(known)
+            kept = {s: held[s] for s in quiet if s in held}
             streams -= quiet
             streams -= self._unwatched_skipped(streams)
             told = watch.news_tails(streams)
@@ -366,7 +380,7 @@ class RangeStreamReader(DataSourceStreamReader):
         else:
             told = {}
         found_tails: dict[str, Position | None] = {
-            **told, **self._backend.latest_many(sorted(streams))}
+            **kept, **told, **self._backend.latest_many(sorted(streams))}
         if self._available_now and self._target is None:
             self._target = {s: tail for s, tail in found_tails.items() if tail is not None}
         tails: dict[str, Position] = {}
@@ -381,11 +395,13 @@ class RangeStreamReader(DataSourceStreamReader):
             tails[stream] = tail
         return tails
 
-    def _plan(self, start: dict[str, Any], *, max_records: int | None) -> dict[str, Any]:
-        """The next end offset from `start`: all that is available, or a fair share of it."""
+    def _plan(self, start: dict[str, Any], *, max_records: int | None,
+              hold: TriggerHold | None = None) -> dict[str, Any]:
+        """The next end offset from `start`: all that is available, or a fair share of it;
+        `start` itself while `hold` holds the trigger (too few new records)."""
         backend = self._backend
         began = time.monotonic()
-        tails = self._tails(start)
+        tails = self._tails(start, hold)
         tails.update(self._tails_of_new_streams(start, tails, began))
         self._reported = {**start, **tails}
         begin: dict[str, Position] = {}
@@ -395,15 +411,31 @@ class RangeStreamReader(DataSourceStreamReader):
                 self._on_truncated(stream, tail, pos, going_on=f"waiting for it to pass {pos}")
                 continue
             begin[stream] = pos
-        end = {**start, **self._ends(start, begin, tails, max_records)}
+        if hold is not None and hold.holds(start, begin, tails):
+            end = dict(start)
+        else:
+            end = {**start, **self._ends(start, begin, tails, max_records)}
+        if hold is not None:
+            hold.planned(start, end)
         self._planned = end
         self._idle = end == start
         if self._watch:
-            selection = self._options.selection
-            over = self._watch.watch({s: p for s, p in end.items() if selection.matches(s)})
-            if set(self._unwatched) != over:
-                self._unwatched = sorted(over)
+            self._watch_from({**end, **(hold.tails(start) if hold is not None else {})})
         return end
+
+    def _watch_from(self, positions: dict[str, Position]) -> None:
+        """Have the watch wait for records at or after these positions."""
+        assert self._watch
+        selection = self._options.selection
+        over = self._watch.watch({s: p for s, p in positions.items() if selection.matches(s)})
+        if set(self._unwatched) != over:
+            self._unwatched = sorted(over)
+
+    def _count_ranges(self, ranges: Mapping[str, tuple[Position, Position]],
+                      limit: int) -> dict[str, int]:
+        """Records in each range, counted up to `limit` (for `TriggerHold`)."""
+        backend = self._backend
+        return _per_stream(lambda s: backend.measure(s, *ranges[s], limit)[0], sorted(ranges))
 
     def _unwatched_skipped(self, streams: set[str]) -> set[str]:
         """Of the streams the watch cannot hold, those this plan leaves alone: a plan

@@ -26,7 +26,12 @@ from s2_spark.backends.s2_options import (
 )
 from s2_spark.spark._s2_writer_options import S2_WRITE_OPTIONS
 from s2_spark.spark.datasource import RangeDataSource, document_options
-from s2_spark.spark.options import READ_OPTIONS, ReadFormat, ReadOptions
+from s2_spark.spark.options import (
+    BYTE_TRIGGER_OPTIONS,
+    READ_OPTIONS,
+    ReadFormat,
+    ReadOptions,
+)
 
 __all__ = ["S2_OPTIONS", "S2_READ_FORMAT", "S2DataSource", "read_schema"]
 
@@ -35,11 +40,15 @@ _NOT_WRITTEN = (
     "(one target stream) or give the rows a `stream` column"
 )
 
+_IN_RECORDS = "S2 micro-batches are sized in records: use minRecordsPerTrigger / " \
+    "maxRecordsPerTrigger"
+
 #: Every option of format s2, reading and writing: the one declaration.
 S2_OPTIONS = OptionSet(
     "s2",
     (*S2_CONNECTION_OPTIONS, *S2_SELECTION_OPTIONS, *READ_OPTIONS, *S2_WRITE_OPTIONS),
-    refused=(("write", "streams", _NOT_WRITTEN), ("write", "streamPrefix", _NOT_WRITTEN)),
+    refused=(("write", "streams", _NOT_WRITTEN), ("write", "streamPrefix", _NOT_WRITTEN),
+             *(("read", o.name, _IN_RECORDS) for o in BYTE_TRIGGER_OPTIONS)),
     documented_in="help(s2_spark.spark.S2DataSource) and docs/reading.md, docs/writing.md",
 )
 
