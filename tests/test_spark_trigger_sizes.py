@@ -234,11 +234,11 @@ S2_BAD: list[tuple[dict[str, str], str]] = [
     ({"minRecordsPerTrigger": "0"},
      "option minRecordsPerTrigger='0' is not accepted: use a positive integer"),
     ({"minBytesPerTrigger": "100"},
-     "option minBytesPerTrigger is not supported by format s2: S2 micro-batches are sized in "
-     "records: use minRecordsPerTrigger"),
+     "option minBytesPerTrigger is not supported by format s2 (reading): S2 micro-batches "
+     "are sized in records: use minRecordsPerTrigger / maxRecordsPerTrigger"),
     ({"maxBytesPerTrigger": "100"},
-     "option maxBytesPerTrigger is not supported by format s2: S2 micro-batches are sized in "
-     "records: use maxRecordsPerTrigger"),
+     "option maxBytesPerTrigger is not supported by format s2 (reading): S2 micro-batches "
+     "are sized in records: use minRecordsPerTrigger / maxRecordsPerTrigger"),
 ]
 
 
