@@ -1,9 +1,63 @@
-"""One exception hierarchy for every layer of s2-spark.
+"""One exception hierarchy for every layer of s2-spark, one vocabulary for both services.
 
-Codecs raise `FrameError`; protocol clients raise `ServiceError` subclasses (the `S2Error`
-family for S2, the `DurableStreamsError` family for Durable Streams), each carrying the
-HTTP status and the service's error code when there was one. Messages say what happened
-and what to do. No message, repr or attribute ever holds an access token.
+Codecs raise `FrameError`; protocol clients raise `ServiceError` subclasses, each carrying
+the HTTP status and the service's error code when there was one. What went wrong has one
+service-neutral class (`NotFoundError`, `UnavailableError`, ...); each service's own class
+derives from it and from the service's root (`S2Error`, `DurableStreamsError`), so
+`except NotFoundError` catches a missing S2 stream and a missing Durable Stream alike, and
+`except S2Error` every failure of S2. The backend interface (`s2_spark.backends.base`)
+promises only the neutral classes. Messages say what happened and what to do. No message,
+repr or attribute ever holds an access token.
+
+The tree (a service's class is drawn under its neutral base; those marked S2 also derive
+from `S2Error`, those marked DS from `DurableStreamsError`):
+
+```text
+S2SparkError
+├── OptionError                     a data source option is not accepted (a ValueError)
+├── FrameError                      malformed S2S session data
+├── WriterFencedError               a sink's newer attempt owns the stream: this one stops
+└── ServiceError                    a call to S2 or Durable Streams failed
+    ├── BadRequestError             400/422, or refused before sending
+    │   ├── S2BadRequestError                      S2
+    │   │   └── RecordTooLargeError                S2
+    │   └── StreamBadRequestError                  DS
+    ├── UnauthorizedError           401/403: credentials missing, wrong or not enough
+    │   ├── S2UnauthorizedError                    S2
+    │   └── StreamUnauthorizedError                DS
+    ├── NotFoundError               404: no such basin or stream
+    │   ├── S2NotFoundError                        S2
+    │   └── StreamNotFoundError                    DS
+    ├── ConflictError               409: the resource exists, or is in another state
+    │   ├── AlreadyExistsError                     S2
+    │   └── StreamConflictError                    DS
+    │       └── StreamClosedError                  DS
+    ├── FencedError                 another writer owns the stream
+    │   ├── FencingTokenMismatchError  (412)       S2, also a ConditionFailedError
+    │   └── StaleEpochError            (403)       DS
+    ├── DataLossError               records to be read are gone (retention, deletion)
+    │   └── OffsetGoneError            (410)       DS
+    ├── RateLimitedError            429; retried with backoff
+    │   ├── S2RateLimitedError                     S2
+    │   └── StreamRateLimitedError                 DS
+    ├── UnavailableError            5xx, 408, failures in transit; retried with backoff
+    │   ├── S2UnavailableError                     S2
+    │   │   └── SessionTimeoutError                S2
+    │   └── StreamUnavailableError                 DS
+    ├── TlsError                    TLS failed in a way retrying cannot fix
+    ├── S2Error                     every S2 failure: the S2 classes above, and
+    │   ├── ConditionFailedError    412: an append precondition failed
+    │   │   ├── SeqNumMismatchError
+    │   │   └── FencingTokenMismatchError
+    │   └── ReadPastTailError       416
+    └── DurableStreamsError         every Durable Streams failure: the DS classes above, and
+        ├── SequenceGapError        409: a producer's earlier batch is missing
+        └── MalformedResponseError  the answer broke the protocol
+```
+
+`NotFoundError`, `BadRequestError`, `UnauthorizedError`, `RateLimitedError` and
+`UnavailableError` were S2's own classes before; S2's classes now derive from them, so
+code that catches them catches what it did.
 """
 
 from __future__ import annotations
@@ -21,6 +75,17 @@ class OptionError(S2SparkError, ValueError):
 
 class FrameError(S2SparkError):
     """Malformed S2S session data: bad length, flags, compression or terminal body."""
+
+
+class WriterFencedError(S2SparkError):
+    """A newer attempt of the same write (task retry or restarted query) owns the stream.
+
+    Raised by the exactly-once sinks so a stale attempt stops instead of appending twice.
+    """
+
+    def __init__(self, message: str, *, stream: str) -> None:
+        super().__init__(message)
+        self.stream = stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,23 +125,91 @@ class ServiceError(S2SparkError):
         self.args = (self.message,)
 
 
+class TlsError(ServiceError):
+    """TLS with the service failed in a way retrying cannot fix: its certificate is not
+    trusted (a private CA: set the CA bundle option), or it refused ours."""
+
+
+# -- what went wrong, whichever service it was --------------------------------------------
+
+
+class BadRequestError(ServiceError):
+    """The request was invalid (HTTP 400/422, or rejected before it was sent)."""
+
+
+class UnauthorizedError(ServiceError):
+    """The credentials are missing, invalid, or lack permission (HTTP 401/403)."""
+
+
+class NotFoundError(ServiceError):
+    """The basin or stream does not exist (HTTP 404)."""
+
+
+class ConflictError(ServiceError):
+    """The request conflicts with the resource (HTTP 409): it exists already, with another
+    configuration, or is closed."""
+
+
+class FencedError(ServiceError):
+    """Another writer owns the stream (S2's fencing token, Durable Streams' producer epoch
+    moved on); not retried: stop writing, or take the stream over."""
+
+
+class DataLossError(ServiceError):
+    """Records to be read are gone (trimmed by retention, or the stream was deleted).
+
+    The Spark reader raises it for a planned range it cannot read, naming `stream`,
+    `start` and `end`; a client raises its service's subclass (they are None there).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        stream: str | None = None,
+        start: object = None,
+        end: object = None,
+        status: int = 0,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message, status=status, code=code)
+        self.stream = stream
+        self.start = start
+        self.end = end
+
+
+class RateLimitedError(ServiceError):
+    """The service is throttling requests (HTTP 429); retried with backoff."""
+
+    retryable = True
+
+
+class UnavailableError(ServiceError):
+    """The service or network failed transiently (5xx, 408, timeouts, resets); retried."""
+
+    retryable = True
+
+
+# -- S2 -----------------------------------------------------------------------------------
+
+
 class S2Error(ServiceError):
     """An S2 operation failed. `status` is the HTTP status (0 when none was received)."""
 
 
-class BadRequestError(S2Error):
-    """The request was invalid (HTTP 400/422, or rejected before it was sent)."""
+class S2BadRequestError(S2Error, BadRequestError):
+    """S2 rejected the request as invalid (HTTP 400/422), or the client did before sending."""
 
 
-class UnauthorizedError(S2Error):
+class S2UnauthorizedError(S2Error, UnauthorizedError):
     """The access token is missing, invalid, or lacks permission (HTTP 401/403)."""
 
 
-class NotFoundError(S2Error):
+class S2NotFoundError(S2Error, NotFoundError):
     """The basin or stream does not exist (HTTP 404)."""
 
 
-class AlreadyExistsError(S2Error):
+class AlreadyExistsError(S2Error, ConflictError):
     """The basin or stream already exists (HTTP 409)."""
 
 
@@ -92,7 +225,7 @@ class SeqNumMismatchError(ConditionFailedError):
         self.expected_seq_num = expected_seq_num
 
 
-class FencingTokenMismatchError(ConditionFailedError):
+class FencingTokenMismatchError(ConditionFailedError, FencedError):
     """The stream is fenced with another token; `expected_token` is the current one."""
 
     def __init__(self, message: str, *, expected_token: str, status: int = 412) -> None:
@@ -108,7 +241,7 @@ class ReadPastTailError(S2Error):
         self.tail = tail
 
 
-class RecordTooLargeError(BadRequestError):
+class RecordTooLargeError(S2BadRequestError):
     """One record exceeds S2's 1 MiB metered limit; it can never be appended."""
 
     def __init__(self, message: str, *, metered_bytes: int, limit: int) -> None:
@@ -117,61 +250,39 @@ class RecordTooLargeError(BadRequestError):
         self.limit = limit
 
 
-class TlsError(ServiceError):
-    """TLS with the service failed in a way retrying cannot fix: its certificate is not
-    trusted (a private CA: set the CA bundle option), or it refused ours."""
+class S2RateLimitedError(S2Error, RateLimitedError):
+    """S2 is throttling requests (HTTP 429); retried with backoff."""
 
 
-class RateLimitedError(S2Error):
-    """The service is throttling requests (HTTP 429); retried with backoff."""
-
-    retryable = True
+class S2UnavailableError(S2Error, UnavailableError):
+    """S2 or the network failed transiently (5xx, 408, timeouts, resets); retried."""
 
 
-class UnavailableError(S2Error):
-    """The service or network failed transiently (5xx, 408, timeouts, resets)."""
-
-    retryable = True
-
-
-class SessionTimeoutError(UnavailableError):
+class SessionTimeoutError(S2UnavailableError):
     """A read session went silent (no data or heartbeat) for longer than allowed."""
 
 
-class DataLossError(S2SparkError):
-    """Records in a planned range are gone (trimmed by retention or stream deleted)."""
-
-    def __init__(self, message: str, *, stream: str, start: object, end: object) -> None:
-        super().__init__(message)
-        self.stream = stream
-        self.start = start
-        self.end = end
-
-
-class WriterFencedError(S2SparkError):
-    """A newer attempt of the same write (task retry or restarted query) owns the stream.
-
-    Raised by the exactly-once sink so a stale attempt stops instead of appending twice.
-    """
-
-    def __init__(self, message: str, *, stream: str) -> None:
-        super().__init__(message)
-        self.stream = stream
+# -- Durable Streams ----------------------------------------------------------------------
 
 
 class DurableStreamsError(ServiceError):
     """A Durable Streams operation failed. `status` is the HTTP status (0: none received)."""
 
 
-class StreamBadRequestError(DurableStreamsError):
+class StreamBadRequestError(DurableStreamsError, BadRequestError):
     """The server rejected the request as invalid (HTTP 400, or checked before sending)."""
 
 
-class StreamNotFoundError(DurableStreamsError):
+class StreamUnauthorizedError(DurableStreamsError, UnauthorizedError):
+    """The server denied access (HTTP 401, or 403 without a producer epoch): the
+    credentials (bearer token, secret headers) are missing, wrong or not enough."""
+
+
+class StreamNotFoundError(DurableStreamsError, NotFoundError):
     """The stream does not exist (HTTP 404)."""
 
 
-class StreamConflictError(DurableStreamsError):
+class StreamConflictError(DurableStreamsError, ConflictError):
     """The request conflicts with the stream (HTTP 409): another configuration on create,
     another content type, or a `Stream-Seq` regression on append."""
 
@@ -184,7 +295,7 @@ class StreamClosedError(StreamConflictError):
         self.final_offset = final_offset
 
 
-class StaleEpochError(DurableStreamsError):
+class StaleEpochError(DurableStreamsError, FencedError):
     """A newer producer epoch owns the stream (HTTP 403); this producer is fenced out."""
 
     def __init__(self, message: str, *, current_epoch: int | None, status: int = 403) -> None:
@@ -203,7 +314,7 @@ class SequenceGapError(DurableStreamsError):
         self.received_seq = received_seq
 
 
-class OffsetGoneError(DurableStreamsError):
+class OffsetGoneError(DurableStreamsError, DataLossError):
     """Data at `offset` is gone (HTTP 410: retention or soft delete): data loss, not retried."""
 
     def __init__(self, message: str, *, offset: str | None, status: int = 410) -> None:
@@ -211,16 +322,12 @@ class OffsetGoneError(DurableStreamsError):
         self.offset = offset
 
 
-class StreamRateLimitedError(DurableStreamsError):
+class StreamRateLimitedError(DurableStreamsError, RateLimitedError):
     """The server is throttling requests (HTTP 429); retried with backoff."""
 
-    retryable = True
 
-
-class StreamUnavailableError(DurableStreamsError):
+class StreamUnavailableError(DurableStreamsError, UnavailableError):
     """The server or network failed transiently (5xx, timeouts, resets); retried."""
-
-    retryable = True
 
 
 class MalformedResponseError(DurableStreamsError):

@@ -6,6 +6,10 @@ end positions, and read one range as Arrow record batches. A position is a JSON 
 by the backend (for S2, the next sequence number); the Spark layer stores it in offsets
 as-is and only compares, counts, advances and splits positions through the backend.
 
+Backends raise the service-neutral errors of `s2_spark.errors` (`NotFoundError` when a
+stream does not exist, `DataLossError`, `UnavailableError`, ...); each service's own
+errors derive from them, so the Spark layer catches no service's class.
+
 Nothing here imports pyspark.
 """
 
@@ -139,7 +143,8 @@ class StreamBackend(ABC, Generic[PositionT]):
     def latest(self, stream: str) -> PositionT:
         """The tail: the position the next appended record will take.
 
-        Raises `s2_spark.errors.NotFoundError` when the stream does not exist.
+        Raises `s2_spark.errors.NotFoundError` (service-neutral) when the stream does not
+        exist, as `earliest` and `at_timestamp` do.
         """
 
     def latest_many(self, streams: Sequence[str]) -> dict[str, PositionT | None]:

@@ -142,6 +142,8 @@ class DurableBackend(StreamBackend[Position]):
         return self._stream(stream).read_pieces(offset, content_type=kind_type)
 
     def _missing(self, stream: str, err: StreamNotFoundError | OffsetGoneError) -> NotFoundError:
+        """The service-neutral not-found the backend interface promises (a stream gone
+        whole, 410, is missing too)."""
         return NotFoundError(
             f"{self.describe(stream)} does not exist or is gone ({err})", status=err.status
         )

@@ -51,6 +51,7 @@ from s2_spark.errors import (
     FencingTokenMismatchError,
     NotFoundError,
     RecordTooLargeError,
+    S2NotFoundError,
     S2SparkError,
     SeqNumMismatchError,
     ServiceError,
@@ -640,7 +641,7 @@ class StreamSink:
     def _create_missing(self) -> None:
         """The stream does not exist: create it (createStreams), or say so."""
         if not self.settings.create_streams:
-            raise NotFoundError(
+            raise S2NotFoundError(
                 f"{self._what} does not exist: create it first, or set the writer "
                 "option createStreams=true", status=404, code="stream_not_found",
             ) from None

@@ -13,7 +13,7 @@ only when a retry cannot duplicate: the request provably never arrived whole (co
 errors, a body cut before its end, 429, 502 hot_server, 503 unavailable), `match_seq_num`
 makes a repeat fail with 412 (then a read-back tells whether the lost attempt landed), or
 the append is a fence or trim command. Otherwise an unknown outcome is raised as
-UnavailableError. Proxies (`HTTPS_PROXY`, `NO_PROXY`) and CA bundles (`SSL_CERT_FILE`)
+S2UnavailableError. Proxies (`HTTPS_PROXY`, `NO_PROXY`) and CA bundles (`SSL_CERT_FILE`)
 come from the environment; `S2Config.tls` adds a private CA or a client certificate.
 `append_many` uses S2S append sessions (half-duplex over httpx: all inputs, then all
 acks), about 1.5x faster than one unary request per batch against the local server.

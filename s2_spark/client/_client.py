@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from s2_spark._closeable import Closeable
-from s2_spark.errors import BadRequestError, NotFoundError, Position, S2Error, ServiceError
+from s2_spark.errors import Position, S2BadRequestError, S2Error, S2NotFoundError, ServiceError
 
 from ._config import S2Config
 from ._stream import StreamClient
@@ -36,7 +36,7 @@ def check_basin_name(name: str) -> str:
         or name.startswith("-")
         or name.endswith("-")
     ):
-        raise BadRequestError(
+        raise S2BadRequestError(
             f"invalid basin name {name!r}: S2 accepts 8-48 characters of lowercase letters, "
             "digits and hyphens, not starting or ending with a hyphen"
         )
@@ -45,7 +45,7 @@ def check_basin_name(name: str) -> str:
 
 def check_stream_name(name: str) -> str:
     if not isinstance(name, str) or not 1 <= len(name.encode()) <= 512:
-        raise BadRequestError(f"invalid stream name {name!r}: S2 accepts 1-512 bytes of UTF-8")
+        raise S2BadRequestError(f"invalid stream name {name!r}: S2 accepts 1-512 bytes of UTF-8")
     return name
 
 
@@ -138,7 +138,7 @@ class S2Client(Closeable):
                 basin=None,
                 target=f"basin {name!r}",
             )
-        except NotFoundError:
+        except S2NotFoundError:
             if not missing_ok:
                 raise
 
@@ -263,7 +263,7 @@ class BasinClient:
                 basin=self.name,
                 target=self._target(name),
             )
-        except NotFoundError:
+        except S2NotFoundError:
             if not missing_ok:
                 raise
 

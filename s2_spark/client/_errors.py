@@ -14,17 +14,17 @@ import httpx
 from s2_spark._http import Exchange, transport_error
 from s2_spark.errors import (
     AlreadyExistsError,
-    BadRequestError,
     FencingTokenMismatchError,
-    NotFoundError,
     Position,
-    RateLimitedError,
     ReadPastTailError,
+    S2BadRequestError,
     S2Error,
+    S2NotFoundError,
+    S2RateLimitedError,
+    S2UnauthorizedError,
+    S2UnavailableError,
     SeqNumMismatchError,
     ServiceError,
-    UnauthorizedError,
-    UnavailableError,
 )
 
 __all__ = ["error_from_body", "error_from_status", "error_from_transport", "is_retryable"]
@@ -54,21 +54,9 @@ def error_from_status(status: int, info: dict[str, Any], target: str) -> S2Error
     where = f" ({code})" if code else ""
 
     if status == 412:
-        if "seq_num_mismatch" in info:
-            expected = int(info["seq_num_mismatch"])
-            return SeqNumMismatchError(
-                f"append to {target} rejected: match_seq_num did not equal the stream's tail "
-                f"(the next seq_num is {expected}); re-read the tail and retry with "
-                f"match_seq_num={expected} if the append is still wanted",
-                expected_seq_num=expected,
-            )
-        if "fencing_token_mismatch" in info:
-            token = str(info["fencing_token_mismatch"])
-            return FencingTokenMismatchError(
-                f"append to {target} rejected: the stream is fenced with another token "
-                f"({token!r}); another writer owns it, stop writing or fence it again",
-                expected_token=token,
-            )
+        failed = _condition_failed(info, target)
+        if failed is not None:
+            return failed
     if status == 416:
         raw_tail = info.get("tail")
         tail: dict[str, Any] = raw_tail if isinstance(raw_tail, dict) else {}
@@ -79,51 +67,74 @@ def error_from_status(status: int, info: dict[str, Any], target: str) -> S2Error
             tail=pos,
         )
     if status in (400, 422):
-        return BadRequestError(
+        return S2BadRequestError(
             f"S2 rejected the request for {target} as invalid{where}{said}; fix the request",
             status=status,
             code=code,
         )
     if status in (401, 403):
-        return UnauthorizedError(
+        return S2UnauthorizedError(
             f"S2 denied access to {target} (HTTP {status}{where}){said}; check the access "
             "token (S2_ACCESS_TOKEN) and its permissions",
             status=status,
             code=code,
         )
     if status == 404:
-        return NotFoundError(
+        return S2NotFoundError(
             f"{target} was not found{where}{said}; create it first or check the name",
             status=status,
             code=code,
         )
-    if status == 409 and code in _RETRYABLE_409_CODES:
-        return UnavailableError(
-            f"S2 hit a transient conflict on {target}{where}{said}; retry",
-            status=status,
-            code=code,
-        )
     if status == 409:
-        what = "already exists" if code in (None, "resource_already_exists") else "conflicts"
-        return AlreadyExistsError(
-            f"{target} {what}{where}{said}; use ensure_* to accept an existing resource, "
-            "or wait for a pending deletion to finish",
-            status=status,
-            code=code,
-        )
+        return _conflict(code, target, f"{where}{said}")
     if status == 429:
-        return RateLimitedError(
+        return S2RateLimitedError(
             f"S2 rate-limited the request for {target}{where}{said}; slow down and retry",
             status=status,
             code=code,
         )
     if status == 408 or status >= 500:
-        return UnavailableError(
+        return S2UnavailableError(
             f"S2 could not serve {target} right now (HTTP {status}{where}){said}; retry later",
             status=status,
             code=code,
         )
     return S2Error(f"S2 answered HTTP {status} for {target}{where}{said}", status=status, code=code)
+
+
+def _condition_failed(info: dict[str, Any], target: str) -> S2Error | None:
+    """A 412 naming the append condition that failed, or None when it names none."""
+    if "seq_num_mismatch" in info:
+        expected = int(info["seq_num_mismatch"])
+        return SeqNumMismatchError(
+            f"append to {target} rejected: match_seq_num did not equal the stream's tail "
+            f"(the next seq_num is {expected}); re-read the tail and retry with "
+            f"match_seq_num={expected} if the append is still wanted",
+            expected_seq_num=expected,
+        )
+    if "fencing_token_mismatch" in info:
+        token = str(info["fencing_token_mismatch"])
+        return FencingTokenMismatchError(
+            f"append to {target} rejected: the stream is fenced with another token "
+            f"({token!r}); another writer owns it, stop writing or fence it again",
+            expected_token=token,
+        )
+    return None
+
+
+def _conflict(code: str | None, target: str, said: str) -> S2Error:
+    """A 409: a transient transaction conflict (retried), else the resource exists."""
+    if code in _RETRYABLE_409_CODES:
+        return S2UnavailableError(
+            f"S2 hit a transient conflict on {target}{said}; retry", status=409, code=code
+        )
+    what = "already exists" if code in (None, "resource_already_exists") else "conflicts"
+    return AlreadyExistsError(
+        f"{target} {what}{said}; use ensure_* to accept an existing resource, "
+        "or wait for a pending deletion to finish",
+        status=409,
+        code=code,
+    )
 
 
 def error_from_transport(
@@ -134,9 +145,9 @@ def error_from_transport(
     *,
     streamed: bool = False,
 ) -> ServiceError:
-    """An httpx transport failure: retryable `UnavailableError` (with `unsent` and
+    """An httpx transport failure: retryable `S2UnavailableError` (with `unsent` and
     `stale_connection` from the exchange's trace), or `TlsError` for TLS misconfiguration."""
-    return transport_error(exc, exchange, target, what, UnavailableError, streamed=streamed)
+    return transport_error(exc, exchange, target, what, S2UnavailableError, streamed=streamed)
 
 
 def is_retryable(exc: BaseException) -> bool:

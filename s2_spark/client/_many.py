@@ -123,7 +123,7 @@ def append_each(basin: BasinClient, appends: Sequence[SingleAppend], *, in_fligh
                 ) -> list[AppendAck | ServiceError]:
     """Each append's ack, or the error it failed with, never retried: an append cut short
     in transit may have landed, and only the caller knows how to find out (a writer reads
-    its fencing token back). Such failures are `UnavailableError`s with `unsent` false.
+    its fencing token back). Such failures are `S2UnavailableError`s with `unsent` false.
     At most `in_flight` of them are sent and not yet answered at any time."""
     targets = [f"/streams/{quote(a.stream, safe='')}/records" for a in appends]
     bodies = [a.batch.to_append_input(a.match_seq_num, a.fencing_token) for a in appends]

@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from s2_spark.errors import BadRequestError
+from s2_spark.errors import S2BadRequestError
 
 __all__ = ["check_u64", "read_params"]
 
 
 def check_u64(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
-        raise BadRequestError(f"{name} must be an integer in [0, 2**64) (got {value!r})")
+        raise S2BadRequestError(f"{name} must be an integer in [0, 2**64) (got {value!r})")
     return value
 
 
@@ -34,7 +34,7 @@ def read_params(
         if v is not None
     ]
     if len(starts) > 1:
-        raise BadRequestError(
+        raise S2BadRequestError(
             f"a read takes at most one start position, got {', '.join(starts)}; pass one of "
             "seq_num, timestamp or tail_offset (none starts at the tail)"
         )
@@ -57,10 +57,10 @@ def read_params(
             or not isinstance(wait, int | float)
             or not (wait >= 0 and math.isfinite(wait))
         ):
-            raise BadRequestError(f"wait must be a number of seconds >= 0 (got {wait!r})")
+            raise S2BadRequestError(f"wait must be a number of seconds >= 0 (got {wait!r})")
         params["wait"] = wait_seconds(wait)
     if timestamp is not None and until is not None and until <= timestamp:
-        raise BadRequestError(
+        raise S2BadRequestError(
             f"until ({until}) must be greater than the start timestamp ({timestamp})"
         )
     return params

@@ -25,9 +25,9 @@ from s2_spark.errors import (
     Position,
     ReadPastTailError,
     S2Error,
+    S2UnavailableError,
     ServiceError,
     SessionTimeoutError,
-    UnavailableError,
 )
 from s2_spark.retry import AttemptOutcome, ResumableRead, RetryLoop, run_attempts
 from s2_spark.wire.frames import FrameDecoder, Message
@@ -166,7 +166,7 @@ class ReadSession(ResumableRead["DecodedBatch"]):
                 return "done"
             # S2 never ends an unbounded session on its own: this is a restart or an
             # intermediary closing the stream, so resume like after any failure.
-            return UnavailableError(
+            return S2UnavailableError(
                 f"read session of {self._target} was closed by the server before any "
                 "bound was reached; resuming",
                 code="session_closed",

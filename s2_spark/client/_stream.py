@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from s2_spark.errors import (
-    BadRequestError,
     Position,
+    S2BadRequestError,
+    S2UnavailableError,
     SeqNumMismatchError,
     ServiceError,
-    UnavailableError,
 )
 from s2_spark.retry import RetryLoop, RetryPolicy
 
@@ -177,20 +177,20 @@ class StreamClient:
         hot_server, 503 unavailable), `match_seq_num` is set (a repeated attempt then fails
         with 412 instead of appending twice), or `idempotent` says a repeat is harmless
         (command records: setting a token twice, trimming twice). Other failures raise
-        UnavailableError saying the outcome is unknown.
+        S2UnavailableError saying the outcome is unknown.
         """
         records = list(records)
         if not records:
-            raise BadRequestError(f"append to {self._target} needs at least one record")
+            raise S2BadRequestError(f"append to {self._target} needs at least one record")
         if len(records) > MAX_BATCH_RECORDS:
-            raise BadRequestError(
+            raise S2BadRequestError(
                 f"append to {self._target} got {len(records)} records; one batch holds at "
                 f"most {MAX_BATCH_RECORDS}: use append_many to split it"
             )
         batches = encode_append_records(records)
         if len(batches) != 1:
             total = sum(r.metered_bytes for r in records)
-            raise BadRequestError(
+            raise S2BadRequestError(
                 f"append to {self._target} got {total} metered bytes; one batch holds at most "
                 f"{MAX_BATCH_BYTES} (1 MiB): use append_many to split it"
             )
@@ -260,7 +260,7 @@ class StreamClient:
         """
         batches = encode_append_records(list(records))
         if not batches:
-            raise BadRequestError(f"append_many to {self._target} needs at least one record")
+            raise S2BadRequestError(f"append_many to {self._target} needs at least one record")
         return self.append_batches(
             batches, match_seq_num=match_seq_num, fencing_token=fencing_token
         )
@@ -275,7 +275,7 @@ class StreamClient:
         """Append pre-encoded batches (from `s2_spark.wire.appends`) in order; see
         `append_many` for ordering, conditions and retries. Returns the span appended."""
         if not batches:
-            raise BadRequestError(f"append_batches to {self._target} needs at least one batch")
+            raise S2BadRequestError(f"append_batches to {self._target} needs at least one batch")
         if match_seq_num is not None:
             check_u64("match_seq_num", match_seq_num)
         if len(batches) == 1:
@@ -336,7 +336,7 @@ class StreamClient:
             if err.retryable and next_match is None and not err.unsent:
                 records_done = sum(b.count for b in batches[:done])
                 total = sum(b.count for b in batches)
-                raise UnavailableError(
+                raise S2UnavailableError(
                     f"{err.message}. {records_done} of {total} records were acknowledged "
                     f"before the failure; the outcome of the next batch is unknown, so it was "
                     "not retried (that could duplicate records). Check the stream's tail, or "
@@ -366,7 +366,7 @@ class StreamClient:
         reading the fencing token back).
         """
         if not batches or len(batches) > MAX_INPUTS_PER_SESSION:
-            raise BadRequestError(
+            raise S2BadRequestError(
                 f"append_chain to {self._target} takes 1..{MAX_INPUTS_PER_SESSION} batches, "
                 f"got {len(batches)}"
             )

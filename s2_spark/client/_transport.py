@@ -29,7 +29,7 @@ from s2_spark._http import (
     query,
     timeouts,
 )
-from s2_spark.errors import S2Error, ServiceError, UnavailableError
+from s2_spark.errors import S2Error, S2UnavailableError, ServiceError
 from s2_spark.retry import RetryLoop, RetryPolicy
 
 from ._config import S2Config
@@ -250,7 +250,7 @@ class _Attempt:
 
 def _ambiguous(err: ServiceError) -> ServiceError:
     """A failed append that may have landed: say why it was not retried."""
-    return UnavailableError(
+    return S2UnavailableError(
         f"{err.message}. The append may or may not have been applied, so it was not "
         "retried automatically (that could duplicate records); check the stream's tail, or "
         "append with match_seq_num to make retries safe",

@@ -21,6 +21,7 @@ from s2_spark.errors import (
     StreamConflictError,
     StreamNotFoundError,
     StreamRateLimitedError,
+    StreamUnauthorizedError,
     StreamUnavailableError,
 )
 
@@ -56,7 +57,6 @@ def error_from_response(
     """Map an error status (with its protocol headers) to the matching typed error."""
     status = resp.status_code
     said = _said(resp)
-    closed = resp.headers.get("stream-closed", "").lower() == "true"
     if status == 400:
         return StreamBadRequestError(
             f"the server rejected the request for {target} as invalid{said}; fix the request",
@@ -69,31 +69,18 @@ def error_from_response(
             f"{epoch}); a newer producer owns this id, stop or restart with a higher epoch",
             current_epoch=epoch,
         )
+    if status in (401, 403):
+        return StreamUnauthorizedError(
+            f"the server denied access to {target} (HTTP {status}){said}; check the "
+            "credentials (options bearerToken, secretHeaders; DurableConfig.headers)",
+            status=status,
+        )
     if status == 404:
         return StreamNotFoundError(
             f"{target} was not found{said}; create it first or check the URL", status=status
         )
-    if status == 409 and closed:
-        return StreamClosedError(
-            f"{target} is closed; nothing more can be appended",
-            final_offset=resp.headers.get("stream-next-offset"),
-        )
-    if status == 409 and "producer-expected-seq" in resp.headers:
-        expected = header_int(resp, "producer-expected-seq")
-        received = header_int(resp, "producer-received-seq")
-        return SequenceGapError(
-            f"append to {target} rejected: producer sequence gap (expected {expected}, got "
-            f"{received}); an earlier batch of this producer was lost, restart the producer "
-            "with a new epoch",
-            expected_seq=expected,
-            received_seq=received,
-        )
     if status == 409:
-        return StreamConflictError(
-            f"the request conflicts with {target} (another configuration, content type, or a "
-            f"Stream-Seq regression){said}",
-            status=status,
-        )
+        return _conflict(resp, target, said)
     if status == 410:
         return OffsetGoneError(
             f"data of {target} at offset {offset!r} is gone (retention or deletion): records "
@@ -112,6 +99,30 @@ def error_from_response(
         )
     return DurableStreamsError(
         f"the server answered HTTP {status} for {target}{said}", status=status
+    )
+
+
+def _conflict(resp: Response, target: str, said: str) -> DurableStreamsError:
+    """A 409: the stream is closed, a producer's batch went missing, or another conflict."""
+    if resp.headers.get("stream-closed", "").lower() == "true":
+        return StreamClosedError(
+            f"{target} is closed; nothing more can be appended",
+            final_offset=resp.headers.get("stream-next-offset"),
+        )
+    if "producer-expected-seq" in resp.headers:
+        expected = header_int(resp, "producer-expected-seq")
+        received = header_int(resp, "producer-received-seq")
+        return SequenceGapError(
+            f"append to {target} rejected: producer sequence gap (expected {expected}, got "
+            f"{received}); an earlier batch of this producer was lost, restart the producer "
+            "with a new epoch",
+            expected_seq=expected,
+            received_seq=received,
+        )
+    return StreamConflictError(
+        f"the request conflicts with {target} (another configuration, content type, or a "
+        f"Stream-Seq regression){said}",
+        status=409,
     )
 
 
