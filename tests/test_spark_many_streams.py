@@ -20,9 +20,9 @@ from _versions import needs_admission_control, plan_all_available
 
 from s2_spark.backends.s2 import S2Backend, S2Settings
 from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.spark._read_task import read_partition
 from s2_spark.spark.options import parse_read_options
 from s2_spark.spark.planning import PackedPartition, RangePartition
-from s2_spark.spark.reader import read_partition
 from s2_spark.spark.s2_source import S2_READ_FORMAT, S2DataSource
 
 
@@ -146,7 +146,7 @@ def test_streams_the_watch_cannot_hold_are_looked_up_in_turn(
     """Where the process may keep fewer connections than there are streams, the watch holds
     what it can and an idle plan looks up a bounded share of the rest, in turn: every
     stream is still looked up within a few plans, and an append to one is planned."""
-    import s2_spark.spark.reader as reader_module
+    import s2_spark.spark.stream_reader as reader_module
 
     monkeypatch.setattr(reader_module, "UNWATCHED_PER_PLAN", 20)
     env.fill("over-", [1] * 60)

@@ -22,8 +22,9 @@ from _versions import progress_offsets
 
 from s2_spark.backends.s2 import S2Backend
 from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.spark._planner import Planner
+from s2_spark.spark.datasource import stream_reader
 from s2_spark.spark.options import parse_read_options
-from s2_spark.spark.reader import _Planner, stream_reader
 from s2_spark.spark.s2_source import S2_READ_FORMAT
 
 pytestmark = pytest.mark.spark
@@ -225,7 +226,7 @@ def test_end_time_past_the_tail_ends_at_the_tail_the_plan_saw(env: Env) -> None:
         env.options(stream=p + "a", endingPosition=position(p, a=at(1000))),
         streaming=False, fmt=S2_READ_FORMAT)
     backend = S2Backend(options.connection)
-    planner = _Planner(backend, options)
+    planner = Planner(backend, options)
     assert options.ending is not None
     tail = planner.tail(p + "a")
     env.append(p + "a", [100, 2000])  # seq_nums 7 (before the end time) and 8

@@ -1,6 +1,6 @@
 """Admission control and AvailableNow pacing for PySpark 4.2+.
 
-Kept apart from `reader` because `pyspark.sql.streaming.datasource` does not exist before
+Kept apart from `stream_reader` because `pyspark.sql.streaming.datasource` does not exist before
 4.2: importing it unconditionally would make the whole format fail to load there.
 """
 
@@ -16,7 +16,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from s2_spark.spark.reader import RangeStreamReader
+from s2_spark.spark.stream_reader import RangeStreamReader
 
 __all__ = ["AdmittedStreamReader"]
 

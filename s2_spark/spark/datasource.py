@@ -9,6 +9,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from s2_spark.backends.base import StreamBackend
+from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
+from s2_spark.spark.batch_reader import RangeBatchReader
 from s2_spark.spark.options import (
     RECORDS,
     OptionError,
@@ -17,9 +19,9 @@ from s2_spark.spark.options import (
     TriggerUnits,
     parse_read_options,
 )
-from s2_spark.spark.reader import RangeBatchReader, stream_reader
+from s2_spark.spark.stream_reader import RangeStreamReader
 
-__all__ = ["RangeDataSource", "document_options"]
+__all__ = ["RangeDataSource", "document_options", "stream_reader"]
 
 
 class RangeDataSource(DataSource):
@@ -78,3 +80,13 @@ def document_options(source: type[RangeDataSource]) -> None:
         f"{inspect.cleandoc(source.__doc__ or '')}\n\nReading options:\n\n"
         f"{options.bullets('read')}\n\nWriting options:\n\n{options.bullets('write')}\n"
     )
+
+
+def stream_reader(backend: StreamBackend[Any], options: ReadOptions) -> RangeStreamReader:
+    """The richest stream reader this PySpark can drive (`_admission` imports only on
+    4.2+)."""
+    if HAS_ADMISSION_CONTROL:
+        from s2_spark.spark._admission import AdmittedStreamReader
+
+        return AdmittedStreamReader(backend, options)
+    return RangeStreamReader(backend, options)

@@ -1,51 +1,30 @@
-"""Streaming and batch readers over a `StreamBackend`.
+"""The streaming reader: micro-batches over positions, offsets {stream: next position}.
 
-The driver plans: it lists streams, resolves starting/ending positions, applies admission
-control and cuts ranges into partitions. Executors read: each task reads exactly one
-planned range of one stream and yields the decoder's Arrow batches unchanged. Reader state
-kept on the driver (AvailableNow target, last seen tails) is never needed by `read()`.
+The driver plans (tails, admission, the tail watch, discovery); each task reads exactly one
+planned partition (`_read_task`). Reader state kept on the driver (AvailableNow target,
+last seen tails, the watch) is dropped from the pickles tasks get.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from s2_spark.backends._batches import coalesced
-from s2_spark.backends.base import (
-    LOOKUPS_IN_FLIGHT,
-    DataLossHandler,
-    RangeRead,
-    ReadSettings,
-    StreamBackend,
-    StreamWatch,
-)
-from s2_spark.errors import DataLossError, NotFoundError
-from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
+from s2_spark.backends.base import StreamWatch
+from s2_spark.errors import DataLossError
 from s2_spark.spark._discovery import Discovery
-from s2_spark.spark._stream_position import StreamTimestamp
+from s2_spark.spark._planner import Backend, Planner, Position, per_stream, plan_partitions
+from s2_spark.spark._read_task import LOSS_HINT, read_partition
 from s2_spark.spark._trigger_hold import TriggerHold
-from s2_spark.spark.options import BoundSpec, OptionError, ReadOptions
-from s2_spark.spark.planning import (
-    PackedPartition,
-    RangePartition,
-    fair_share,
-    pack_ranges,
-    split_ranges,
-)
+from s2_spark.spark.options import ReadOptions
+from s2_spark.spark.planning import fair_share
 
-if TYPE_CHECKING:
-    from pyspark.sql.datasource import Filter
-
-    from s2_spark.spark._pushdown import Narrowing
-
-__all__ = ["RangeBatchReader", "RangeStreamReader", "stream_reader"]
+__all__ = ["IDLE_WAIT", "UNWATCHED_PER_PLAN", "RangeStreamReader"]
 
 log = logging.getLogger("s2_spark.spark")
 
@@ -53,171 +32,6 @@ log = logging.getLogger("s2_spark.spark")
 IDLE_WAIT = 1.0
 #: Streams the tail watch cannot hold that one plan looks up (see `_unwatched_skipped`).
 UNWATCHED_PER_PLAN = 256
-_LOSS_HINT = "set the option failOnDataLoss=false to skip missing records and go on"
-
-
-_T = TypeVar("_T")
-
-#: A position of the backend in use; the reader never looks inside one.
-Position = Any
-Backend = StreamBackend[Any]
-
-
-def _per_stream(fn: Callable[[str], _T], streams: Iterable[str]) -> dict[str, _T]:
-    """`fn` for every stream, `LOOKUPS_IN_FLIGHT` at a time: one lookup per stream adds up."""
-    names = list(streams)
-    if len(names) <= 1:
-        return {name: fn(name) for name in names}
-    with ThreadPoolExecutor(max_workers=min(LOOKUPS_IN_FLIGHT, len(names))) as pool:
-        return dict(zip(names, pool.map(fn, names), strict=True))
-
-
-class _Planner:
-    """Driver-side lookups shared by the batch and streaming readers."""
-
-    def __init__(self, backend: Backend, options: ReadOptions) -> None:
-        self.backend = backend
-        self.options = options
-
-    def discover(self) -> list[str]:
-        """The selected streams that exist now (explicit ones must exist)."""
-        selection = self.options.selection
-        if selection.prefix is not None:
-            return self.backend.list_streams(selection.prefix)
-        return list(selection.streams)
-
-    def _missing(self, stream: str) -> OptionError:
-        return OptionError(
-            f"{self.backend.describe(stream)} does not exist: create it first, or fix the "
-            "stream/streams option"
-        )
-
-    def narrow(
-        self, stream: str, start: Position, end: Position, narrowing: Narrowing
-    ) -> tuple[Position, Position]:
-        """[start, end) cut down to what pushed filters on seq_num and timestamp allow."""
-        backend = self.backend
-        lows, highs = [start], [end]
-        if narrowing.seq_lo is not None:
-            lows.append(backend.parse_position(narrowing.seq_lo))
-        if narrowing.seq_hi is not None:
-            highs.append(backend.parse_position(narrowing.seq_hi))
-        try:
-            if narrowing.ts_lo_ms is not None:
-                lows.append(backend.at_timestamp(stream, narrowing.ts_lo_ms))
-            if narrowing.ts_hi_ms is not None:
-                highs.append(backend.at_timestamp(stream, narrowing.ts_hi_ms))
-        except NotFoundError:
-            raise self._missing(stream) from None
-        low = start
-        for pos in lows:
-            if backend.is_after(pos, low):
-                low = pos
-        high = end
-        for pos in highs:
-            if backend.is_after(high, pos):
-                high = pos
-        return (high, high) if backend.is_after(low, high) else (low, high)
-
-    def tail(self, stream: str) -> Position:
-        try:
-            return self.backend.latest(stream)
-        except NotFoundError:
-            raise self._missing(stream) from None
-
-    def resolve(
-        self,
-        spec: BoundSpec,
-        stream: str,
-        *,
-        default: str,
-        tail: Position | None = None,
-    ) -> Position:
-        """Where `spec` puts `stream`; streams a JSON spec leaves out take `default`.
-
-        `latest` is `tail` when the caller already looked it up, so one plan sees one tail;
-        a time after every record before that tail (one appended since) is that tail too.
-        A time, for all streams or this one (`StreamTimestamp`), is its first record at or
-        after the time, or its tail when every record is older.
-        """
-        kind: str = spec.kind
-        timestamp_ms = spec.timestamp_ms
-        if kind == "positions":
-            given = dict(spec.positions)
-            pos = given.get(stream)
-            if stream not in given:
-                kind = default
-            elif isinstance(pos, StreamTimestamp):
-                kind, timestamp_ms = "timestamp", pos.ms
-            else:
-                return self.backend.parse_position(pos)
-        try:
-            if kind == "earliest":
-                return self.backend.earliest(stream)
-            if kind == "timestamp":
-                found = self.backend.at_timestamp(stream, timestamp_ms)
-                return tail if tail is not None and self.backend.is_after(found, tail) else found
-            return self.backend.latest(stream) if tail is None else tail
-        except NotFoundError:
-            raise self._missing(stream) from None
-
-
-def loss_handler(backend: Backend, options: ReadOptions) -> DataLossHandler:
-    """Fail, or log and go on, per failOnDataLoss, when planned records are gone."""
-
-    def on_data_loss(stream: str, start: Position, end: Position) -> None:
-        span = f"records [{start}, {end})" if start != end else f"records from {start}"
-        what = (
-            f"{span} of {backend.describe(stream)} were planned to be read but are gone "
-            "(trimmed by retention or a trim command, or the stream was deleted)"
-        )
-        if options.fail_on_data_loss:
-            raise DataLossError(
-                f"Data loss: {what}; {_LOSS_HINT}", stream=stream, start=start, end=end
-            )
-        log.warning("Skipping lost records (failOnDataLoss=false): %s", what)
-
-    return on_data_loss
-
-
-def plan_partitions(
-    backend: Backend, options: ReadOptions, ranges: Mapping[str, tuple[Position, Position, bool]]
-) -> list[RangePartition | PackedPartition]:
-    """Ranges cut (long ones) and packed (small ones) into partitions, per the options."""
-    parts = split_ranges(
-        backend,
-        ranges,
-        min_partitions=options.min_partitions,
-        max_records_per_partition=options.max_records_per_partition,
-    )
-    return pack_ranges(
-        backend,
-        parts,
-        min_partitions=options.min_partitions,
-        max_records_per_partition=options.max_records_per_partition,
-        max_streams_per_partition=options.max_streams_per_partition,
-    )
-
-
-def read_partition(
-    backend: Backend, options: ReadOptions, partition: InputPartition
-) -> Iterator[pa.RecordBatch]:
-    """Read one planned partition on an executor; data loss fails or is logged per option.
-
-    A packed partition's ranges are read in their planned order (`read_ranges`: the
-    backend reads small ones ahead), and their rows go out in batches of about
-    `COALESCE_ROWS`."""
-    on_data_loss = loss_handler(backend, options)
-    settings = ReadSettings(
-        include_headers=options.include_headers,
-        include_command_records=options.include_command_records,
-    )
-    if isinstance(partition, RangePartition):
-        return backend.read(partition.stream, partition.start, partition.end, settings,
-                            on_data_loss, leading_gap_ok=partition.from_origin)
-    assert isinstance(partition, PackedPartition)
-    ranges = [RangeRead(r.stream, r.start, r.end, r.from_origin) for r in partition.ranges]
-    return coalesced(backend.read_ranges(ranges, settings, on_data_loss))
 
 
 class RangeStreamReader(DataSourceStreamReader):
@@ -287,8 +101,8 @@ class RangeStreamReader(DataSourceStreamReader):
                     and options.min_records_per_trigger is None):
                 self._initial = self._planned = {}
                 return {}
-            planner = _Planner(self._backend, self._options)
-            self._initial = self._planned = _per_stream(
+            planner = Planner(self._backend, self._options)
+            self._initial = self._planned = per_stream(
                 lambda stream: planner.resolve(self._options.starting, stream, default="earliest"),
                 planner.discover(),
             )
@@ -321,7 +135,7 @@ class RangeStreamReader(DataSourceStreamReader):
         """The selected streams that exist, listed again every discoveryIntervalMs
         (explicitly named streams are never listed)."""
         if self._discovered is None:
-            planner = _Planner(self._backend, self._options)
+            planner = Planner(self._backend, self._options)
             self._discovered = Discovery(planner.discover,
                                          self._options.discovery_interval_ms / 1000)
         return self._discovered
@@ -388,7 +202,7 @@ class RangeStreamReader(DataSourceStreamReader):
             if found is None:
                 if stream in start or self._options.selection.prefix is not None:
                     continue  # deleted: nothing more to plan; a planned range reports loss
-                raise _Planner(self._backend, self._options)._missing(stream)
+                raise Planner(self._backend, self._options)._missing(stream)
             tail = found
             if self._target is not None and self._backend.is_after(tail, self._target[stream]):
                 tail = self._target[stream]
@@ -435,7 +249,7 @@ class RangeStreamReader(DataSourceStreamReader):
                       limit: int) -> dict[str, int]:
         """Records in each range, counted up to `limit` (for `TriggerHold`)."""
         backend = self._backend
-        return _per_stream(lambda s: backend.measure(s, *ranges[s], limit)[0], sorted(ranges))
+        return per_stream(lambda s: backend.measure(s, *ranges[s], limit)[0], sorted(ranges))
 
     def _unwatched_skipped(self, streams: set[str]) -> set[str]:
         """Of the streams the watch cannot hold, those this plan leaves alone: a plan
@@ -459,7 +273,7 @@ class RangeStreamReader(DataSourceStreamReader):
         if max_records is None:
             return {s: tails[s] for s, pos in begin.items()
                     if s in start or backend.is_after(tails[s], pos)}
-        counted = _per_stream(
+        counted = per_stream(
             lambda s: backend.measure(s, begin[s], tails[s], max_records), sorted(begin))
         grant = fair_share({s: n for s, (n, _) in counted.items()}, max_records)
         ends: dict[str, Position] = {}
@@ -481,7 +295,7 @@ class RangeStreamReader(DataSourceStreamReader):
         )
         if self._options.fail_on_data_loss:
             raise DataLossError(
-                f"Data loss: {what}; {_LOSS_HINT}", stream=stream, start=tail, end=pos
+                f"Data loss: {what}; {LOSS_HINT}", stream=stream, start=tail, end=pos
             )
         log.warning("failOnDataLoss=false: %s; %s", what, going_on)
 
@@ -508,115 +322,3 @@ class RangeStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: positions live in Spark's checkpoint, not in the service."""
-
-
-def stream_reader(backend: Backend, options: ReadOptions) -> RangeStreamReader:
-    """The richest stream reader this PySpark can drive."""
-    if HAS_ADMISSION_CONTROL:
-        from s2_spark.spark._admission import AdmittedStreamReader
-
-        return AdmittedStreamReader(backend, options)
-    return RangeStreamReader(backend, options)
-
-
-#: The base `pushFilters` (None before PySpark 4.1, where nothing calls it).
-_BASE_PUSH_FILTERS: Any = getattr(DataSourceReader, "pushFilters", None)
-
-
-class _BoundPushFilters:
-    """`RangeBatchReader.pushFilters` bound to a reader.
-
-    PySpark 4.1+ fails every read of a reader whose `pushFilters.__func__` is not
-    `DataSourceReader.pushFilters` while spark.sql.python.filterPushdown.enabled is false
-    (its default), so that a source relying on pushdown does not silently lose it. This
-    reader's pushdown only narrows the planned ranges, and without the conf Spark evaluates
-    every filter itself, so reads must go on working as before: the bound method shows the
-    base method as its `__func__`.
-    """
-
-    __func__ = staticmethod(_BASE_PUSH_FILTERS)
-
-    def __init__(self, reader: RangeBatchReader) -> None:
-        self.__self__ = reader
-
-    def __call__(self, filters: list[Filter]) -> Iterable[Filter]:
-        return self.__self__._push_filters(filters)
-
-
-class _PushFilters:
-    """The descriptor behind `RangeBatchReader.pushFilters` (see `_BoundPushFilters`)."""
-
-    def __get__(self, reader: RangeBatchReader | None, owner: Any = None) -> Any:
-        return self if reader is None else _BoundPushFilters(reader)
-
-
-class RangeBatchReader(DataSourceReader):
-    """One range per stream, [startingPosition, endingPosition), cut into partitions.
-
-    On PySpark 4.1+ with spark.sql.python.filterPushdown.enabled=true, filters on `stream`,
-    `seq_num` and `timestamp` narrow the ranges (see s2_spark.spark._pushdown) when the
-    backend supports it; other backends push nothing.
-    """
-
-    def __init__(self, backend: Backend, options: ReadOptions) -> None:
-        self._backend = backend
-        self._options = options
-        self._narrowing: Narrowing | None = None
-
-    def __repr__(self) -> str:
-        pushed = "" if not self._narrowing else f", pushed={self._narrowing.describe()!r}"
-        return f"RangeBatchReader({self._options!r}{pushed})"
-
-    pushFilters = _PushFilters()
-
-    def _push_filters(self, filters: list[Filter]) -> Iterable[Filter]:
-        """Keep what filters on stream, seq_num and timestamp allow; return the filters
-        Spark must still evaluate (those not fully expressed by the narrowed ranges)."""
-        if not self._backend.supports_filter_pushdown:
-            return filters
-        from s2_spark.spark._pushdown import translate
-
-        narrowing, keep = translate(filters)
-        self._narrowing = narrowing if narrowing else None
-        if narrowing:
-            log.info("Batch read narrowed by pushed filters: %s", narrowing.describe())
-        return keep
-
-    def partitions(self) -> Sequence[InputPartition]:
-        backend, options = self._backend, self._options
-        planner = _Planner(backend, options)
-        ending = options.ending or BoundSpec("latest")
-        narrowing = self._narrowing
-
-        def bounds(stream: str) -> tuple[Position, Position, Position, Position, Position]:
-            start = planner.resolve(options.starting, stream, default="earliest")
-            tail = planner.tail(stream)
-            end = planner.resolve(ending, stream, default="latest", tail=tail)
-            lo, hi = start, end
-            if narrowing is not None and not backend.is_after(start, end):
-                lo, hi = planner.narrow(stream, start, end, narrowing)
-            return tail, start, end, lo, hi
-
-        streams = planner.discover()
-        if narrowing is not None and narrowing.streams is not None:
-            streams = [s for s in streams if s in narrowing.streams]
-        ranges: dict[str, tuple[Position, Position, bool]] = {}
-        for stream, (tail, start, end, lo, hi) in _per_stream(bounds, streams).items():
-            if backend.is_after(end, tail):
-                raise OptionError(
-                    f"option endingPosition puts {backend.describe(stream)} at {end}, past "
-                    f"its tail {tail}: those records do not exist yet"
-                )
-            if backend.is_after(start, end):
-                raise OptionError(
-                    f"option startingPosition puts {backend.describe(stream)} at {start}, "
-                    f"after its end {end} (endingPosition "
-                    f"{ending.describe()}, exclusive)"
-                )
-            ranges[stream] = (lo, hi, False)
-        parts = plan_partitions(backend, options, ranges)
-        # Spark wants at least one partition; an empty range reads nothing.
-        return parts or [RangePartition("", backend.origin(), backend.origin())]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(self._backend, self._options, partition)
