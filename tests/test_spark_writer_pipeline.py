@@ -297,7 +297,7 @@ def test_appends_in_flight_option() -> None:
     from s2_spark.spark.options import OptionError
 
     base = {"endpoint": "http://127.0.0.1:1", "basin": "b", "stream": "s"}
-    assert parse_write_options(base).sink.max_inflight_appends == 16
+    assert parse_write_options(base).sink.max_inflight_appends == 64
     assert parse_write_options({**base, "maxAppendsInFlight": "3"}).sink.max_inflight_appends == 3
     with pytest.raises(OptionError, match=r"maxAppendsInFlight=257 .* 1\.\.256"):
         parse_write_options({**base, "maxAppendsInFlight": "257"})
