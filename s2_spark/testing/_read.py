@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from s2_spark.testing._errors import ApiError
 from s2_spark.testing._records import MAX_BATCH_BYTES, MAX_BATCH_RECORDS
-from s2_spark.testing._store import Store, Stream
+from s2_spark.testing._store import Store
+from s2_spark.testing._stream import Stream
 
 __all__ = ["Batch", "Heartbeat", "ReadSpec", "read_session", "resolve_start"]
 

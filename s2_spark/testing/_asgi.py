@@ -1,0 +1,212 @@
+"""The ASGI plumbing of the local server: a request's parts, bodies, answers, disconnects.
+
+Nothing here knows S2's resources: `Request` reads an HTTP scope (path segments split
+before unescaping, query, headers, a body undone from its Content-Encoding),
+`respond`/`respond_json` answer it, and `until_disconnect` ends a streaming answer
+when its client goes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import zlib
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import parse_qsl, unquote_to_bytes
+
+import zstandard
+
+from s2_spark.testing._errors import ApiError
+from s2_spark.testing._names import validate_basin_name
+
+__all__ = [
+    "JSON_HEADERS",
+    "MAX_UNARY_BODY",
+    "PROTO_HEADERS",
+    "Receive",
+    "Request",
+    "Scope",
+    "Send",
+    "json_bytes",
+    "query_bool",
+    "query_int",
+    "respond",
+    "respond_json",
+    "until_disconnect",
+]
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+MAX_UNARY_BODY = 16 * 1024 * 1024
+JSON_HEADERS = [(b"content-type", b"application/json")]
+PROTO_HEADERS = [(b"content-type", b"application/protobuf")]
+
+
+def json_bytes(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+class Request:
+    """The parts of an ASGI HTTP scope the handlers use."""
+
+    __slots__ = ("counted", "headers", "method", "query", "receive", "scope", "segments")
+
+    def __init__(self, scope: Scope, receive: Receive) -> None:
+        self.counted = False  # set once the request counter has seen it
+        self.scope = scope
+        self.receive = receive
+        self.method: str = scope["method"]
+        self.headers: dict[str, str] = {}
+        for k, v in scope["headers"]:
+            self.headers[k.decode("latin-1").lower()] = v.decode("latin-1")
+        raw = scope.get("raw_path") or scope["path"].encode()
+        path = raw.split(b"?", 1)[0]
+        # Split before unescaping, so an escaped "/" (%2F) stays inside a stream name.
+        self.segments = [unquote_to_bytes(s).decode() for s in path.split(b"/")[1:]]
+        self.query: dict[str, str] = {}
+        for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1")):
+            self.query[k] = v
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name)
+
+    def mime(self, name: str) -> str:
+        """The first media type of a header, lowercased, without parameters."""
+        value = self.headers.get(name, "")
+        return value.split(",", 1)[0].split(";", 1)[0].strip().lower()
+
+    async def body(self, limit: int = MAX_UNARY_BODY) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            msg = await self.receive()
+            if msg["type"] == "http.disconnect":
+                raise ConnectionError("client disconnected")
+            chunk = msg.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > limit:
+                    raise ApiError.standard(413, "invalid", "request body is too large")
+                chunks.append(chunk)
+            if not msg.get("more_body", False):
+                return self._decoded(b"".join(chunks), limit)
+
+    def _decoded(self, data: bytes, limit: int) -> bytes:
+        """Undo a `Content-Encoding`: s2-sdk with compression on compresses unary bodies."""
+        encoding = (self.headers.get("content-encoding") or "identity").strip().lower()
+        if encoding == "identity" or not data:
+            return data
+        if encoding not in ("zstd", "gzip"):
+            raise ApiError.bad(
+                "bad_header", f"unsupported Content-Encoding {encoding!r}: use zstd or gzip"
+            )
+        parts: list[bytes] = []
+        size = 0
+        try:
+            if encoding == "zstd":
+                reader = zstandard.ZstdDecompressor().stream_reader(data)
+                while chunk := reader.read(1 << 16):
+                    size += len(chunk)
+                    if size > limit:
+                        break
+                    parts.append(chunk)
+            else:
+                out = zlib.decompressobj(wbits=31).decompress(data, limit + 1)
+                size = len(out)
+                parts.append(out)
+        except (zstandard.ZstdError, zlib.error) as e:
+            raise ApiError.bad("bad_request", f"corrupt {encoding} request body: {e}") from e
+        if size > limit:
+            raise ApiError.standard(413, "invalid", "request body is too large")
+        return b"".join(parts)
+
+    async def json(self) -> Any:
+        data = await self.body()
+        if not data.strip():
+            return None
+        try:
+            return json.loads(data)
+        except ValueError as e:
+            raise ApiError.bad("bad_json", f"request body is not valid JSON: {e}") from e
+
+    def basin_name(self) -> str:
+        name = self.headers.get("s2-basin")
+        if name is None:
+            raise ApiError.bad("bad_header", "missing S2-Basin header")
+        try:
+            validate_basin_name(name)
+        except ApiError as e:
+            raise ApiError.bad("bad_header", f"invalid S2-Basin header: {e.body['message']}") from e
+        return name
+
+
+async def respond(
+    send: Send,
+    status: int,
+    body: bytes = b"",
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    hdrs = list(headers or [])
+    hdrs.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": hdrs})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def respond_json(
+    send: Send, status: int, obj: Any, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    await respond(send, status, json_bytes(obj), JSON_HEADERS + (extra or []))
+
+
+def query_int(req: Request, name: str) -> int | None:
+    raw = req.query.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0 or not raw.isdigit():
+        raise ApiError.bad(
+            "bad_query", f"Failed to deserialize query string: {name}: invalid digit"
+        )
+    return value
+
+
+def query_bool(req: Request, name: str) -> bool | None:
+    raw = req.query.get(name)
+    if raw is None:
+        return None
+    if raw in ("true", "false"):
+        return raw == "true"
+    raise ApiError.bad(
+        "bad_query", f"Failed to deserialize query string: {name}: expected true or false"
+    )
+
+
+async def until_disconnect(req: Request, session: Awaitable[None]) -> None:
+    """Run a streaming response until it ends or the client goes away.
+
+    Without this an abandoned read session would keep following the tail (and sending
+    heartbeats into a closed connection) until its `wait` ran out, possibly forever.
+    """
+    task = asyncio.ensure_future(session)
+
+    async def watch() -> None:
+        while True:
+            msg = await req.receive()
+            if msg["type"] == "http.disconnect":
+                task.cancel()
+                return
+
+    watcher = asyncio.create_task(watch())
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not watcher.done() or watcher.cancelled():
+            raise  # cancelled from outside (server shutdown), not by a disconnect
+    finally:
+        watcher.cancel()

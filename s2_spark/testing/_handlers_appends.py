@@ -1,0 +1,131 @@
+"""Handlers for appends: unary (JSON or protobuf) and S2S append sessions.
+
+A session appends each input as it arrives and answers each with an ack frame; reading
+inputs never waits on writing acks, so a client may send all its inputs before reading
+any ack (HTTP/1.1) or interleave them (HTTP/2). A failure ends the session with a
+terminal frame carrying S2's error body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from s2_spark.testing._asgi import PROTO_HEADERS, Request, Send, respond, respond_json
+from s2_spark.testing._codecs import (
+    ack_json,
+    ack_proto,
+    is_proto,
+    parse_json_input,
+    parse_proto_input,
+    record_format,
+)
+from s2_spark.testing._errors import ApiError
+from s2_spark.testing._handlers_basins import stream_in_path
+from s2_spark.testing._store import Store
+from s2_spark.testing._stream import Stream
+from s2_spark.wire.frames import (
+    Compression,
+    FrameDecoder,
+    Message,
+    Terminal,
+    encode_message,
+    encode_terminal,
+)
+
+__all__ = ["AppendHandlers"]
+
+#: Frames to send, in order; None ends the session.
+_Outbox = asyncio.Queue[bytes | None]
+
+
+class AppendHandlers:
+    """Appends to the streams of a `Store`."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def append(self, req: Request, send: Send, name: str) -> None:
+        basin = req.basin_name()
+        name = stream_in_path(name)
+        ctype = req.mime("content-type")
+        if ctype == "s2s/proto":
+            stream = self.store.stream(basin, name, auto_create="create_stream_on_append")
+            return await self._append_session(req, send, stream)
+        if is_proto(ctype):
+            data = await req.body()
+            records, match, fence = parse_proto_input(data)
+        else:
+            fmt = record_format(req)
+            records, match, fence = parse_json_input(await req.json(), fmt)
+        stream = self.store.stream(basin, name, auto_create="create_stream_on_append")
+        ack = self.store.append(stream, records, match, fence)
+        if is_proto(req.mime("accept")):
+            await respond(send, 200, ack_proto(ack), PROTO_HEADERS)
+        else:
+            await respond_json(send, 200, ack_json(ack))
+
+    async def _append_session(self, req: Request, send: Send, stream: Stream) -> None:
+        """S2S append: a reader task appends each input as it arrives and queues the ack;
+        this task writes acks."""
+        compression = Compression.negotiate(req.header("accept-encoding"))
+        out: _Outbox = asyncio.Queue()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"s2s/proto"), (b"cache-control", b"no-cache")],
+            }
+        )
+        task = asyncio.create_task(self._append_inputs(req, stream, compression, out))
+        try:
+            await _send_frames(send, out)
+        finally:
+            if not task.done():
+                task.cancel()
+
+    async def _append_inputs(
+        self, req: Request, stream: Stream, compression: Compression, out: _Outbox
+    ) -> None:
+        """Append each input frame as it arrives, queueing its ack (or the terminal frame
+        that ends the session), then the end of the session."""
+        decoder = FrameDecoder()
+        try:
+            while True:
+                msg = await req.receive()
+                if msg["type"] == "http.disconnect":
+                    break
+                chunk = msg.get("body", b"")
+                for frame in decoder.feed(chunk) if chunk else []:
+                    if isinstance(frame, Terminal):
+                        raise ApiError.bad("bad_frame", "unexpected terminal frame as input")
+                    assert isinstance(frame, Message)
+                    records, match, fence = parse_proto_input(frame.body)
+                    ack = self.store.append(stream, records, match, fence)
+                    out.put_nowait(encode_message(ack_proto(ack), compression))
+                if not msg.get("more_body", False):
+                    decoder.finish()
+                    break
+        except ApiError as e:
+            out.put_nowait(encode_terminal(e.status, e.body))
+        except Exception as e:
+            out.put_nowait(encode_terminal(400, {"code": "bad_frame", "message": str(e)}))
+        out.put_nowait(None)
+
+
+async def _send_frames(send: Send, out: _Outbox) -> None:
+    """Send queued frames until the end, joining those already queued into one body."""
+    while True:
+        item = await out.get()
+        chunks = [item] if item is not None else []
+        done = item is None
+        while not done and not out.empty():
+            nxt = out.get_nowait()
+            if nxt is None:
+                done = True
+            else:
+                chunks.append(nxt)
+        if chunks:
+            await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": True})
+        if done:
+            break
+    await send({"type": "http.response.body", "body": b"", "more_body": False})

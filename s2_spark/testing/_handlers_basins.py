@@ -1,0 +1,147 @@
+"""Handlers for basins and streams as resources: list, create, get, ensure, reconfigure,
+delete. A handler's name is the kind its requests are counted under (`list_streams`, ...).
+
+Creates answer 201 with `S2-Provision-Result` saying whether the resource was created
+or an idempotent retry (`noop`), as s2-lite does; PUT (ensure) says `created`, `updated`
+or `noop`.
+"""
+
+from __future__ import annotations
+
+from s2_spark.testing._asgi import Request, Send, query_int, respond, respond_json
+from s2_spark.testing._errors import ApiError
+from s2_spark.testing._names import checked_name, validate_basin_name, validate_stream_name
+from s2_spark.testing._store import Store
+
+__all__ = ["LIST_LIMIT", "BasinHandlers", "stream_in_path"]
+
+LIST_LIMIT = 1000
+
+
+def stream_in_path(name: str) -> str:
+    """A stream name from the path, or a 400 `bad_path` naming what is wrong with it."""
+    return checked_name(validate_stream_name, name, "bad_path", "stream")
+
+
+def _list_params(req: Request) -> tuple[str, str, int]:
+    limit = query_int(req, "limit")
+    limit = LIST_LIMIT if limit is None or limit == 0 else min(limit, LIST_LIMIT)
+    prefix = req.query.get("prefix", "")
+    start_after = req.query.get("start_after", "")
+    if start_after and prefix and start_after < prefix:
+        raise ApiError.invalid("`start_after` must be greater than or equal to `prefix`")
+    return prefix, start_after, limit
+
+
+def _page(names: list[str], prefix: str, start_after: str, limit: int) -> tuple[list[str], bool]:
+    selected = [n for n in sorted(names) if n.startswith(prefix) and n > start_after]
+    return selected[:limit], len(selected) > limit
+
+
+class BasinHandlers:
+    """The account's basins and each basin's streams, over a `Store`."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # -- listing
+
+    async def list_basins(self, req: Request, send: Send) -> None:
+        prefix, start_after, limit = _list_params(req)
+        names, more = _page(list(self.store.basins), prefix, start_after, limit)
+        await respond_json(
+            send,
+            200,
+            {"basins": [self.store.basins[n].info() for n in names], "has_more": more},
+        )
+
+    async def list_streams(self, req: Request, send: Send) -> None:
+        basin = self.store.basin(req.basin_name())
+        prefix, start_after, limit = _list_params(req)
+        names, more = _page(list(basin.streams), prefix, start_after, limit)
+        await respond_json(
+            send,
+            200,
+            {"streams": [basin.streams[n].info() for n in names], "has_more": more},
+        )
+
+    # -- basins
+
+    async def create_basin(self, req: Request, send: Send) -> None:
+        body = await req.json()
+        if not isinstance(body, dict) or not isinstance(body.get("basin"), str):
+            raise ApiError.bad("bad_json", "request body must be an object with a `basin` name")
+        checked_name(validate_basin_name, body["basin"], "bad_json", "basin")
+        basin, created = self.store.create_basin(
+            body["basin"], body.get("config"), request_token=req.header("s2-request-token")
+        )
+        # s2-lite answers 201 for an idempotent retry too; the header tells them apart.
+        result = b"created" if created else b"noop"
+        await respond_json(send, 201, basin.info(), [(b"s2-provision-result", result)])
+
+    async def get_basin(self, req: Request, send: Send, name: str) -> None:
+        await respond_json(send, 200, self.store.basin(name).config)
+
+    async def ensure_basin(self, req: Request, send: Send, name: str) -> None:
+        body = await req.json()
+        if body is not None and not isinstance(body, dict):
+            raise ApiError.bad("bad_json", "request body must be a JSON object")
+        basin, result = self.store.ensure_basin(name, (body or {}).get("config"))
+        await respond_json(
+            send,
+            201 if result == "created" else 200,
+            basin.info(),
+            [(b"s2-provision-result", result.encode())],
+        )
+
+    async def reconfigure_basin(self, req: Request, send: Send, name: str) -> None:
+        body = await req.json()
+        await respond_json(send, 200, self.store.reconfigure_basin(name, body).config)
+
+    async def delete_basin(self, req: Request, send: Send, name: str) -> None:
+        self.store.delete_basin(name)
+        await respond(send, 202)
+
+    # -- streams
+
+    async def create_stream(self, req: Request, send: Send) -> None:
+        basin = req.basin_name()
+        body = await req.json()
+        if not isinstance(body, dict) or not isinstance(body.get("stream"), str):
+            raise ApiError.bad("bad_json", "request body must be an object with a `stream` name")
+        checked_name(validate_stream_name, body["stream"], "bad_json", "stream")
+        stream, created = self.store.create_stream(
+            basin, body["stream"], body.get("config"), request_token=req.header("s2-request-token")
+        )
+        result = b"created" if created else b"noop"
+        await respond_json(send, 201, stream.info(), [(b"s2-provision-result", result)])
+
+    async def get_stream(self, req: Request, send: Send, name: str) -> None:
+        stream = self.store.stream(req.basin_name(), stream_in_path(name))
+        await respond_json(send, 200, stream.config)
+
+    async def ensure_stream(self, req: Request, send: Send, name: str) -> None:
+        basin = req.basin_name()
+        name = stream_in_path(name)
+        body = await req.json()
+        if body is not None and not isinstance(body, dict):
+            raise ApiError.bad("bad_json", "request body must be a JSON object")
+        # The PUT body is the StreamConfig itself (spec: `oneOf [null, StreamConfig]`).
+        stream, result = self.store.ensure_stream(basin, name, body)
+        await respond_json(
+            send,
+            201 if result == "created" else 200,
+            stream.info(),
+            [(b"s2-provision-result", result.encode())],
+        )
+
+    async def reconfigure_stream(self, req: Request, send: Send, name: str) -> None:
+        basin = req.basin_name()
+        name = stream_in_path(name)
+        body = await req.json()
+        stream = self.store.reconfigure_stream(basin, name, body)
+        await respond_json(send, 200, stream.config)
+
+    async def delete_stream(self, req: Request, send: Send, name: str) -> None:
+        self.store.delete_stream(req.basin_name(), stream_in_path(name))
+        await respond(send, 202)

@@ -1,0 +1,49 @@
+"""S2's rules for basin and stream names, and the error a bad name gets where it was given.
+
+A name that breaks a rule is a 422 `invalid` from the store; where the name came in a
+path or a JSON body, s2-lite answers a 400 naming that place (`bad_path`, `bad_json`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from s2_spark.testing._errors import ApiError
+
+__all__ = ["checked_name", "validate_basin_name", "validate_stream_name"]
+
+
+def validate_basin_name(name: str, what: str = "name") -> None:
+    """S2's basin name rules (8-48 bytes of [a-z0-9-], no hyphen at either end)."""
+    if len(name.encode()) > 48:
+        raise ApiError.invalid(f"basin {what} must not exceed 48 bytes in length")
+    if len(name.encode()) < 8:
+        raise ApiError.invalid(f"basin {what} should be at least 8 bytes in length")
+    if not (name[0].islower() or name[0].isdigit()) or not name[0].isascii():
+        raise ApiError.invalid(f"basin {what} must begin with a lowercase letter or number")
+    if not (name[-1].islower() or name[-1].isdigit()) or not name[-1].isascii():
+        raise ApiError.invalid(f"basin {what} must end with a lowercase letter or number")
+    for c in name:
+        if not (c.isascii() and (c.islower() or c.isdigit() or c == "-")):
+            raise ApiError.invalid(
+                f"basin {what} must comprise lowercase letters, numbers, and hyphens"
+            )
+
+
+def validate_stream_name(name: str, what: str = "name") -> None:
+    """S2's stream name rules: 1-512 bytes, not "." or ".."."""
+    if not name:
+        raise ApiError.invalid(f"stream {what} must not be empty")
+    if name in (".", ".."):
+        raise ApiError.invalid(f'stream {what} must not be "." or ".."')
+    if len(name.encode()) > 512:
+        raise ApiError.invalid(f"stream {what} must not exceed 512 bytes in length")
+
+
+def checked_name(validate: Callable[[str], None], name: str, code: str, what: str) -> str:
+    """Validate a name; a bad one is a 400 with `code` (bad_json, bad_path), as in s2-lite."""
+    try:
+        validate(name)
+    except ApiError as e:
+        raise ApiError.bad(code, f"invalid {what} name: {e.body['message']}") from e
+    return name
