@@ -13,7 +13,7 @@ import bisect
 import contextlib
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 
 from s2_spark.testing._errors import ApiError
@@ -89,6 +89,75 @@ def resolve_start(store: Store, stream: Stream, spec: ReadSpec) -> int:
     return seq
 
 
+@dataclass(slots=True)
+class _Bounds:
+    """What a session may still send: records, metered bytes (None = unbounded), and the
+    timestamp its records must stay below."""
+
+    count: int | None
+    bytes: int | None
+    until: int | None
+
+    def spent(self) -> bool:
+        return self.count == 0 or self.bytes == 0
+
+
+def _cut_batch(
+    stream: Stream, pos: int, bounds: _Bounds, tail: tuple[int, int] | None
+) -> Batch | None:
+    """The next batch from `pos` (< the tail) within S2's batch limits and `bounds`, which
+    it uses up; None when the next record is beyond a bound."""
+    i = pos - stream.first_seq
+    j = min(len(stream.entries), i + MAX_BATCH_RECORDS)
+    if bounds.count is not None:
+        j = min(j, i + bounds.count)
+    bmax = MAX_BATCH_BYTES if bounds.bytes is None else min(MAX_BATCH_BYTES, bounds.bytes)
+    base = stream.cum_before(i)
+    j = min(j, bisect.bisect_right(stream.cum, base + bmax, i, j))
+    if bounds.until is not None:
+        j = bisect.bisect_left(stream.timestamps, bounds.until, i, j)
+    if j <= i:
+        return None
+    metered = stream.cum[j - 1] - base
+    batch = Batch(
+        stream.entries[i:j],
+        pos,
+        stream.first_seq + j - 1,
+        stream.timestamps[j - 1],
+        metered,
+        tail,
+    )
+    if bounds.count is not None:
+        bounds.count -= j - i
+    if bounds.bytes is not None:
+        bounds.bytes -= metered
+    return batch
+
+
+async def _follow(
+    stream: Stream, pos: int, deadline: float | None, heartbeat_interval: float
+) -> AsyncGenerator[Heartbeat, None]:
+    """Wait for a record at `pos` (or the stream's deletion), sending a heartbeat every
+    interval; ends then, or at `deadline` with none arrived."""
+    loop = asyncio.get_running_loop()
+    next_beat = loop.time() + heartbeat_interval
+    while stream.next_seq <= pos and not stream.deleted:
+        now = loop.time()
+        if deadline is not None and deadline <= now:
+            return
+        if next_beat <= now:
+            yield Heartbeat(stream.tail)
+            next_beat = loop.time() + heartbeat_interval
+            continue
+        timeout = next_beat - now
+        if deadline is not None:
+            timeout = min(timeout, deadline - now)
+        event = stream.changed_event()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout if timeout != math.inf else None):
+                await event.wait()
+
+
 async def read_session(
     store: Store,
     stream: Stream,
@@ -98,9 +167,7 @@ async def read_session(
 ) -> AsyncIterator[Batch | Heartbeat]:
     """Yield batches and heartbeats until a bound, the end of catch-up, or `wait` ends it."""
     pos = start_seq
-    count_left = spec.count
-    bytes_left = spec.bytes
-    until = spec.until
+    bounds = _Bounds(spec.count, spec.bytes, spec.until)
     wait = spec.wait
     may_follow = spec.may_follow()
     deadline: float | None = None
@@ -112,35 +179,14 @@ async def read_session(
         stream.apply_retention(store.clock())
         pos = max(pos, stream.first_seq)
         if pos < stream.next_seq:
-            i = pos - stream.first_seq
-            j = min(len(stream.entries), i + MAX_BATCH_RECORDS)
-            if count_left is not None:
-                j = min(j, i + count_left)
-            bmax = MAX_BATCH_BYTES if bytes_left is None else min(MAX_BATCH_BYTES, bytes_left)
-            base = stream.cum_before(i)
-            j = min(j, bisect.bisect_right(stream.cum, base + bmax, i, j))
-            if until is not None:
-                j = bisect.bisect_left(stream.timestamps, until, i, j)
-            if j <= i:
+            batch = _cut_batch(stream, pos, bounds, stream.tail if following else None)
+            if batch is None:
                 return  # the next record is beyond a bound
-            metered = stream.cum[j - 1] - base
-            batch = Batch(
-                stream.entries[i:j],
-                pos,
-                stream.first_seq + j - 1,
-                stream.timestamps[j - 1],
-                metered,
-                stream.tail if following else None,
-            )
             pos = batch.last_seq + 1
-            if count_left is not None:
-                count_left -= j - i
-            if bytes_left is not None:
-                bytes_left -= metered
             if wait is not None:
                 deadline = loop.time() + wait
             yield batch
-            if count_left == 0 or bytes_left == 0:
+            if bounds.spent():
                 return
             continue
         # Caught up with the tail.
@@ -153,22 +199,11 @@ async def read_session(
         if not following:
             following = True
             yield Heartbeat(stream.tail)
-        next_beat = loop.time() + heartbeat_interval
-        while stream.next_seq <= pos and not stream.deleted:
-            now = loop.time()
-            if deadline is not None and deadline <= now:
-                return
-            if next_beat <= now:
-                yield Heartbeat(stream.tail)
-                next_beat = loop.time() + heartbeat_interval
-                continue
-            timeout = next_beat - now
-            if deadline is not None:
-                timeout = min(timeout, deadline - now)
-            event = stream.changed_event()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout if timeout != math.inf else None):
-                    await event.wait()
+        async with contextlib.aclosing(_follow(stream, pos, deadline, heartbeat_interval)) as beats:
+            async for beat in beats:
+                yield beat
+        if stream.next_seq <= pos and not stream.deleted:
+            return  # `wait` passed without records
 
 
 def wall_ms() -> int:
