@@ -6,15 +6,10 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from s2_spark.errors import (
-    Position,
-    S2BadRequestError,
-    S2UnavailableError,
-    SeqNumMismatchError,
-    ServiceError,
-)
+from s2_spark.errors import Position, S2BadRequestError, SeqNumMismatchError, ServiceError
 from s2_spark.retry import RetryLoop, RetryPolicy
 
+from ._append_progress import BatchesProgress
 from ._append_session import (
     MAX_INPUTS_PER_SESSION,
     PROTO_ACCEPT,
@@ -283,70 +278,42 @@ class StreamClient:
                 batches[0], match_seq_num=match_seq_num, fencing_token=fencing_token
             )
         loop = RetryLoop(self._t.config.retry, f"append_batches to {self._target}")
-        first: AppendAck | None = None
-        last: AppendAck | None = None
-        next_match = match_seq_num
-        done = 0
-        ambiguous = False
-        while done < len(batches):
-            chunk = batches[done : done + MAX_INPUTS_PER_SESSION]
+        run = BatchesProgress(batches, match_seq_num)
+        while not run.finished:
             res = run_append_session(
                 self._t,
                 self.basin,
                 self.name,
-                chunk,
-                match_seq_num=next_match,
+                run.pending(MAX_INPUTS_PER_SESSION),
+                match_seq_num=run.next_match,
                 fencing_token=fencing_token,
             )
-            for ack in res.acks:
-                first = first or ack
-                last = ack
-            done += len(res.acks)
-            if res.acks:
+            if run.acked(res.acks):
                 loop.progressed()
-                if next_match is not None:
-                    next_match = res.acks[-1].end.seq_num
             err = res.error
             if err is None:
                 continue
-            if (
-                ambiguous
-                and next_match is not None
-                and isinstance(err, SeqNumMismatchError)
-                and err.expected_seq_num > next_match
-            ):
-                # The failed session's inputs may have landed: skip the ones that did.
-                acks = landed_batches(
-                    self._t,
-                    self.basin,
-                    self.name,
-                    batches[done:],
-                    next_match,
-                    err.expected_seq_num,
-                )
-                if acks:
-                    first = first or acks[0]
-                    last = acks[-1]
-                    done += len(acks)
-                    next_match = err.expected_seq_num
-                    ambiguous = False
-                    loop.progressed()
-                    continue
-            ambiguous = ambiguous or not err.unsent
-            if err.retryable and next_match is None and not err.unsent:
-                records_done = sum(b.count for b in batches[:done])
-                total = sum(b.count for b in batches)
-                raise S2UnavailableError(
-                    f"{err.message}. {records_done} of {total} records were acknowledged "
-                    f"before the failure; the outcome of the next batch is unknown, so it was "
-                    "not retried (that could duplicate records). Check the stream's tail, or "
-                    "pass match_seq_num to make retries safe",
-                    status=err.status,
-                    code=err.code,
-                ) from err
+            tail_seq = run.landed_tail(err)
+            if tail_seq is not None and self._skip_landed(run, tail_seq):
+                loop.progressed()
+                continue
+            unknown = run.failed(err)
+            if unknown is not None:
+                raise unknown from err
             loop.failed(err)
-        assert first is not None and last is not None
-        return AppendAck(first.start, last.end, last.tail)
+        return run.span()
+
+    def _skip_landed(self, run: BatchesProgress, tail_seq: int) -> bool:
+        """Read back the records up to `tail_seq` that a failed session may have appended;
+        if they are the next batches, count them as appended (True)."""
+        assert run.next_match is not None
+        acks = landed_batches(
+            self._t, self.basin, self.name, run.batches[run.done :], run.next_match, tail_seq
+        )
+        if not acks:
+            return False
+        run.recovered(acks, tail_seq)
+        return True
 
     def append_chain(
         self,
