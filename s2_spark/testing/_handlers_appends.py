@@ -20,7 +20,7 @@ from s2_spark.testing._codecs import (
     record_format,
 )
 from s2_spark.testing._errors import ApiError
-from s2_spark.testing._handlers_basins import stream_in_path
+from s2_spark.testing._names import stream_in_path
 from s2_spark.testing._store import Store
 from s2_spark.testing._stream import Stream
 from s2_spark.wire.frames import (

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from s2_spark.testing._asgi import Request, Send, query_int, respond, respond_json
 from s2_spark.testing._errors import ApiError
-from s2_spark.testing._names import checked_name, validate_basin_name, validate_stream_name
+from s2_spark.testing._names import (
+    checked_name,
+    stream_in_path,
+    validate_basin_name,
+    validate_stream_name,
+)
 from s2_spark.testing._store import Store
 
-__all__ = ["LIST_LIMIT", "BasinHandlers", "stream_in_path"]
+__all__ = ["LIST_LIMIT", "BasinHandlers"]
 
 LIST_LIMIT = 1000
-
-
-def stream_in_path(name: str) -> str:
-    """A stream name from the path, or a 400 `bad_path` naming what is wrong with it."""
-    return checked_name(validate_stream_name, name, "bad_path", "stream")
 
 
 def _list_params(req: Request) -> tuple[str, str, int]:

@@ -24,7 +24,7 @@ from s2_spark.testing._asgi import (
 )
 from s2_spark.testing._codecs import batch_json, is_proto, pos_json, record_format
 from s2_spark.testing._errors import ApiError
-from s2_spark.testing._handlers_basins import stream_in_path
+from s2_spark.testing._names import stream_in_path
 from s2_spark.testing._read import Batch, ReadSpec, read_session, resolve_start
 from s2_spark.testing._records import encode_position
 from s2_spark.testing._store import Store
@@ -96,6 +96,21 @@ def _bound_unary(spec: ReadSpec) -> None:
         spec.wait = min(spec.wait, MAX_UNARY_WAIT)
 
 
+async def _start_session(send: Send, content_type: bytes) -> None:
+    """Start a streaming answer that no proxy may buffer or transform."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", content_type),
+                (b"cache-control", b"no-cache, no-transform"),
+                (b"x-accel-buffering", b"no"),
+            ],
+        }
+    )
+
+
 class ReadHandlers:
     """Reads of the streams of a `Store`; sessions send a heartbeat every interval."""
 
@@ -159,17 +174,7 @@ class ReadHandlers:
         self, req: Request, send: Send, stream: Stream, start: int, spec: ReadSpec
     ) -> None:
         compression = Compression.negotiate(req.header("accept-encoding"))
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", b"s2s/proto"),
-                    (b"cache-control", b"no-cache, no-transform"),
-                    (b"x-accel-buffering", b"no"),
-                ],
-            }
-        )
+        await _start_session(send, b"s2s/proto")
         pending: list[bytes] = []
         size = 0
         try:
@@ -200,17 +205,7 @@ class ReadHandlers:
     async def _read_sse(
         self, send: Send, stream: Stream, start: int, spec: ReadSpec, fmt: str
     ) -> None:
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", b"text/event-stream"),
-                    (b"cache-control", b"no-cache, no-transform"),
-                    (b"x-accel-buffering", b"no"),
-                ],
-            }
-        )
+        await _start_session(send, b"text/event-stream")
         count = nbytes = 0
         try:
             async for out in read_session(self.store, stream, start, spec, self.heartbeat_interval):

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from s2_spark.testing._errors import ApiError
 
-__all__ = ["checked_name", "validate_basin_name", "validate_stream_name"]
+__all__ = ["checked_name", "stream_in_path", "validate_basin_name", "validate_stream_name"]
 
 
 def validate_basin_name(name: str, what: str = "name") -> None:
@@ -47,3 +47,8 @@ def checked_name(validate: Callable[[str], None], name: str, code: str, what: st
     except ApiError as e:
         raise ApiError.bad(code, f"invalid {what} name: {e.body['message']}") from e
     return name
+
+
+def stream_in_path(name: str) -> str:
+    """A stream name from the path, or a 400 `bad_path` naming what is wrong with it."""
+    return checked_name(validate_stream_name, name, "bad_path", "stream")
