@@ -73,6 +73,19 @@ class RequestCounter:
             return dict(sorted(self._counts.items()))
 
 
+def _shape(rest: list[str]) -> str | None:
+    """The shape of a path below `/v1/{resource}`, its name replaced by `{name}`."""
+    if not rest:
+        return ""
+    if len(rest) == 1:
+        return "{name}"
+    if rest[1:] == ["records"]:
+        return "{name}/records"
+    if rest[1:] == ["records", "tail"]:
+        return "{name}/records/tail"
+    return None
+
+
 async def _lifespan(receive: Receive, send: Send) -> None:
     while True:
         msg = await receive()
@@ -95,6 +108,7 @@ class S2App:
         self.basins = BasinHandlers(store)
         self.appends = AppendHandlers(store)
         self.reads = ReadHandlers(store, heartbeat_interval)
+        self._routes = self._route_table()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -178,53 +192,32 @@ class S2App:
         if kind in ("access-tokens", "metrics", "locations"):
             # s2-lite answers these with 501 too.
             raise ApiError.standard(501, "not_implemented", "Not implemented")
-        routed: tuple[Handler, tuple[str, ...]] | None = None
-        if kind == "basins":
-            routed = self._basin_route(m, rest)
-        elif kind == "streams":
-            routed = self._stream_route(m, rest)
-        if routed is None:
+        if kind == "basins" and len(rest) == 1:
+            checked_name(validate_basin_name, rest[0], "bad_path", "basin")
+        by_method = self._routes.get((kind, _shape(rest)))
+        handler = None if by_method is None else by_method.get(m)
+        if handler is None:
             raise ApiError.standard(404, "not_found", f"no route for {m} {req.scope['path']}")
-        handler, args = routed
-        await self._dispatch(handler, req, send, *args)
+        await self._dispatch(handler, req, send, *rest[:1])
 
-    def _basin_route(self, m: str, rest: list[str]) -> tuple[Handler, tuple[str, ...]] | None:
-        """The handler of `/v1/basins[/{basin}]` and its path arguments, if any."""
-        h = self.basins
-        handler: Handler | None
-        if not rest:
-            handler = {"GET": h.list_basins, "POST": h.create_basin}.get(m)
-            return None if handler is None else (handler, ())
-        if len(rest) == 1:
-            name = checked_name(validate_basin_name, rest[0], "bad_path", "basin")
-            by_method: dict[str, Handler] = {
-                "GET": h.get_basin,
-                "PUT": h.ensure_basin,
-                "DELETE": h.delete_basin,
-                "PATCH": h.reconfigure_basin,
-            }
-            handler = by_method.get(m)
-            return None if handler is None else (handler, (name,))
-        return None
-
-    def _stream_route(self, m: str, rest: list[str]) -> tuple[Handler, tuple[str, ...]] | None:
-        """The handler of `/v1/streams[/{stream}[/records[/tail]]]` and its path arguments."""
-        h = self.basins
-        handler: Handler | None
-        if not rest:
-            handler = {"GET": h.list_streams, "POST": h.create_stream}.get(m)
-            return None if handler is None else (handler, ())
-        by_method: dict[str, Handler] = {}
-        if len(rest) == 1:
-            by_method = {
-                "GET": h.get_stream,
-                "PUT": h.ensure_stream,
-                "DELETE": h.delete_stream,
-                "PATCH": h.reconfigure_stream,
-            }
-        elif rest[1:] == ["records"]:
-            by_method = {"GET": self.reads.read, "POST": self.appends.append}
-        elif rest[1:] == ["records", "tail"]:
-            by_method = {"GET": self.reads.check_tail}
-        handler = by_method.get(m)
-        return None if handler is None else (handler, (rest[0],))
+    def _route_table(self) -> dict[tuple[str, str | None], dict[str, Handler]]:
+        """(resource, path shape) -> method -> handler; the name in a path is its argument."""
+        b, r, a = self.basins, self.reads, self.appends
+        return {
+            ("basins", ""): {"GET": b.list_basins, "POST": b.create_basin},
+            ("basins", "{name}"): {
+                "GET": b.get_basin,
+                "PUT": b.ensure_basin,
+                "DELETE": b.delete_basin,
+                "PATCH": b.reconfigure_basin,
+            },
+            ("streams", ""): {"GET": b.list_streams, "POST": b.create_stream},
+            ("streams", "{name}"): {
+                "GET": b.get_stream,
+                "PUT": b.ensure_stream,
+                "DELETE": b.delete_stream,
+                "PATCH": b.reconfigure_stream,
+            },
+            ("streams", "{name}/records"): {"GET": r.read, "POST": a.append},
+            ("streams", "{name}/records/tail"): {"GET": r.check_tail},
+        }
