@@ -427,7 +427,9 @@ def test_zombie_of_an_older_micro_batch_is_fenced(env: Env) -> None:
     attempt at the newest micro-batch only repeats what is there (duplicates)."""
     from pyspark.sql.types import StringType, StructField, StructType
 
-    from s2_spark.spark._durable_writer import DurableCommitMessage, stream_writer
+    from s2_spark.spark.durable_source import DURABLE_WRITE_FORMAT
+    from s2_spark.spark.writer import WriteCommitMessage as DurableCommitMessage
+    from s2_spark.spark.writer import stream_writer
 
     out = env.new_stream("zombie")
     every = jsons(600)
@@ -437,7 +439,7 @@ def test_zombie_of_an_older_micro_batch_is_fenced(env: Env) -> None:
     assert q.exception() is None, str(q.exception())
     assert env.messages(out) == every
     schema = StructType([StructField("value", StringType())])
-    writer = stream_writer(env.options(stream=out), schema, False)
+    writer = stream_writer(DURABLE_WRITE_FORMAT, env.options(stream=out), schema, False)
     for shown in (repr(writer), repr(writer.options)):  # type: ignore[attr-defined]
         assert SECRET not in shown and HEADER_SECRET not in shown and "x-api-key" in shown
     sc = env.spark.sparkContext
@@ -481,13 +483,13 @@ def test_row_fallback_matches_arrow_input() -> None:
     from pyspark.sql import Row
 
     from s2_spark.backends.durable_sink import Payload
-    from s2_spark.spark._durable_writer import _rows_to_batches
+    from s2_spark.spark._durable_writer import rows_to_batches
     from s2_spark.spark._durable_writer_options import DurableInputLayout
 
     layout = DurableInputLayout(payload=2, kind=Payload("body", False), route=0,
                                 route_column="stream", names=("stream", "offset", "body"))
     rows = [Row(stream="/a", offset="x", body=bytearray(b"1")), Row(stream="/b", offset=None,
                                                                     body="[2]")]
-    (batch,) = list(_rows_to_batches(iter(rows), layout))
+    (batch,) = list(rows_to_batches(iter(rows), layout))
     assert batch.column(2).to_pylist() == [b"1", b"[2]"]
     assert batch.column(0).to_pylist() == ["/a", "/b"]

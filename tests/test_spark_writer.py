@@ -450,7 +450,7 @@ def test_row_fallback_matches_arrow_input() -> None:
     from pyspark.sql import Row
 
     from s2_spark.backends.s2_sink import SinkSettings
-    from s2_spark.spark._s2_writer import _rows_to_batches
+    from s2_spark.spark._s2_writer import rows_to_batches
     from s2_spark.spark._s2_writer_options import InputLayout
 
     layout = InputLayout(body=0, headers=1, timestamp=2, stream=3,
@@ -459,7 +459,7 @@ def test_row_fallback_matches_arrow_input() -> None:
     rows = [Row(body=bytearray(b"a"), headers=[Row(name=b"k", value=b"v")], timestamp=when,
                 stream="s1"),
             Row(body="b", headers=None, timestamp=None, stream="s2")]
-    (batch,) = list(_rows_to_batches(iter(rows), layout))
+    (batch,) = list(rows_to_batches(iter(rows), layout))
     assert batch.column(0).to_pylist() == [b"a", b"b"]
     assert batch.column(1).to_pylist() == [[{"name": b"k", "value": b"v"}], None]
     assert batch.column(2).to_pylist() == [T0, None]

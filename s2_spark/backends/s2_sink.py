@@ -10,6 +10,10 @@ writer's last append to a stream releases its lease in its own fence, so a small
 costs one append (two when the token was not the one this process expected). If its ack
 is lost and another writer takes the freed stream meanwhile, the writer finds its
 releasing fence behind the other's fence records.
+
+`S2SinkPlan` and `S2PartitionSink` fit this writer to the shared write path
+(`backends.sink`): the plan opens a client and a writer per task attempt, the sink takes
+the task's input batches as `InputLayout` places their columns.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ import contextlib
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
@@ -36,10 +41,14 @@ from s2_spark.backends.s2_stream_sink import (
     StreamSink,
     StreamWriteResult,
 )
+from s2_spark.backends.sink import AfterAppend, SinksByStream, TaskAttempt
 from s2_spark.client._append_session import MAX_INPUTS_PER_SESSION
-from s2_spark.errors import NotFoundError, S2SparkError
+from s2_spark.errors import NotFoundError, OptionError, S2SparkError
+from s2_spark.wire.records import HEADER_TYPE
 
 if TYPE_CHECKING:
+    from s2_spark.backends.s2 import S2Settings
+    from s2_spark.backends.sink import StreamWriteResult as AnyStreamWriteResult
     from s2_spark.client import BasinClient
 
 __all__ = [
@@ -50,13 +59,18 @@ __all__ = [
     "MAX_STREAM_WORKERS",
     "AppendBudget",
     "ForeignFenceError",
+    "InputLayout",
     "LeaseToken",
     "PartitionWriter",
+    "S2PartitionSink",
+    "S2SinkPlan",
     "SinkSettings",
     "StreamSink",
     "StreamWriteResult",
     "WriterId",
+    "check_target",
     "query_key",
+    "writer_id",
 ]
 
 #: Streams one writer works on at once (its appends in flight are bounded separately).
@@ -87,8 +101,6 @@ class PartitionWriter:
         self.writer = writer
         self.settings = settings
         self._after_append = after_append
-        self.sinks: dict[str, StreamSink] = {}
-        self.dropped_commands = 0
         self._budget = AppendBudget(settings.max_inflight_appends)
         # With the test-only `after_append` hook, one stream at a time in the caller's
         # thread, in a fixed order: the hook counts appends across streams, and its
@@ -99,15 +111,13 @@ class PartitionWriter:
         self._cancel = threading.Event()
         self._busy: set[StreamSink] = set()  # sinks a thread of this writer is using
         self._idle = threading.Condition()
+        self.sinks = SinksByStream(self._new_sink)  # every sink shares the state above
+        self.dropped_commands = 0  # command rows left out (see the class docstring)
 
-    def _sink(self, name: str) -> StreamSink:
-        sink = self.sinks.get(name)
-        if sink is None:
-            sink = StreamSink(self._basin, name, self.writer, self.settings,
-                              on_wait=self._release_others, after_append=self._after_append,
-                              budget=self._budget, cancel=self._cancel)
-            self.sinks[name] = sink
-        return sink
+    def _new_sink(self, name: str) -> StreamSink:
+        return StreamSink(self._basin, name, self.writer, self.settings,
+                          on_wait=self._release_others, after_append=self._after_append,
+                          budget=self._budget, cancel=self._cancel)
 
     def add(self, bodies: pa.Array, headers: pa.Array | None, timestamps: pa.Array | None,
             streams: pa.Array | str) -> None:
@@ -128,7 +138,7 @@ class PartitionWriter:
                     "target stream name, or set the writer option stream"
                 )
             groups = group_by_stream(columns, streams) if len(streams) else []
-        full = [sink for name, cols in groups if (sink := self._sink(name)).buffer(*cols)]
+        full = [sink for name, cols in groups if (sink := self.sinks[name]).buffer(*cols)]
         self._each(full, StreamSink.flush)
         now = time.monotonic()
         for sink in self.sinks.values():
@@ -247,3 +257,123 @@ class PartitionWriter:
             with self._idle:
                 self._busy.difference_update(idle)
                 self._idle.notify_all()
+
+
+# -- the shared write path (backends.sink) -----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InputLayout:
+    """Where the accepted columns are in the input rows (None when absent)."""
+
+    body: int
+    headers: int | None
+    timestamp: int | None
+    stream: int | None
+    names: tuple[str, ...]
+
+
+def writer_id(attempt: TaskAttempt) -> WriterId:
+    """The S2 writer of a task attempt: generation = when its job was planned, so a query
+    restarted from its checkpoint outranks every attempt of the killed run."""
+    job = attempt.job
+    if attempt.query_id is None:
+        return WriterId("job", False, job.planned_ms, 0, attempt.partition, attempt.attempt)
+    assert attempt.batch is not None, "a streaming attempt has a micro-batch id"
+    return WriterId(query_key(attempt.query_id), True, job.planned_ms, attempt.batch,
+                    attempt.partition, attempt.attempt)
+
+
+class S2PartitionSink:
+    """A `PartitionWriter` as the shared `PartitionSink`: takes the task's input batches,
+    whose columns `layout` places; `stream` (the option) overrides the stream column."""
+
+    def __init__(self, writer: PartitionWriter, layout: InputLayout, stream: str | None
+                 ) -> None:
+        self.writer = writer
+        self.layout = layout
+        self.stream = stream
+
+    @property
+    def dropped_commands(self) -> int:
+        return self.writer.dropped_commands
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        lay = self.layout
+        headers = None
+        if lay.headers is not None:
+            headers = batch.column(lay.headers)
+            if pa.types.is_map(headers.type):  # Arrow input; the row path converts itself
+                headers = _map_to_headers(headers)
+        timestamps = batch.column(lay.timestamp) if lay.timestamp is not None else None
+        streams: pa.Array | str
+        if self.stream is not None:
+            streams = self.stream
+        else:
+            assert lay.stream is not None
+            streams = batch.column(lay.stream)
+        self.writer.add(batch.column(lay.body), headers, timestamps, streams)
+
+    def close(self) -> list[StreamWriteResult]:
+        return self.writer.close()
+
+    def abort(self) -> None:
+        self.writer.abort()
+
+
+def _map_to_headers(arr: pa.Array) -> pa.Array:
+    """map<string, string|binary> -> list<struct<name binary, value binary>>, in map order."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    keys = arr.keys.cast(pa.binary())
+    items = arr.items.cast(pa.binary())
+    struct = pa.StructArray.from_arrays([keys, items], names=["name", "value"])
+    offsets = arr.offsets
+    return pa.ListArray.from_arrays(offsets, struct, type=HEADER_TYPE,
+                                    mask=arr.is_null() if arr.null_count else None)
+
+
+@dataclass(frozen=True, slots=True)
+class S2SinkPlan:
+    """The checked basin, target and tuning of one write, shipped to its tasks."""
+
+    settings: S2Settings
+    stream: str | None  # the one target of every row (None: rows name theirs)
+    sink: SinkSettings
+    layout: InputLayout
+
+    @contextlib.contextmanager
+    def open(self, attempt: TaskAttempt, after_append: AfterAppend | None
+             ) -> Iterator[S2PartitionSink]:
+        """A client for the task and the attempt's writer, closed after it."""
+        from s2_spark.client import S2Client
+
+        with S2Client(self.settings.config()) as client:
+            basin = client.basin(self.settings.basin)
+            writer = PartitionWriter(basin, writer_id(attempt), self.sink,
+                                     after_append=after_append)
+            yield S2PartitionSink(writer, self.layout, self.stream)
+
+    def finish(self, results: Sequence[AnyStreamWriteResult]) -> None:
+        """Nothing to do once a job committed: every append released its stream."""
+        return None
+
+
+def check_target(settings: S2Settings, stream: str | None, sink: SinkSettings) -> None:
+    """Fail fast (before any task runs) when the fixed target stream is missing, or
+    create it (createStreams)."""
+    if stream is None:
+        return
+    from s2_spark.client import S2Client
+
+    with S2Client(settings.config()) as client:
+        basin = client.basin(settings.basin)
+        try:
+            basin.stream(stream).check_tail()
+        except NotFoundError:
+            if not sink.create_streams:
+                raise OptionError(
+                    f"stream {stream!r} does not exist in basin {settings.basin!r}: create it "
+                    "first, or set option createStreams=true"
+                ) from None
+            basin.ensure_stream(stream)

@@ -151,7 +151,8 @@ class SinkSettings:
 
 @dataclass(frozen=True, slots=True)
 class StreamWriteResult:
-    """What one writer did to one stream: rows appended, rows found already there."""
+    """What one writer did to one stream: rows appended, rows found already there (the
+    shared `backends.sink.StreamWriteResult` fields are derived from these)."""
 
     stream: str
     appended: int
@@ -159,6 +160,20 @@ class StreamWriteResult:
     first_seq_num: int | None
     end_seq_num: int | None
     appends: int
+
+    @property
+    def rows(self) -> int:
+        """The writer's rows for the stream: appended now or found already there."""
+        return self.appended + self.skipped
+
+    @property
+    def replayed_rows(self) -> int:
+        return self.skipped
+
+    @property
+    def replayed_appends(self) -> None:
+        """Not told: the rows found already there are counted, not their appends."""
+        return None
 
 
 def _concat_optional(

@@ -21,9 +21,10 @@ from s2_spark.backends.durable_options import (
     check_stream_urls,
     parse_durable_connection,
 )
-from s2_spark.backends.durable_sink import DEFAULT_CONTENT_TYPE, Payload, SinkSettings
+from s2_spark.backends.durable_sink import DurableInputLayout
+from s2_spark.backends.durable_stream_sink import DEFAULT_CONTENT_TYPE, Payload, SinkSettings
 from s2_spark.errors import OptionError
-from s2_spark.spark._write_common import TEST_FAULT
+from s2_spark.spark._write_common import TEST_FAULT, column_type_error, input_columns
 
 __all__ = [
     "ACCEPTED_COLUMNS",
@@ -94,57 +95,14 @@ class DurableWriteOptions:
         return None if self.target is None else self.settings.config().stream_url(self.target)
 
 
-@dataclass(frozen=True, slots=True)
-class DurableInputLayout:
-    """Where the message and the route are in the input rows."""
-
-    payload: int
-    kind: Payload
-    route: int | None  # None when the target is fixed by an option
-    route_column: str
-    names: tuple[str, ...]
-
-
 def parse_durable_write_options(
     options: Mapping[str, str], *, streaming: bool
 ) -> DurableWriteOptions:
     """Check every writer option; raise `OptionError` for the first bad one."""
     settings = parse_durable_connection(options)
-    given = [o for o in (TARGET_URL, TARGET_PATH) if o.raw(options) is not None]
-    if len(given) > 1:
-        raise OptionError(
-            "set option url (a stream URL) or option stream (a path under baseUrl), not both"
-        )
-    target = target_option = None
-    if given:
-        target_option = given[0].name
-        raw = given[0].raw(options) or ""
-        target = raw.strip()
-        if not target:
-            raise OptionError(f"option {target_option}={raw!r} is not accepted: it is empty")
-        absolute = target.startswith(("http://", "https://"))
-        if target_option == "url" or absolute:
-            check_stream_urls((target,), target_option)
-        elif settings.base_url is None:
-            raise OptionError(
-                f"option stream={target!r} is a path, which needs option baseUrl (the "
-                "server's URL); or name the stream by URL with option url"
-            )
+    target, target_option = _target(options, settings)
     create = CREATE_STREAMS.flag(options)
-    content_type = CONTENT_TYPE.raw(options)
-    if content_type is not None:
-        content_type = content_type.strip()
-        if not _CONTENT_TYPE.match(content_type) or any(c in content_type for c in "\r\n"):
-            raise OptionError(
-                f"option contentType={content_type!r} is not accepted: use a media type such "
-                f"as {DEFAULT_CONTENT_TYPE} (one JSON message per row) or "
-                "application/octet-stream (bytes)"
-            )
-        if not create:
-            raise OptionError(
-                "option contentType is the content type of streams the writer creates: it "
-                "needs createStreams=true (an existing stream keeps its own content type)"
-            )
+    content_type = _content_type(options, create)
     close = CLOSE_STREAM_ON_FINISH.flag(options)
     if close and streaming:
         raise OptionError(
@@ -168,26 +126,60 @@ def parse_durable_write_options(
     )
 
 
+def _target(options: Mapping[str, str], settings: DurableSettings
+            ) -> tuple[str | None, str | None]:
+    """The fixed target as given (option url or stream) and which option gave it."""
+    given = [o for o in (TARGET_URL, TARGET_PATH) if o.raw(options) is not None]
+    if len(given) > 1:
+        raise OptionError(
+            "set option url (a stream URL) or option stream (a path under baseUrl), not both"
+        )
+    if not given:
+        return None, None
+    target_option = given[0].name
+    raw = given[0].raw(options) or ""
+    target = raw.strip()
+    if not target:
+        raise OptionError(f"option {target_option}={raw!r} is not accepted: it is empty")
+    absolute = target.startswith(("http://", "https://"))
+    if target_option == "url" or absolute:
+        check_stream_urls((target,), target_option)
+    elif settings.base_url is None:
+        raise OptionError(
+            f"option stream={target!r} is a path, which needs option baseUrl (the "
+            "server's URL); or name the stream by URL with option url"
+        )
+    return target, target_option
+
+
+def _content_type(options: Mapping[str, str], create: bool) -> str | None:
+    """Option contentType, checked (it only applies to streams the writer creates)."""
+    content_type = CONTENT_TYPE.raw(options)
+    if content_type is None:
+        return None
+    content_type = content_type.strip()
+    if not _CONTENT_TYPE.match(content_type) or any(c in content_type for c in "\r\n"):
+        raise OptionError(
+            f"option contentType={content_type!r} is not accepted: use a media type such "
+            f"as {DEFAULT_CONTENT_TYPE} (one JSON message per row) or "
+            "application/octet-stream (bytes)"
+        )
+    if not create:
+        raise OptionError(
+            "option contentType is the content type of streams the writer creates: it "
+            "needs createStreams=true (an existing stream keeps its own content type)"
+        )
+    return content_type
+
+
 def _bad_type(column: str, type_name: str, accepted: str) -> OptionError:
-    return OptionError(
-        f"column {column} has type {type_name}, which format durable-streams cannot write: "
-        f"{column} must be {accepted}. Accepted columns: {ACCEPTED_COLUMNS}"
-    )
+    return column_type_error("durable-streams", column, type_name, accepted, ACCEPTED_COLUMNS)
 
 
 def check_durable_input(schema: StructType, options: DurableWriteOptions) -> DurableInputLayout:
     """Map the input columns, or raise naming the offending column and the accepted ones."""
-    found: dict[str, int] = {}
-    for i, f in enumerate(schema.fields):
-        key = f.name.lower()
-        if key not in ("value", "body", "stream", "url", *_IGNORED):
-            raise OptionError(
-                f"column {f.name} is not accepted by format durable-streams: drop or rename "
-                f"it. Accepted columns: {ACCEPTED_COLUMNS}"
-            )
-        if key in found:
-            raise OptionError(f"column {f.name} appears more than once in the input")
-        found[key] = i
+    found = input_columns(schema, "durable-streams", ("value", "body", "stream", "url",
+                                                      *_IGNORED), ACCEPTED_COLUMNS)
     payloads = [k for k in ("value", "body") if k in found]
     if len(payloads) != 1:
         have = ", ".join(schema.fieldNames()) or "none"

@@ -31,10 +31,11 @@ from s2_spark.backends.s2_sink import (
     DATA_MAX_RECORDS,
     DEFAULT_APPENDS_IN_FLIGHT,
     MAX_INPUTS_PER_SESSION,
+    InputLayout,
     SinkSettings,
 )
 from s2_spark.errors import OptionError
-from s2_spark.spark._write_common import TEST_FAULT
+from s2_spark.spark._write_common import TEST_FAULT, column_type_error, input_columns
 
 __all__ = [
     "ACCEPTED_COLUMNS",
@@ -89,17 +90,6 @@ class WriteOptions:
     test_fault: str | None = field(default=None, repr=False)
 
 
-@dataclass(frozen=True, slots=True)
-class InputLayout:
-    """Where the accepted columns are in the input rows (None when absent)."""
-
-    body: int
-    headers: int | None
-    timestamp: int | None
-    stream: int | None
-    names: tuple[str, ...]
-
-
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     """Check every writer option; raise `OptionError` for the first bad one."""
     settings = parse_s2_connection(options, purpose="write to")
@@ -139,25 +129,32 @@ def _is_text(t: DataType) -> bool:
 
 
 def _bad(column: str, t: DataType, accepted: str) -> OptionError:
-    return OptionError(
-        f"column {column} has type {t.simpleString()}, which format s2 cannot write: "
-        f"{column} must be {accepted}. Accepted columns: {ACCEPTED_COLUMNS}"
-    )
+    return column_type_error("s2", column, t.simpleString(), accepted, ACCEPTED_COLUMNS)
+
+
+_HEADERS = ("array<struct<name: binary|string, value: binary|string>> or "
+            "map<string, string|binary>")
+
+
+def _check_headers(t: DataType) -> None:
+    if isinstance(t, MapType):
+        if not (isinstance(t.keyType, StringType) and _is_text(t.valueType)):
+            raise _bad("headers", t, "map<string, string|binary> or "
+                       "array<struct<name, value>>")
+    elif isinstance(t, ArrayType) and isinstance(t.elementType, StructType):
+        inner = t.elementType
+        names = [f.name.lower() for f in inner.fields]
+        if sorted(names) != ["name", "value"] or not all(
+                _is_text(f.dataType) for f in inner.fields):
+            raise _bad("headers", t, _HEADERS)
+    else:
+        raise _bad("headers", t, _HEADERS)
 
 
 def check_input(schema: StructType, options: WriteOptions) -> InputLayout:
     """Map the input columns, or raise naming the offending column and the accepted ones."""
-    found: dict[str, int] = {}
-    for i, f in enumerate(schema.fields):
-        key = f.name.lower()
-        if key not in ("body", "headers", "timestamp", "stream", "seq_num"):
-            raise OptionError(
-                f"column {f.name} is not accepted by format s2: drop or rename it. "
-                f"Accepted columns: {ACCEPTED_COLUMNS}"
-            )
-        if key in found:
-            raise OptionError(f"column {f.name} appears more than once in the input")
-        found[key] = i
+    found = input_columns(schema, "s2", ("body", "headers", "timestamp", "stream", "seq_num"),
+                          ACCEPTED_COLUMNS)
     if "body" not in found:
         raise OptionError(
             f"the input has no column body (columns: {', '.join(schema.fieldNames()) or 'none'})"
@@ -168,21 +165,7 @@ def check_input(schema: StructType, options: WriteOptions) -> InputLayout:
     if not _is_text(body_t):
         raise _bad("body", body_t, "binary or string")
     if "headers" in found:
-        t = fields[found["headers"]].dataType
-        if isinstance(t, MapType):
-            if not (isinstance(t.keyType, StringType) and _is_text(t.valueType)):
-                raise _bad("headers", t, "map<string, string|binary> or "
-                           "array<struct<name, value>>")
-        elif isinstance(t, ArrayType) and isinstance(t.elementType, StructType):
-            inner = t.elementType
-            names = [f.name.lower() for f in inner.fields]
-            if sorted(names) != ["name", "value"] or not all(
-                    _is_text(f.dataType) for f in inner.fields):
-                raise _bad("headers", t, "array<struct<name: binary|string, "
-                           "value: binary|string>> or map<string, string|binary>")
-        else:
-            raise _bad("headers", t, "array<struct<name: binary|string, value: binary|string>> "
-                       "or map<string, string|binary>")
+        _check_headers(fields[found["headers"]].dataType)
     if "timestamp" in found:
         t = fields[found["timestamp"]].dataType
         if not isinstance(t, TimestampType | TimestampNTZType | LongType | IntegerType):

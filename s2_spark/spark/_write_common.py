@@ -1,7 +1,7 @@
-"""What the writers of both formats share: the Spark-facing writer methods (`write`,
-`commit`, `abort`) built on a job's `write_batches` / `write_rows` / `summarize`, row
-chunking (Spark 4.0 hands Python stream writers rows, not Arrow), byte conversion of row
-values, and the test-only fault hook."""
+"""Helpers a format's writer module uses (the writers themselves are `spark.writer`):
+input columns mapped by name with errors naming the format, row chunking (Spark 4.0
+hands Python stream writers rows, not Arrow), byte conversion of row values, and the
+test-only fault hook."""
 
 from __future__ import annotations
 
@@ -11,21 +11,21 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from s2_spark._option_spec import Option
+from s2_spark.errors import OptionError
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-    from pyspark.sql.datasource import WriterCommitMessage
+    from pyspark.sql.types import StructType
+
+    from s2_spark.backends.sink import StreamSink
 
 __all__ = [
     "ROW_CHUNK",
     "TEST_FAULT",
-    "ArrowInput",
-    "MicroBatchCommits",
-    "RowInput",
-    "WriterJob",
     "as_bytes",
     "chunk_rows",
+    "column_type_error",
     "fault_hook",
+    "input_columns",
 ]
 
 #: Rows turned into one Arrow batch on the row path.
@@ -36,44 +36,6 @@ ROW_CHUNK = 4096
 #: right after its N-th append, once per marker file.
 TEST_FAULT = Option("_testFaultAfterAppends", "fail:N:B:/marker, hang:N:B:/marker",
                     "Test hook.", roles=("write",), hidden=True)
-
-
-class WriterJob:
-    """What a format's writer job provides; the mixins below turn it into Spark's methods."""
-
-    def write_batches(self, batches: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        raise NotImplementedError
-
-    def write_rows(self, rows: Iterator[Any]) -> WriterCommitMessage:
-        raise NotImplementedError
-
-    def summarize(self, messages: list[WriterCommitMessage | None], what: str) -> object:
-        """Log what the tasks wrote (`what`: "job", "micro-batch 3 aborted", ...)."""
-        raise NotImplementedError
-
-
-class ArrowInput(WriterJob):
-    """`write` for Arrow writers (`DataSourceArrowWriter`, `DataSourceStreamArrowWriter`)."""
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return self.write_batches(iterator)
-
-
-class RowInput(WriterJob):
-    """`write` for row writers (Spark 4.0's `DataSourceStreamWriter`)."""
-
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        return self.write_rows(iterator)
-
-
-class MicroBatchCommits(WriterJob):
-    """`commit` / `abort` of stream writers: a summary of the micro-batch in the log."""
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self.summarize(messages, f"micro-batch {batchId}")
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self.summarize(messages, f"micro-batch {batchId} aborted")
 
 
 def chunk_rows(rows: Iterator[Any], size: int = ROW_CHUNK) -> Iterator[list[Any]]:
@@ -97,7 +59,34 @@ def as_bytes(v: Any) -> bytes | None:
     return bytes(v)
 
 
-def fault_hook(spec: str | None, batch: int) -> Callable[[Any], None] | None:
+def input_columns(schema: StructType, fmt: str, known: tuple[str, ...], accepted: str
+                  ) -> dict[str, int]:
+    """Each input column's position by its lower-case name; raise naming a column that
+    is not in `known` or that appears twice (`accepted`: the columns, for the message)."""
+    found: dict[str, int] = {}
+    for i, f in enumerate(schema.fields):
+        key = f.name.lower()
+        if key not in known:
+            raise OptionError(
+                f"column {f.name} is not accepted by format {fmt}: drop or rename it. "
+                f"Accepted columns: {accepted}"
+            )
+        if key in found:
+            raise OptionError(f"column {f.name} appears more than once in the input")
+        found[key] = i
+    return found
+
+
+def column_type_error(fmt: str, column: str, type_name: str, must_be: str, accepted: str
+                      ) -> OptionError:
+    """An input column of a type the format cannot write."""
+    return OptionError(
+        f"column {column} has type {type_name}, which format {fmt} cannot write: "
+        f"{column} must be {must_be}. Accepted columns: {accepted}"
+    )
+
+
+def fault_hook(spec: str | None, batch: int) -> Callable[[StreamSink], None] | None:
     """TEST-ONLY fault injection (option `_testFaultAfterAppends`).
 
     "fail:N:B:/marker" raises right after the task's N-th append in micro-batch B ("*":
@@ -113,12 +102,12 @@ def fault_hook(spec: str | None, batch: int) -> Callable[[Any], None] | None:
         return None
     state = {"n": 0}
 
-    def hook(sink: Any) -> None:
+    def hook(sink: StreamSink) -> None:
         state["n"] += 1
         if state["n"] != count or os.path.exists(marker):
             return
         with open(marker, "w") as f:
-            f.write(f"{sink.name} {sink.appended}\n")
+            f.write(f"{sink.name} {sink.appends}\n")
         if kind == "hang":
             while True:
                 time.sleep(1)

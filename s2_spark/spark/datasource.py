@@ -39,10 +39,6 @@ class RangeDataSource(DataSource):
         """What the per-trigger sizes count: records, unless the streams count bytes."""
         return RECORDS
 
-    def _check_write_options(self) -> None:
-        """Before a writer is made: fail names the format does not take for writing."""
-        self.read_format.options.check(self.options, "write")
-
     def _backend(self, options: ReadOptions) -> StreamBackend[Any]:
         raise NotImplementedError
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
 from s2_spark._option_spec import Option, OptionSet
@@ -17,6 +16,7 @@ from s2_spark.backends.durable_options import (
     parse_durable_selection,
 )
 from s2_spark.errors import NotFoundError, OptionError
+from s2_spark.spark import _durable_writer
 from s2_spark.spark._durable_writer_options import DURABLE_WRITE_OPTIONS
 from s2_spark.spark.datasource import RangeDataSource, document_options
 from s2_spark.spark.options import (
@@ -33,10 +33,12 @@ from s2_spark.spark.options import (
     ReadOptions,
     TriggerUnits,
 )
+from s2_spark.spark.writer import WritingDataSource
 
 __all__ = [
     "DURABLE_OPTIONS",
     "DURABLE_READ_FORMAT",
+    "DURABLE_WRITE_FORMAT",
     "DurableStreamsDataSource",
     "durable_read_schema",
 ]
@@ -90,6 +92,8 @@ DURABLE_READ_FORMAT = ReadFormat(
     options=DURABLE_OPTIONS,
 )
 
+DURABLE_WRITE_FORMAT = _durable_writer.write_format(DURABLE_OPTIONS)
+
 
 def durable_read_schema(kind: StreamKind) -> StructType:
     """Rows of JSON streams (`value` string: one message's JSON text) or of byte streams
@@ -104,7 +108,7 @@ def durable_read_schema(kind: StreamKind) -> StructType:
     )
 
 
-class DurableStreamsDataSource(RangeDataSource):
+class DurableStreamsDataSource(RangeDataSource, WritingDataSource):
     """Read and write Durable Streams with Spark, exactly-once (format ``durable-streams``).
 
     Rows: ``stream string, offset string, index bigint, value string`` for JSON streams
@@ -145,6 +149,7 @@ class DurableStreamsDataSource(RangeDataSource):
     """
 
     read_format = DURABLE_READ_FORMAT
+    write_format = DURABLE_WRITE_FORMAT
 
     @classmethod
     def name(cls) -> str:
@@ -201,21 +206,6 @@ class DurableStreamsDataSource(RangeDataSource):
 
     def _read_schema(self, options: ReadOptions) -> StructType:
         return durable_read_schema(self._kind(options))
-
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        """`df.write.format("durable-streams")`: idempotent-producer appends."""
-        from s2_spark.spark._durable_writer import batch_writer
-
-        self._check_write_options()
-        return batch_writer(self.options, schema, overwrite)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        """`df.writeStream.format("durable-streams")`: exactly-once across retries and
-        restarts (see s2_spark.spark._durable_writer)."""
-        from s2_spark.spark._durable_writer import stream_writer
-
-        self._check_write_options()
-        return stream_writer(self.options, schema, overwrite)
 
 
 document_options(DurableStreamsDataSource)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -24,6 +23,7 @@ from s2_spark.backends.s2_options import (
     parse_s2_connection,
     parse_s2_selection,
 )
+from s2_spark.spark import _s2_writer
 from s2_spark.spark._s2_writer_options import S2_WRITE_OPTIONS
 from s2_spark.spark.datasource import RangeDataSource, document_options
 from s2_spark.spark.options import (
@@ -32,8 +32,9 @@ from s2_spark.spark.options import (
     ReadFormat,
     ReadOptions,
 )
+from s2_spark.spark.writer import WritingDataSource
 
-__all__ = ["S2_OPTIONS", "S2_READ_FORMAT", "S2DataSource", "read_schema"]
+__all__ = ["S2_OPTIONS", "S2_READ_FORMAT", "S2_WRITE_FORMAT", "S2DataSource", "read_schema"]
 
 _NOT_WRITTEN = (
     "options streams/streamPrefix select streams to read; to write, set option stream "
@@ -76,8 +77,10 @@ S2_READ_FORMAT = ReadFormat(
     options=S2_OPTIONS,
 )
 
+S2_WRITE_FORMAT = _s2_writer.write_format(S2_OPTIONS)
 
-class S2DataSource(RangeDataSource):
+
+class S2DataSource(RangeDataSource, WritingDataSource):
     """Read and write S2 streams with Spark, exactly-once (format name ``s2``).
 
     Rows: ``stream string, seq_num bigint, timestamp timestamp,
@@ -103,6 +106,7 @@ class S2DataSource(RangeDataSource):
     """
 
     read_format = S2_READ_FORMAT
+    write_format = S2_WRITE_FORMAT
 
     @classmethod
     def name(cls) -> str:
@@ -115,20 +119,6 @@ class S2DataSource(RangeDataSource):
 
     def _read_schema(self, options: ReadOptions) -> StructType:
         return read_schema(options.include_headers)
-
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        """`df.write.format("s2")`: exactly-once appends (see s2_spark.spark._s2_writer)."""
-        from s2_spark.spark._s2_writer import batch_writer
-
-        self._check_write_options()
-        return batch_writer(self.options, schema, overwrite)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        """`df.writeStream.format("s2")`: exactly-once across retries and restarts."""
-        from s2_spark.spark._s2_writer import stream_writer
-
-        self._check_write_options()
-        return stream_writer(self.options, schema, overwrite)
 
 
 document_options(S2DataSource)
