@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from _child import kill_at_marker
+from test_durable_sink import data, messages
 
 from s2_spark.durable import DurableStreamsClient
 from s2_spark.spark._compat import HAS_STREAM_ARROW_WRITER
@@ -59,14 +60,10 @@ class Env:
         }
 
     def messages(self, path: str) -> list[str]:
-        """Every message of a JSON stream, as its JSON text, in order."""
-        out: list[str] = []
-        for chunk in self.client.stream(path).read("-1"):
-            out += chunk.batch().column("value").to_pylist()
-        return out
+        return messages(self.client, path)
 
     def data(self, path: str) -> bytes:
-        return b"".join(chunk.data for chunk in self.client.stream(path).read("-1"))
+        return data(self.client, path)
 
     def checkpoint(self) -> str:
         return str(self.tmp / f"ckpt-{uuid.uuid4().hex[:8]}")
@@ -307,51 +304,6 @@ def test_bad_rows_fail_the_task_naming_the_row(env: Env) -> None:
     rdf = env.spark.createDataFrame([("1", missing)], "value string, stream string")
     text = error_text(lambda: save(rdf, env.options()))
     assert f"stream '{missing}' does not exist: create it first, or set option createS" in text
-    assert env.messages(out) == []
-
-
-def test_bad_rows_in_the_sink(env: Env) -> None:
-    """The same checks without Spark (the task code below the Spark layer), one per row."""
-    import pyarrow as pa
-
-    from s2_spark.backends.durable_sink import (
-        PartitionWriter,
-        Payload,
-        ProducerIdentity,
-        SinkSettings,
-    )
-    from s2_spark.errors import S2SparkError, StreamBadRequestError
-
-    out = env.new_stream("sink-rows")
-    me = ProducerIdentity.job("sinktest", 0, 0)
-
-    def write(values: list[str | None], routes: list[str] | None = None,
-              column: str = "stream") -> None:
-        with DurableStreamsClient(base_url=env.url) as client:
-            w = PartitionWriter(client, me, SinkSettings(), Payload("value", True),
-                                route_column=column)
-            w.add(pa.array(values, pa.string()), pa.array(routes or [out] * len(values)))
-            w.close()
-
-    for value in ("   ", '{"a":[1}', "[1]]"):
-        with pytest.raises(S2SparkError) as info:
-            write(['{"ok":1}', value])
-        assert str(info.value).startswith(
-            f"row 1 of this task's rows for stream '{out}' is not one JSON value ({value!r})")
-    # What the structure check lets through, the server's JSON parser rejects.
-    with pytest.raises(StreamBadRequestError) as bad:
-        write(["1", "{a:1}"])
-    assert "Invalid JSON" in str(bad.value)
-    assert bad.value.__notes__ == [
-        f"while appending to stream '{out}' (a batch job, partition 0, attempt 0, producer "
-        "'spark-job-sinktest-p0')"
-    ]
-    with pytest.raises(S2SparkError, match="row 1 of this task has a null value"):
-        write(["1", None])
-    with pytest.raises(S2SparkError, match="row 0 of this task has a null url column"):
-        write(["1"], [None], "url")  # type: ignore[list-item]
-    with pytest.raises(S2SparkError, match="column url holds 'w/x', which is not an absolute"):
-        write(["1"], ["w/x"], "url")
     assert env.messages(out) == []
 
 
