@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
 
 
 def fill(url: str, basin: str, stream: str, n: int, size: int,

@@ -15,7 +15,7 @@ import uuid
 import pyarrow as pa
 from _peers import random_bodies, sdk_producer  # benchmarks/ is on sys.path
 
-from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.testing import ServerProcess
 from s2_spark.wire.appends import encode_append_batches
 
@@ -43,7 +43,7 @@ def main() -> None:
             print(f"s2_spark append_many (S2S sessions): {n / ours:,.0f} records/s ({ours:.2f}s)")
 
             unary_n = min(n, 200_000)
-            from s2_spark.client._encode import encode_append_records
+            from s2_spark.s2._encode import encode_append_records
 
             t0 = time.perf_counter()
             s = b.stream("unary")

@@ -43,7 +43,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from spark_read import cpu_seconds, run
 
-from s2_spark.backends.durable import read_schema_for
+from s2_spark.backends.durable.backend import read_schema_for
 from s2_spark.durable import DurableStreamsClient
 from s2_spark.spark.durable_source import durable_read_schema
 

@@ -47,8 +47,8 @@ from _durable import DurableServer  # benchmarks/ is on sys.path
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from s2_spark.client import AppendRecord, S2Client, S2Config
 from s2_spark.durable import DurableStreamsClient
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.spark import DurableStreamsDataSource, S2DataSource, read_schema
 from s2_spark.testing import ServerProcess
 

@@ -68,11 +68,11 @@ from latency import Producer, report
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
-from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.testing import DelayProxy, ServerProcess
 
 try:  # an idle stream's long-poll lasts this long: a window as long sees each re-armed once
-    from s2_spark.client._watch import WATCH_WAIT
+    from s2_spark.s2._watch import WATCH_WAIT
 except ImportError:  # no tail watch: requests come at least every few seconds
     WATCH_WAIT = 0
 

@@ -17,7 +17,7 @@ import uuid
 import httpx
 import pyarrow as pa
 
-from s2_spark.client import S2Client, S2Config
+from s2_spark.s2 import S2Client, S2Config
 from s2_spark.testing import ServerProcess
 from s2_spark.wire.appends import encode_append_batches
 

@@ -32,8 +32,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from s2_spark._proto import s2_pb2
-from s2_spark.client import AppendRecord, S2Client, S2Config
-from s2_spark.client._encode import encode_append_records
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
+from s2_spark.s2._encode import encode_append_records
 from s2_spark.testing import ServerProcess
 from s2_spark.wire.records import decode_read_batch
 

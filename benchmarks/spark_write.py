@@ -30,7 +30,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from s2_spark.client import S2Client, S2Config
+from s2_spark.s2 import S2Client, S2Config
 from s2_spark.testing import ServerProcess
 
 RECORD = 100

@@ -39,7 +39,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from s2_spark import LagListener, QueryLag
-from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.testing import LocalS2Server
 
 BACKLOG = {"events-a": 250, "events-b": 50}

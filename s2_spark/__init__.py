@@ -1,7 +1,11 @@
-"""s2-spark: Spark Structured Streaming for S2 and Durable Streams.
+"""s2-spark: Spark Structured Streaming for S2 and Durable Streams, exactly-once.
 
-The Spark data source is `s2_spark.spark.S2DataSource` (format name "s2"); importing this
-package does not import pyspark, so the wire codecs and protocol clients work without it.
+Two formats, one per service: `format("s2")` (`s2_spark.spark.S2DataSource`) and
+`format("durable-streams")` (`s2_spark.spark.DurableStreamsDataSource`), installed with
+the package. Their protocol clients work without Spark: `s2_spark.s2` (S2 and s2-lite)
+and `s2_spark.durable` (Durable Streams); `s2_spark.testing` is a local S2 server.
+Importing this package does not import pyspark. Errors of both services share one
+vocabulary (`s2_spark.errors`), exported here.
 `lag_of` reads a streaming progress without pyspark; `LagListener`, a Spark listener, is
 imported (and pyspark with it) only when first used.
 """

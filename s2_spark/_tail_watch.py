@@ -15,7 +15,7 @@ watched yet is not quiet: the caller looks it up itself and then watches it agai
 where it planned.
 
 This module holds no protocol: a subclass says how to long-poll one stream at one
-position and what the answer means (an `Answer`); see `s2_spark.client._watch` (S2) and
+position and what the answer means (an `Answer`); see `s2_spark.s2._watch` (S2) and
 `s2_spark.durable._watch` (Durable Streams). No pyspark here either.
 """
 

@@ -56,7 +56,7 @@ def unique() -> Callable[[str], str]:
 def basin(s2_server: Any, unique: Callable[[str], str]) -> Iterator[Any]:
     """A new, empty basin on the shared local S2 server (its BasinClient); modules that
     need another kind of basin define their own `basin`."""
-    from s2_spark.client import S2Client, S2Config
+    from s2_spark.s2 import S2Client, S2Config
 
     with S2Client(S2Config(endpoint=s2_server.url)) as client:
         name = unique("basin")

@@ -256,8 +256,8 @@ def test_metered_size() -> None:
 
 def test_client_records_encode_like_the_per_record_encoder() -> None:
     """The client's Arrow route gives the same bytes, u64 timestamps above 2**63 included."""
-    from s2_spark.client import AppendRecord
-    from s2_spark.client._encode import encode_append_records
+    from s2_spark.s2 import AppendRecord
+    from s2_spark.s2._encode import encode_append_records
 
     records = [
         AppendRecord(b"a", headers=[(b"k", b"v")], timestamp=(1 << 64) - 1),

@@ -33,7 +33,7 @@ T0 = 1_700_000_000_000
 
 
 def _fill_s2(url: str, start: int, count: int, *, create: bool) -> None:
-    from s2_spark.client import AppendRecord, S2Client, S2Config
+    from s2_spark.s2 import AppendRecord, S2Client, S2Config
 
     with S2Client(S2Config(endpoint=url)) as client:
         if create:

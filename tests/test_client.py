@@ -10,14 +10,6 @@ from typing import Any
 
 import pytest
 
-from s2_spark.client import (
-    AppendRecord,
-    RetryPolicy,
-    S2Client,
-    S2Config,
-    StreamClient,
-    StreamConfig,
-)
 from s2_spark.errors import (
     AlreadyExistsError,
     BadRequestError,
@@ -28,6 +20,14 @@ from s2_spark.errors import (
     RecordTooLargeError,
     SeqNumMismatchError,
     UnavailableError,
+)
+from s2_spark.s2 import (
+    AppendRecord,
+    RetryPolicy,
+    S2Client,
+    S2Config,
+    StreamClient,
+    StreamConfig,
 )
 
 TOKEN = "tok-SECRET-abcdef987654"
@@ -325,3 +325,17 @@ def test_compression_auto_resolution() -> None:
     )
     with pytest.raises(ValueError, match="compression"):
         S2Config(compression="lz4")  # type: ignore[arg-type]
+
+
+def test_the_old_import_path_warns_and_still_works() -> None:
+    """`s2_spark.client` was the S2 client's name before it was named for its service."""
+    import importlib
+    import sys
+
+    import s2_spark.s2
+
+    sys.modules.pop("s2_spark.client", None)
+    with pytest.warns(DeprecationWarning, match="import s2_spark.s2 instead"):
+        old = importlib.import_module("s2_spark.client")
+    assert old.S2Client is s2_spark.s2.S2Client
+    assert sorted(old.__all__) == sorted(s2_spark.s2.__all__)

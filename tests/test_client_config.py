@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from s2_spark.client import (
+from s2_spark.errors import BadRequestError
+from s2_spark.s2 import (
     AppendRecord,
     ReadLimits,
     RetryPolicy,
@@ -12,7 +13,6 @@ from s2_spark.client import (
     S2Config,
     StreamConfig,
 )
-from s2_spark.errors import BadRequestError
 
 TOKEN = "tok-SECRET-0123456789"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from s2_spark.client import AppendRecord, RetryPolicy, S2Client, S2Config
 from s2_spark.errors import UnavailableError
+from s2_spark.s2 import AppendRecord, RetryPolicy, S2Client, S2Config
 from s2_spark.testing import ServerProcess
 
 PATIENT = RetryPolicy(max_attempts=30, initial_backoff=0.05, max_backoff=0.5)

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from s2_spark.client import AppendRecord, RetryPolicy, S2Client, S2Config, SmallRead
 from s2_spark.errors import NotFoundError, Position, ReadPastTailError
+from s2_spark.s2 import AppendRecord, RetryPolicy, S2Client, S2Config, SmallRead
 from s2_spark.testing import TcpProxy
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from s2_spark.client import AppendRecord, RetryPolicy, S2Client, S2Config, StreamClient
 from s2_spark.errors import ReadPastTailError, UnavailableError
+from s2_spark.s2 import AppendRecord, RetryPolicy, S2Client, S2Config, StreamClient
 
 TOKEN = "tok-SECRET-session-42"
 

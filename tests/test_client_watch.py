@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from s2_spark.client import AppendRecord, BasinClient, S2Client, S2Config
-from s2_spark.client._watch import TailWatch
+from s2_spark.s2 import AppendRecord, BasinClient, S2Client, S2Config
+from s2_spark.s2._watch import TailWatch
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from _deploy import SPARK_HOME, StandaloneCluster, wait_until
 
-from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
 
 pytestmark = pytest.mark.cluster
 

@@ -18,7 +18,7 @@ import pytest
 from _deploy import ConnectServer
 from _versions import needs_admission_control
 
-from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
 
 pytestmark = pytest.mark.connect
 

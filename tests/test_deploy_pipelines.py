@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from _deploy import SPARK_HOME, spark_env
 
-from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
 
 pytestmark = [
     pytest.mark.connect,  # spark-pipelines runs its own Spark Connect server

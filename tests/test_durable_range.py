@@ -20,10 +20,10 @@ import pyarrow as pa
 import pytest
 from durable_testbed import DurableServer
 
-from s2_spark.backends._durable_range import units_between
 from s2_spark.backends.base import ReadSettings
-from s2_spark.backends.durable import DurableBackend
-from s2_spark.backends.durable_options import DurableSettings
+from s2_spark.backends.durable._range import units_between
+from s2_spark.backends.durable.backend import DurableBackend
+from s2_spark.backends.durable.options import DurableSettings
 from s2_spark.durable import DurableStreamsClient
 from s2_spark.errors import MalformedResponseError
 

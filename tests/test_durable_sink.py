@@ -1,4 +1,4 @@
-"""The exactly-once Durable Streams sink (s2_spark.backends.durable_sink), without Spark.
+"""The exactly-once Durable Streams sink (s2_spark.backends.durable.sink), without Spark.
 
 Real appends against the Durable Streams reference server: requests cut from the rows,
 JSON and byte streams, a retried attempt answered as duplicates, a zombie of an older
@@ -17,15 +17,15 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from s2_spark.backends.durable_options import DurableSettings
-from s2_spark.backends.durable_sink import (
+from s2_spark.backends.durable.options import DurableSettings
+from s2_spark.backends.durable.sink import (
     DurableInputLayout,
     DurableSinkPlan,
     PartitionWriter,
     check_target,
     producer_identity,
 )
-from s2_spark.backends.durable_stream_sink import (
+from s2_spark.backends.durable.stream_sink import (
     Payload,
     ProducerIdentity,
     SinkSettings,
@@ -269,7 +269,7 @@ def test_targets_checked_before_writing(env: Env) -> None:
 
 
 def _settings(env: Env) -> Any:
-    from s2_spark.backends.durable_options import DurableSettings
+    from s2_spark.backends.durable.options import DurableSettings
 
     return DurableSettings(base_url=env.url)
 
@@ -296,7 +296,7 @@ def test_bad_rows_in_the_sink(env: Env) -> None:
     """The same checks without Spark (the task code below the Spark layer), one per row."""
     import pyarrow as pa
 
-    from s2_spark.backends.durable_sink import (
+    from s2_spark.backends.durable.sink import (
         PartitionWriter,
         Payload,
         ProducerIdentity,

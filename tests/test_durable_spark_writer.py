@@ -434,7 +434,7 @@ def test_row_fallback_matches_arrow_input() -> None:
     """Spark 4.0 has no Arrow stream writer: rows are turned into the same Arrow columns."""
     from pyspark.sql import Row
 
-    from s2_spark.backends.durable_sink import Payload
+    from s2_spark.backends.durable.sink import Payload
     from s2_spark.spark._durable_writer import rows_to_batches
     from s2_spark.spark._durable_writer_options import DurableInputLayout
 

@@ -15,7 +15,6 @@ import pytest
 import s2_spark
 from s2_spark import errors
 from s2_spark._http import Response
-from s2_spark.client._errors import error_from_status
 from s2_spark.durable._errors import error_from_response
 from s2_spark.errors import (
     AlreadyExistsError,
@@ -51,6 +50,7 @@ from s2_spark.errors import (
     UnauthorizedError,
     UnavailableError,
 )
+from s2_spark.s2._errors import error_from_status
 
 NEUTRAL = (BadRequestError, UnauthorizedError, NotFoundError, ConflictError, FencedError,
            DataLossError, RateLimitedError, UnavailableError)

@@ -245,7 +245,7 @@ def test_s2_lag_per_trigger_with_a_backlog(
     spark: Any, s2_server: Any, basin: Any, listener: Any,
     caplog: pytest.LogCaptureFixture, tmp_path: Path,
 ) -> None:
-    from s2_spark.client import AppendRecord
+    from s2_spark.s2 import AppendRecord
 
     for name, count in (("a", 25), ("b", 5)):
         basin.create_stream(name)
@@ -337,7 +337,7 @@ def test_lag_without_a_limit_on_this_pyspark(
     spark: Any, s2_server: Any, basin: Any, tmp_path: Path,
 ) -> None:
     """4.2+: caught up is 0. 4.0/4.1 report no latestOffset for Python sources: unknown."""
-    from s2_spark.client import AppendRecord
+    from s2_spark.s2 import AppendRecord
     from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
 
     basin.create_stream("only")

@@ -718,7 +718,7 @@ def test_unimplemented_and_unknown_routes(s2_server: Any) -> None:
 
 @pytest.mark.parametrize("server_type", [LocalS2Server, ServerProcess])
 def test_request_counts_per_kind(server_type: Any) -> None:
-    from s2_spark.client import AppendRecord, S2Client, S2Config
+    from s2_spark.s2 import AppendRecord, S2Client, S2Config
 
     with server_type() as server, S2Client(S2Config(endpoint=server.url)) as client:
         assert server.request_counts() == {}

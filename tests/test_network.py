@@ -18,10 +18,10 @@ import pytest
 from conftest import Certs
 from http_proxy import HttpProxy
 
-from s2_spark.client import AppendRecord, RetryPolicy, S2Client, S2Config, TlsConfig
 from s2_spark.durable import DurableConfig, DurableStreamsClient, IdempotentProducer
 from s2_spark.errors import ServiceError, TlsError, UnavailableError
 from s2_spark.retry import RetryLoop
+from s2_spark.s2 import AppendRecord, RetryPolicy, S2Client, S2Config, TlsConfig
 from s2_spark.testing import LocalS2Server, ServerTls, TcpProxy
 from s2_spark.wire.records import decode_read_batch, read_batch_prefix
 

@@ -118,7 +118,7 @@ def test_docs_tables_come_from_the_declaration() -> None:
 
 @pytest.mark.spark
 def test_misspelled_options_fail_at_load_save_and_start(s2_server: Any, spark: Any) -> None:
-    from s2_spark.client import S2Client, S2Config
+    from s2_spark.s2 import S2Client, S2Config
     from s2_spark.spark import S2DataSource
 
     spark.dataSource.register(S2DataSource)

@@ -20,8 +20,8 @@ import pytest
 from _versions import limit
 from conftest import Certs
 
-from s2_spark.client import AppendRecord, S2Client, S2Config, TlsConfig
 from s2_spark.durable import DurableStreamsClient, IdempotentProducer
+from s2_spark.s2 import AppendRecord, S2Client, S2Config, TlsConfig
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
 from s2_spark.testing import LocalS2Server, ServerTls, TcpProxy
 

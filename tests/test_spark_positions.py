@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from _versions import progress_offsets
 
-from s2_spark.backends.s2 import S2Backend
-from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.backends.s2.backend import S2Backend
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.spark._planner import Planner
 from s2_spark.spark.datasource import stream_reader
 from s2_spark.spark.options import parse_read_options

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.spark import S2DataSource
 from s2_spark.spark._compat import HAS_FILTER_PUSHDOWN, SPARK_VERSION
 from s2_spark.spark.planning import PackedPartition, RangePartition

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from _versions import limit, needs_admission_control, progress_offsets
 
-from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.spark import S2DataSource
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
 from s2_spark.spark.stream_reader import RangeStreamReader

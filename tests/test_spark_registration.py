@@ -12,8 +12,8 @@ import sys
 import textwrap
 from typing import Any
 
-from s2_spark.client import AppendRecord, S2Client, S2Config
 from s2_spark.durable import DurableStreamsClient
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
 
 SCRIPT = textwrap.dedent(
     """

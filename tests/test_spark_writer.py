@@ -25,7 +25,7 @@ import pytest
 from _child import kill_at_marker
 from _versions import limit, needs_admission_control
 
-from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
 
 pytestmark = pytest.mark.spark
 
@@ -449,7 +449,7 @@ def test_row_fallback_matches_arrow_input() -> None:
     """Spark 4.0 has no Arrow stream writer: rows are turned into the same Arrow columns."""
     from pyspark.sql import Row
 
-    from s2_spark.backends.s2_sink import SinkSettings
+    from s2_spark.backends.s2.sink import SinkSettings
     from s2_spark.spark._s2_writer import rows_to_batches
     from s2_spark.spark._s2_writer_options import InputLayout
 

@@ -1,4 +1,4 @@
-"""One writer routing rows to many S2 streams (s2_spark.backends.s2_sink), without Spark.
+"""One writer routing rows to many S2 streams (s2_spark.backends.s2.sink), without Spark.
 
 Rows are grouped by stream in one pass, streams are written several at once within a
 writer (a bounded number of appends in flight in total), and each stream's last append
@@ -19,9 +19,9 @@ import pytest
 from test_spark_writer_sink import bodies, data_rows, wid
 
 from s2_spark.backends._sink_rows import drop_command_rows, group_by_stream
-from s2_spark.backends.s2_sink import LeaseToken, PartitionWriter, SinkSettings, StreamSink
-from s2_spark.client import S2Client, S2Config
+from s2_spark.backends.s2.sink import LeaseToken, PartitionWriter, SinkSettings, StreamSink
 from s2_spark.errors import FencingTokenMismatchError, S2SparkError, WriterFencedError
+from s2_spark.s2 import S2Client, S2Config
 from s2_spark.testing import TcpProxy
 from s2_spark.wire.records import HEADER_TYPE
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from test_spark_writer_sink import bodies, data_rows, wid
 
-from s2_spark.backends.s2_sink import SinkSettings, StreamSink
-from s2_spark.client import AppendRecord, S2Client, S2Config
+from s2_spark.backends.s2.sink import SinkSettings, StreamSink
 from s2_spark.errors import FencingTokenMismatchError, WriterFencedError
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.wire.appends import encode_records
 
 DEADLINE = 30.0

@@ -1,4 +1,4 @@
-"""The exactly-once S2 sink protocol (s2_spark.backends.s2_sink), without Spark.
+"""The exactly-once S2 sink protocol (s2_spark.backends.s2.sink), without Spark.
 
 Real appends against the local server: resume after a partial write, restarts (newer
 generation), zombies of older attempts, partitions taking turns, the lease token format.
@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from s2_spark.backends.s2_sink import (
+from s2_spark.backends.s2.sink import (
     DATA_MAX_BYTES,
     ForeignFenceError,
     LeaseToken,

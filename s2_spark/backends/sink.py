@@ -4,7 +4,7 @@ The Spark layer writes every format the same way (`s2_spark.spark.writer`): on t
 driver a format checks its options, input columns and target and hands over a
 `SinkPlan`; each task then opens a `PartitionSink` from the plan for its `TaskAttempt`,
 adds its rows as Arrow batches, and closes it, which returns one `StreamWriteResult` per
-stream written. Each service's sink module fits these (`s2_sink`, `durable_sink`) and
+stream written. Each service's sink module fits these (`s2.sink`, `durable.sink`) and
 keeps what differs: how exactly-once is made (S2: fencing-token leases; Durable
 Streams: idempotent producers), its tuning (`SinkSettings`), and its own result fields.
 """

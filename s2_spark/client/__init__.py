@@ -1,66 +1,14 @@
-"""Synchronous S2 client on httpx: control plane, unary reads/appends, S2S read sessions.
+"""Deprecated: the S2 client is `s2_spark.s2` (named for its service, like
+`s2_spark.durable`). This path re-exports it for one release."""
 
-No pyspark here: this is the engine under the Spark connector and usable on its own.
+import warnings
 
-Retries follow `S2Config.retry`: exponential backoff with jitter until `retry.timeout`
-seconds (120 by default) pass without progress. Reads and control-plane calls retry every
-retryable failure (408, 429, 5xx, network, timeouts). A unary read cut short in transit
-returns the records that arrived whole; read sessions resume after the last delivered
-record with count/bytes reduced, so every record is delivered exactly once; silence
-longer than `session_idle_timeout` counts as a failure. A pooled connection found dead
-(closed by a server or proxy while idle) is retried at once on another. Appends retry
-only when a retry cannot duplicate: the request provably never arrived whole (connect
-errors, a body cut before its end, 429, 502 hot_server, 503 unavailable), `match_seq_num`
-makes a repeat fail with 412 (then a read-back tells whether the lost attempt landed), or
-the append is a fence or trim command. Otherwise an unknown outcome is raised as
-S2UnavailableError. Proxies (`HTTPS_PROXY`, `NO_PROXY`) and CA bundles (`SSL_CERT_FILE`)
-come from the environment; `S2Config.tls` adds a private CA or a client certificate.
-`append_many` uses S2S append sessions (half-duplex over httpx: all inputs, then all
-acks), about 1.5x faster than one unary request per batch against the local server.
-`BasinClient.check_tails` and `read_many` send the requests of many streams together.
+from s2_spark.s2 import *  # noqa: F403
+from s2_spark.s2 import __all__ as __all__
 
-    with S2Client(S2Config(endpoint="http://127.0.0.1:8080")) as client:
-        stream = client.basin("my-basin").stream("events")
-        stream.append([AppendRecord(b"hello")])
-        for batch in stream.read_session(seq_num=0, count=1):
-            print(batch.batch.to_pylist())
-"""
-
-from s2_spark.errors import Position
-
-from ._client import BasinClient, S2Client
-from ._config import RetryPolicy, S2Config, TlsConfig
-from ._many import SingleAppend, SmallRead
-from ._read_session import ReadSession
-from ._stream import StreamClient
-from ._types import (
-    MAX_BATCH_BYTES,
-    MAX_BATCH_RECORDS,
-    AppendAck,
-    AppendRecord,
-    BasinInfo,
-    ReadLimits,
-    StreamConfig,
-    StreamInfo,
+warnings.warn(
+    "s2_spark.client is deprecated and will be removed in the next release: import "
+    "s2_spark.s2 instead",
+    DeprecationWarning,
+    stacklevel=2,
 )
-
-__all__ = [
-    "MAX_BATCH_BYTES",
-    "MAX_BATCH_RECORDS",
-    "AppendAck",
-    "AppendRecord",
-    "BasinClient",
-    "BasinInfo",
-    "Position",
-    "ReadLimits",
-    "ReadSession",
-    "RetryPolicy",
-    "S2Client",
-    "S2Config",
-    "SingleAppend",
-    "SmallRead",
-    "StreamClient",
-    "StreamConfig",
-    "StreamInfo",
-    "TlsConfig",
-]

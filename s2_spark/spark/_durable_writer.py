@@ -3,7 +3,7 @@ options and fixed target, checked on the driver, and Spark Rows as the Arrow col
 sink takes.
 
 `write_format` makes `DURABLE_WRITE_FORMAT` (in `spark.durable_source`) of these. Each task appends
-its partition through `s2_spark.backends.durable_sink`, which makes the appends
+its partition through `s2_spark.backends.durable.sink`, which makes the appends
 exactly-once with the server's idempotent producers.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 import pyarrow as pa
 
 from s2_spark._option_spec import OptionSet
-from s2_spark.backends.durable_sink import DurableInputLayout, DurableSinkPlan, check_target
-from s2_spark.backends.durable_stream_sink import StreamTarget, TargetError
+from s2_spark.backends.durable.sink import DurableInputLayout, DurableSinkPlan, check_target
+from s2_spark.backends.durable.stream_sink import StreamTarget, TargetError
 from s2_spark.errors import OptionError
 from s2_spark.spark._durable_writer_options import (
     DurableWriteOptions,

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from s2_spark._option_spec import Option
-from s2_spark.backends.durable_options import (
+from s2_spark.backends.durable.options import (
     DurableSettings,
     check_stream_urls,
     parse_durable_connection,
 )
-from s2_spark.backends.durable_sink import DurableInputLayout
-from s2_spark.backends.durable_stream_sink import DEFAULT_CONTENT_TYPE, Payload, SinkSettings
+from s2_spark.backends.durable.sink import DurableInputLayout
+from s2_spark.backends.durable.stream_sink import DEFAULT_CONTENT_TYPE, Payload, SinkSettings
 from s2_spark.errors import OptionError
 from s2_spark.spark._write_common import TEST_FAULT, column_type_error, input_columns
 

@@ -25,9 +25,8 @@ from pyspark.sql.types import (
 )
 
 from s2_spark._option_spec import Option
-from s2_spark.backends.s2 import S2Settings
-from s2_spark.backends.s2_options import parse_s2_connection
-from s2_spark.backends.s2_sink import (
+from s2_spark.backends.s2.options import S2Settings, parse_s2_connection
+from s2_spark.backends.s2.sink import (
     DATA_MAX_RECORDS,
     DEFAULT_APPENDS_IN_FLIGHT,
     MAX_INPUTS_PER_SESSION,

@@ -8,8 +8,8 @@ from pyspark.sql.types import BinaryType, LongType, StringType, StructField, Str
 
 from s2_spark._option_spec import Option, OptionSet
 from s2_spark.backends.base import StreamBackend
-from s2_spark.backends.durable import DurableBackend, StreamKind, check_offset_position
-from s2_spark.backends.durable_options import (
+from s2_spark.backends.durable.backend import DurableBackend, StreamKind, check_offset_position
+from s2_spark.backends.durable.options import (
     DURABLE_CONNECTION_OPTIONS,
     DURABLE_SELECTION_OPTIONS,
     parse_durable_connection,
@@ -141,7 +141,7 @@ class DurableStreamsDataSource(RangeDataSource, WritingDataSource):
     so read rows can be written back as they are.
 
     Writes are exactly-once across task retries and query restarts through the server's
-    idempotent producers (see ``s2_spark.backends.durable_sink`` and
+    idempotent producers (see ``s2_spark.backends.durable.sink`` and
     docs/durable-streams.md): producer
     ``spark-<query id>-p<partition>`` at epoch = micro-batch id, seq = request index, so
     a replay is answered as duplicates and a zombie of an older micro-batch is fenced out

@@ -16,8 +16,8 @@ from pyspark.sql.types import (
 
 from s2_spark._option_spec import OptionSet
 from s2_spark.backends.base import StreamBackend
-from s2_spark.backends.s2 import seq_num_position
-from s2_spark.backends.s2_options import (
+from s2_spark.backends.s2.backend import seq_num_position
+from s2_spark.backends.s2.options import (
     S2_CONNECTION_OPTIONS,
     S2_SELECTION_OPTIONS,
     parse_s2_connection,
@@ -113,7 +113,7 @@ class S2DataSource(RangeDataSource, WritingDataSource):
         return "s2"
 
     def _backend(self, options: ReadOptions) -> StreamBackend[Any]:
-        from s2_spark.backends.s2 import S2Backend
+        from s2_spark.backends.s2.backend import S2Backend
 
         return S2Backend(options.connection)
 

@@ -14,7 +14,7 @@ with or without Spark handing it the start (PySpark < 4.2 does not).
 
 An unpaced micro-batch ends at each stream's tail from HEAD (`Stream-Next-Offset`), one
 request per stream and no data read on the driver. The executor reads the range once and
-cuts exactly at that boundary (`_durable_range`). A paced micro-batch counts, on the
+cuts exactly at that boundary (`_range`). A paced micro-batch counts, on the
 driver, only up to its limit (`measure`), and may end inside an answer as `(offset, skip)`.
 
 Reads take responses piece by piece (`DurableStream.read_pieces`): the reference server
@@ -36,9 +36,9 @@ import pyarrow as pa
 
 from s2_spark.backends._batches import read_ahead
 from s2_spark.backends._clients import SharedClients
-from s2_spark.backends._durable_range import EndedEarly, offset_key, range_units
 from s2_spark.backends.base import DataLossHandler, ReadSettings, StreamBackend
-from s2_spark.backends.durable_options import DurableSettings
+from s2_spark.backends.durable._range import EndedEarly, offset_key, range_units
+from s2_spark.backends.durable.options import DurableSettings
 from s2_spark.errors import (
     MalformedResponseError,
     NotFoundError,

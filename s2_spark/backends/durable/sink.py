@@ -22,7 +22,7 @@ What this needs: the same rows in the same order per partition on every replay, 
 batching options across a restart, and producer state kept by the server for as long as
 a micro-batch can be replayed (the reference server keeps it for 7 days).
 
-`durable_stream_sink.StreamSink` writes one stream (request cutting, JSON checks, the
+`stream_sink.StreamSink` writes one stream (request cutting, JSON checks, the
 producer; its names are importable from here too); `PartitionWriter` here routes one
 attempt's rows to those sinks, and
 `DurableSinkPlan` / `DurablePartitionSink` fit it to the shared write path
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from s2_spark.backends.durable_stream_sink import (
+from s2_spark.backends.durable.stream_sink import (
     DEFAULT_CONTENT_TYPE,
     Payload,
     ProducerIdentity,
@@ -53,7 +53,7 @@ from s2_spark.backends.sink import AfterAppend, SinksByStream, TaskAttempt
 from s2_spark.errors import S2SparkError, StreamConflictError, StreamNotFoundError
 
 if TYPE_CHECKING:
-    from s2_spark.backends.durable_options import DurableSettings
+    from s2_spark.backends.durable.options import DurableSettings
     from s2_spark.backends.sink import StreamWriteResult as AnyStreamWriteResult
     from s2_spark.durable import DurableStreamsClient
 

@@ -37,7 +37,7 @@ from ._errors import error_from_body, error_from_transport
 
 __all__ = ["BasinRoute", "Headers", "Transport", "query", "side_effect_free"]
 
-log = logging.getLogger("s2_spark.client")
+log = logging.getLogger("s2_spark.s2")
 
 # When a failed attempt may have taken effect: "always" (reads, idempotent writes),
 # "unsent" (only when the request provably never reached the server), "never".

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ReadSession"]
 
-log = logging.getLogger("s2_spark.client")
+log = logging.getLogger("s2_spark.s2")
 
 _ADVISED_RECONNECT_EVERY = 60.0
 

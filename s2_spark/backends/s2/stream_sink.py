@@ -1,7 +1,8 @@
 """One writer's rows for one S2 stream, appended exactly once (no pyspark).
 
 S2 has no server-side dedup, so the sink builds it from the two append conditions S2
-has: the stream's fencing token and `match_seq_num` (the lease protocol: `s2_lease`).
+has: the stream's fencing token and `match_seq_num` (the lease protocol: `lease`; taking
+and releasing it: `_stream_lease`).
 
 * A writer is one attempt at writing one input partition of one logical batch
   (`WriterId`); its rows for a stream must come in the same order on every replay.
@@ -13,7 +14,7 @@ has: the stream's fencing token and `match_seq_num` (the lease protocol: `s2_lea
   writer expects (a guess, until the service has shown it: the token this process last
   saw on the stream, or none for a stream it never met), its fence sets the lease. If the
   token was another, nothing landed: the writer decides again from the token the answer
-  names (take, wait, or stop as stale; `s2_lease.decide`) and sends again. So a small
+  names (take, wait, or stop as stale; `lease.decide`) and sends again. So a small
   stream costs one append when the guess is right, two when it is not.
 * Appends are pipelined: up to `max_inflight_appends` go out in one S2S session, each
   conditioned on the token the one before sets, so if one fails every later one fails
@@ -31,37 +32,40 @@ import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from s2_spark.backends.s2_lease import (
-    MAX_TOKEN_BYTES,
-    FenceRecords,
-    LeaseToken,
-    WriterId,
-    decide,
-    fence_entry,
+from s2_spark.backends.s2._stream_lease import (
+    StreamLease,
+    _TakeRefused,
+    guessed_token,
 )
-from s2_spark.client._append_session import MAX_INPUTS_PER_SESSION
+from s2_spark.backends.s2.lease import FenceRecords, LeaseToken, WriterId, decide, fence_entry
+from s2_spark.backends.s2.settings import (
+    DATA_MAX_BYTES,
+    DATA_MAX_RECORDS,
+    DEFAULT_APPENDS_IN_FLIGHT,
+    FENCE_RESERVE,
+    AppendBudget,
+    SinkSettings,
+)
 from s2_spark.errors import (
-    AlreadyExistsError,
     FencingTokenMismatchError,
     NotFoundError,
     RecordTooLargeError,
-    S2NotFoundError,
     S2SparkError,
     SeqNumMismatchError,
     ServiceError,
-    WriterFencedError,
 )
 from s2_spark.retry import RetryLoop
+from s2_spark.s2._append_session import MAX_INPUTS_PER_SESSION
 from s2_spark.wire.appends import AppendBatch, encode_append_batches
 
 if TYPE_CHECKING:
-    from s2_spark.client import AppendAck, BasinClient, StreamClient
+    from s2_spark.s2 import AppendAck, BasinClient, StreamClient
 
 __all__ = [
     "DATA_MAX_BYTES",
@@ -73,80 +77,6 @@ __all__ = [
     "StreamSink",
     "StreamWriteResult",
 ]
-
-#: Metered size of the fence record that ends every data append: 8 + 2 * 1 header
-#: + len("fence") + the token.
-FENCE_RESERVE = 8 + 2 + len("fence") + MAX_TOKEN_BYTES
-DATA_MAX_RECORDS = 999
-#: Appends a writer has sent and not yet seen acknowledged, across its streams (one
-#: stream sends at most `max_inflight_bytes` in a session).
-DEFAULT_APPENDS_IN_FLIGHT = 64
-DATA_MAX_BYTES = 1024 * 1024 - FENCE_RESERVE
-_PROBE = "w-probe"
-#: Tokens this process last saw per stream, the next writer's guess (bounded).
-_SEEN_TOKENS: dict[tuple[str, str, str], str] = {}
-_SEEN_MAX = 100_000
-
-
-class _Cancelled(S2SparkError):
-    """Another stream of the same writer failed first; this one stops (never reported)."""
-
-
-class _TakeRefused(Exception):
-    """The append that was to take the lease found another token: nothing landed."""
-
-
-class AppendBudget:
-    """Appends one writer has in flight, across all its streams, at most `limit`.
-
-    A stream takes permits for one request (a fence, or a chain of appends) and gives
-    them back when its response is read; permits are never held while waiting for
-    anything else, so holding them cannot deadlock.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = max(1, limit)
-        self._free = self.limit
-        self._cond = threading.Condition()
-
-    @contextlib.contextmanager
-    def hold(self, want: int) -> Iterator[int]:
-        """Wait for a free permit, then take up to `want`; yields how many were taken."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._free > 0)
-            taken = min(max(1, want), self._free)
-            self._free -= taken
-        try:
-            yield taken
-        finally:
-            with self._cond:
-                self._free += taken
-                self._cond.notify_all()
-
-
-@dataclass(frozen=True, slots=True)
-class SinkSettings:
-    """Tuning and behaviour of the sink.
-
-    `lease_timeout`: seconds a lease held by another partition of the same generation may
-    go without progress before it is taken over. `idle_release`: a held lease with no
-    append for this long is released between input chunks, so waiters are not starved.
-    `flush_records` / `flush_bytes`: rows buffered before they are encoded and appended.
-    `max_inflight_appends`: appends one writer has sent and not yet seen acknowledged,
-    in total across its streams (one stream's go out as one session). `max_inflight_bytes`
-    (metered): the most one stream sends in one session before reading the acks.
-    """
-
-    create_streams: bool = False
-    max_records: int = DATA_MAX_RECORDS
-    lease_timeout: float = 120.0
-    idle_release: float = 10.0
-    poll_initial: float = 0.02
-    poll_max: float = 0.05
-    flush_records: int = 8 * DATA_MAX_RECORDS
-    flush_bytes: int = 4 * 1024 * 1024
-    max_inflight_appends: int = DEFAULT_APPENDS_IN_FLIGHT
-    max_inflight_bytes: int = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +136,7 @@ class _Link:
 Columns = tuple[pa.Array, pa.Array | None, pa.Array | None]
 
 
-class StreamSink:
+class StreamSink(StreamLease):
     """One writer's rows for one stream: buffered, appended exactly once, in order.
 
     Feed rows with `add` (Arrow arrays: bodies, optional headers and timestamps), then
@@ -251,7 +181,7 @@ class StreamSink:
         self._key = (self._stream.config.basin_base_url(basin.name)[0], basin.name, name)
         self._lease: LeaseToken | None = None
         self._taking = False
-        self._last_token: str = _SEEN_TOKENS.get(self._key, "")
+        self._last_token: str = guessed_token(self._key)
         self._guessed = True
         self._tail: int | None = None
         # A single append sent for this sink elsewhere whose outcome is unknown.
@@ -539,18 +469,6 @@ class StreamSink:
         if self._after_append is not None:
             self._after_append(self)
 
-    def _saw(self, token: str) -> None:
-        """The stream's token is `token` now, as far as this sink knows."""
-        self._last_token = token
-        self._guessed = False
-        self._remember(token)
-
-    def _remember(self, token: str) -> None:
-        """Later writers of this process guess that the stream's token is `token`."""
-        if len(_SEEN_TOKENS) >= _SEEN_MAX:
-            _SEEN_TOKENS.clear()
-        _SEEN_TOKENS[self._key] = token
-
     def _settle(self, unacked: list[_Link], err: ServiceError) -> int:
         """After `err` stopped a chain: how many of `unacked` landed (recorded here).
 
@@ -598,126 +516,6 @@ class StreamSink:
             raise err
         return 0
 
-    def _fenced(self, current: str) -> WriterFencedError:
-        return WriterFencedError(
-            f"{self._what} was taken over by another writer (its fencing token is now "
-            f"{current!r}); this attempt (partition {self.writer.partition}, attempt "
-            f"{self.writer.attempt}, batch {self.writer.batch}) is stale and stops without "
-            "writing more",
-            stream=self.name,
-        )
-
-    # -- the lease ----------------------------------------------------------------------
-
-    def release(self) -> None:
-        """Mark the stream free for other partitions (keeps progress in the token)."""
-        lease, taking = self._lease, self._taking
-        self._lease, self._taking = None, False
-        if lease is None or taking:
-            return  # nothing held (a take never sent holds nothing)
-        released = dataclasses.replace(lease, held=False)
-        raw = released.encode()
-        try:
-            self._fence(raw, self._last_token)
-            self._saw(raw)
-        except FencingTokenMismatchError as exc:
-            # Everything we appended is acknowledged; whoever took over continues.
-            self._saw(exc.expected_token)
-        self._tail = None
-
-    def _fence(self, token: str, current: str) -> AppendAck:
-        """Set the token if it is `current`."""
-        entry, metered = fence_entry(token)
-        with self._budget.hold(1):
-            return self._stream.append_payload(AppendBatch(entry, 1, metered, 0),
-                                               fencing_token=current, idempotent=True)
-
-    def _check_cancel(self) -> None:
-        if self._cancel is not None and self._cancel.is_set():
-            raise _Cancelled(f"{self._what}: stopped, another stream of this task failed")
-
-    def _probe(self) -> str:
-        """The stream's current fencing token, learnt from a fence that cannot match."""
-        try:
-            self._with_stream(lambda: self._fence(_PROBE, _PROBE))
-        except FencingTokenMismatchError as exc:
-            self._remember(exc.expected_token)
-            return exc.expected_token
-        return _PROBE
-
-    def _with_stream(self, op: Callable[[], object]) -> object:
-        """Run `op`, creating the stream first if it is missing and createStreams is on."""
-        try:
-            return op()
-        except NotFoundError:
-            self._create_missing()
-            return op()
-
-    def _create_missing(self) -> None:
-        """The stream does not exist: create it (createStreams), or say so."""
-        if not self.settings.create_streams:
-            raise S2NotFoundError(
-                f"{self._what} does not exist: create it first, or set the writer "
-                "option createStreams=true", status=404, code="stream_not_found",
-            ) from None
-        with contextlib.suppress(AlreadyExistsError):
-            self._basin.create_stream(self.name)
-
-    def _acquire(self) -> None:
-        """Decide how to take the stream's lease from the token it has (a guess until the
-        service has shown it), waiting while another partition holds it. The lease is
-        taken by the next append (`_taking`)."""
-        raw, guessed = self._last_token, self._guessed
-        seen_at = time.monotonic()
-        delay = self.settings.poll_initial
-        while True:
-            self._check_cancel()
-            stolen = (not guessed) and (time.monotonic() - seen_at >= self.settings.lease_timeout)
-            d = decide(self.writer, raw, stolen=stolen, known=self._progress, what=self._what)
-            if d.kind == "stale":
-                raise WriterFencedError(
-                    f"{self._what}: this attempt (partition {self.writer.partition}, attempt "
-                    f"{self.writer.attempt}, batch {self.writer.batch}) is stale ({d.reason}) "
-                    "and stops without writing", stream=self.name,
-                )
-            if d.kind == "wait":
-                if not guessed:
-                    if self._on_wait is not None:
-                        self._on_wait(self)
-                    time.sleep(delay)
-                    delay = min(delay * 2, self.settings.poll_max)
-                new, guessed = self._probe(), False
-                if new != raw:
-                    seen_at = time.monotonic()
-                    raw = new
-                continue
-            progress, clean = d.progress, d.clean
-            if d.scan:
-                scanned = FenceRecords(self._stream, self._what).progress_of(self.writer)
-                progress, clean = max(scanned, self._progress if self._known else 0), False
-            self._lease = self.writer.lease(held=True, clean=clean and not stolen,
-                                            progress=progress)
-            self._taking, self._tail = True, None
-            self._last_token, self._guessed = raw, guessed
-            return
-
-    def _take_without_data(self) -> None:
-        """Take the lease by a fence alone (every buffered row is in the stream already):
-        the stream must show this attempt as its writer, so older ones stop."""
-        lease = self._lease
-        assert lease is not None
-        token = lease.encode()
-        try:
-            ack = self._with_stream(lambda: self._fence(token, self._last_token))
-        except FencingTokenMismatchError as exc:
-            self._lease, self._taking = None, False
-            self._saw(exc.expected_token)
-            raise _TakeRefused() from None
-        self._taking = False
-        self._saw(token)
-        self._progress, self._known = lease.progress, True
-        self._tail = ack.end.seq_num  # type: ignore[attr-defined]
-        self.last_append = time.monotonic()
 
 
 def _sliced(columns: Columns, offset: int) -> Columns:

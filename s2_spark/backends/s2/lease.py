@@ -1,7 +1,7 @@
 """The lease protocol of the S2 sink: who may write a stream, and how far they got.
 
 S2 has no server-side dedup; the sink builds exactly-once from the stream's fencing
-token (see `s2_sink_stream`). The token is a lease, `LeaseToken`: who holds the stream
+token (see `stream_sink`). The token is a lease, `LeaseToken`: who holds the stream
 (query, generation, batch, partition, attempt), whether it is held or released, and how
 many of that partition's rows for this stream are in the stream already (`progress`).
 Every data append ends with a fence record setting the next token, so data and progress
@@ -28,7 +28,7 @@ from s2_spark.errors import S2SparkError, WriterFencedError
 from s2_spark.wire.appends import encode_record
 
 if TYPE_CHECKING:
-    from s2_spark.client import StreamClient
+    from s2_spark.s2 import StreamClient
 
 __all__ = [
     "MAX_TOKEN_BYTES",

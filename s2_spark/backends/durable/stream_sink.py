@@ -4,7 +4,7 @@
 most `max_messages` messages and about `max_bytes` bytes each), and sends them through
 one `IdempotentProducer`: seq n is the n-th request, so every attempt at the same
 partition sends the same (epoch, seq) -> body pairs, and the server applies each once.
-`ProducerIdentity` says whose producer it is (see `durable_sink`, which routes a
+`ProducerIdentity` says whose producer it is (see `sink`, which routes a
 partition's rows to these sinks, for the whole scheme).
 
 A JSON stream (``application/json``) takes one message per row: the row's JSON text, which

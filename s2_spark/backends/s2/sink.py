@@ -2,8 +2,8 @@
 written exactly once (no pyspark).
 
 One writer routes its rows to many streams: grouped by stream in one pass per input
-batch, each stream's rows in input order (`s2_stream_sink.StreamSink` writes one
-stream; `s2_lease` is the lease protocol they share). Streams whose rows are all
+batch, each stream's rows in input order (`stream_sink.StreamSink` writes one
+stream; `lease` is the lease protocol they share). Streams whose rows are all
 buffered when the input ends (most small ones) are written several at once, with at most
 `max_inflight_appends` appends in flight in total across the writer's streams, and a
 writer's last append to a stream releases its lease in its own fence, so a small stream
@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, TypeVar
 import pyarrow as pa
 
 from s2_spark.backends._sink_rows import drop_command_rows, group_by_stream
-from s2_spark.backends.s2_lease import ForeignFenceError, LeaseToken, WriterId, query_key
-from s2_spark.backends.s2_stream_sink import (
+from s2_spark.backends.s2.lease import ForeignFenceError, LeaseToken, WriterId, query_key
+from s2_spark.backends.s2.stream_sink import (
     DATA_MAX_BYTES,
     DATA_MAX_RECORDS,
     DEFAULT_APPENDS_IN_FLIGHT,
@@ -42,14 +42,14 @@ from s2_spark.backends.s2_stream_sink import (
     StreamWriteResult,
 )
 from s2_spark.backends.sink import AfterAppend, SinksByStream, TaskAttempt
-from s2_spark.client._append_session import MAX_INPUTS_PER_SESSION
 from s2_spark.errors import NotFoundError, OptionError, S2SparkError
+from s2_spark.s2._append_session import MAX_INPUTS_PER_SESSION
 from s2_spark.wire.records import HEADER_TYPE
 
 if TYPE_CHECKING:
-    from s2_spark.backends.s2 import S2Settings
+    from s2_spark.backends.s2.options import S2Settings
     from s2_spark.backends.sink import StreamWriteResult as AnyStreamWriteResult
-    from s2_spark.client import BasinClient
+    from s2_spark.s2 import BasinClient
 
 __all__ = [
     "DATA_MAX_BYTES",
@@ -172,7 +172,7 @@ class PartitionWriter:
         together, and sent once more; refused appends (another token), waits, read-backs
         and unknown outcomes are left to each sink's own `close`, after the others: by
         then the partitions racing for a stream have settled on its token."""
-        from s2_spark.client import SingleAppend
+        from s2_spark.s2 import SingleAppend
 
         for _ in range(2):  # once more after creating the missing streams
             ready = [(sink, link) for sink in sinks
@@ -346,7 +346,7 @@ class S2SinkPlan:
     def open(self, attempt: TaskAttempt, after_append: AfterAppend | None
              ) -> Iterator[S2PartitionSink]:
         """A client for the task and the attempt's writer, closed after it."""
-        from s2_spark.client import S2Client
+        from s2_spark.s2 import S2Client
 
         with S2Client(self.settings.config()) as client:
             basin = client.basin(self.settings.basin)
@@ -364,7 +364,7 @@ def check_target(settings: S2Settings, stream: str | None, sink: SinkSettings) -
     create it (createStreams)."""
     if stream is None:
         return
-    from s2_spark.client import S2Client
+    from s2_spark.s2 import S2Client
 
     with S2Client(settings.config()) as client:
         basin = client.basin(settings.basin)

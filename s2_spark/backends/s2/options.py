@@ -10,16 +10,57 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from s2_spark._option_spec import Option
 from s2_spark._option_values import get_url, split_streams
-from s2_spark.backends.network_options import NETWORK_OPTIONS, parse_network_options
-from s2_spark.backends.s2 import S2Settings
+from s2_spark.backends.network_options import (
+    NETWORK_OPTIONS,
+    NetworkSettings,
+    parse_network_options,
+)
 from s2_spark.backends.selection import StreamSelection
 from s2_spark.errors import OptionError
 
-__all__ = ["S2_CONNECTION_OPTIONS", "S2_SELECTION_OPTIONS", "parse_s2_connection",
+__all__ = ["S2_CONNECTION_OPTIONS", "S2_SELECTION_OPTIONS", "S2Settings", "parse_s2_connection",
            "parse_s2_selection"]
+
+if TYPE_CHECKING:
+    from s2_spark.s2 import S2Config
+
+
+@dataclass(frozen=True, slots=True)
+class S2Settings:
+    """Where the basin lives. The token is resolved once (on the driver) and never shown."""
+
+    basin: str
+    access_token: str | None = field(default=None, repr=False)
+    endpoint: str | None = None
+    account_endpoint: str | None = None
+    basin_endpoint: str | None = None
+    network: NetworkSettings = field(default_factory=NetworkSettings)
+
+    def __repr__(self) -> str:
+        token = "None" if self.access_token is None else "'***'"
+        return (
+            f"S2Settings(basin={self.basin!r}, access_token={token}, "
+            f"endpoint={self.endpoint!r}, account_endpoint={self.account_endpoint!r}, "
+            f"basin_endpoint={self.basin_endpoint!r}, network={self.network!r})"
+        )
+
+    def config(self) -> S2Config:
+        from s2_spark.s2 import S2Config
+
+        return S2Config.from_env(
+            access_token=self.access_token,
+            endpoint=self.endpoint,
+            account_endpoint=self.account_endpoint,
+            basin_endpoint=self.basin_endpoint,
+            retry=self.network.retry_policy(),
+            tls=self.network.tls,
+        )
+
 
 BASIN = Option("basin", "a basin name", "Required: the basin to read from or write to.")
 ENDPOINT = Option(

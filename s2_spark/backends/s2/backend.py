@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -27,14 +26,14 @@ from s2_spark.backends.base import (
     StreamBackend,
     StreamWatch,
 )
-from s2_spark.backends.network_options import NetworkSettings
+from s2_spark.backends.s2.options import S2Settings
 from s2_spark.errors import NotFoundError, ReadPastTailError, S2Error
 
 if TYPE_CHECKING:
-    from s2_spark.client import S2Client, S2Config
+    from s2_spark.s2 import S2Client
     from s2_spark.wire.records import DecodedBatch
 
-__all__ = ["S2Backend", "S2Settings", "seq_num_position"]
+__all__ = ["S2Backend", "seq_num_position"]
 
 log = logging.getLogger("s2_spark.s2")
 
@@ -45,38 +44,6 @@ WINDOW_RANGES = 256
 WINDOW_RECORDS = 64_000
 
 
-@dataclass(frozen=True, slots=True)
-class S2Settings:
-    """Where the basin lives. The token is resolved once (on the driver) and never shown."""
-
-    basin: str
-    access_token: str | None = field(default=None, repr=False)
-    endpoint: str | None = None
-    account_endpoint: str | None = None
-    basin_endpoint: str | None = None
-    network: NetworkSettings = field(default_factory=NetworkSettings)
-
-    def __repr__(self) -> str:
-        token = "None" if self.access_token is None else "'***'"
-        return (
-            f"S2Settings(basin={self.basin!r}, access_token={token}, "
-            f"endpoint={self.endpoint!r}, account_endpoint={self.account_endpoint!r}, "
-            f"basin_endpoint={self.basin_endpoint!r}, network={self.network!r})"
-        )
-
-    def config(self) -> S2Config:
-        from s2_spark.client import S2Config
-
-        return S2Config.from_env(
-            access_token=self.access_token,
-            endpoint=self.endpoint,
-            account_endpoint=self.account_endpoint,
-            basin_endpoint=self.basin_endpoint,
-            retry=self.network.retry_policy(),
-            tls=self.network.tls,
-        )
-
-
 def seq_num_position(value: object) -> int:
     """A position a user wrote: a seq_num."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
@@ -85,7 +52,7 @@ def seq_num_position(value: object) -> int:
 
 
 def _new_client(settings: S2Settings) -> S2Client:
-    from s2_spark.client import S2Client
+    from s2_spark.s2 import S2Client
 
     return S2Client(settings.config())
 
@@ -229,7 +196,7 @@ class S2Backend(StreamBackend[int]):
     def _window(self, window: Sequence[RangeRead], settings: ReadSettings,
                 on_data_loss: DataLossHandler) -> list[pa.RecordBatch]:
         """The records of small ranges, their first reads sent together."""
-        from s2_spark.client import SmallRead
+        from s2_spark.s2 import SmallRead
 
         firsts = self._basin().read_many(
             [SmallRead(r.stream, r.start, r.end - r.start) for r in window if r.end > r.start],

@@ -1,0 +1,81 @@
+"""The S2 sink's limits and tuning: how much one append carries, how many are in flight."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from s2_spark.backends.s2.lease import MAX_TOKEN_BYTES
+
+__all__ = [
+    "DATA_MAX_BYTES",
+    "DATA_MAX_RECORDS",
+    "DEFAULT_APPENDS_IN_FLIGHT",
+    "FENCE_RESERVE",
+    "AppendBudget",
+    "SinkSettings",
+]
+
+#: Metered size of the fence record that ends every data append: 8 + 2 * 1 header
+#: + len("fence") + the token.
+FENCE_RESERVE = 8 + 2 + len("fence") + MAX_TOKEN_BYTES
+DATA_MAX_RECORDS = 999
+#: Appends a writer has sent and not yet seen acknowledged, across its streams (one
+#: stream sends at most `max_inflight_bytes` in a session).
+DEFAULT_APPENDS_IN_FLIGHT = 64
+DATA_MAX_BYTES = 1024 * 1024 - FENCE_RESERVE
+
+
+class AppendBudget:
+    """Appends one writer has in flight, across all its streams, at most `limit`.
+
+    A stream takes permits for one request (a fence, or a chain of appends) and gives
+    them back when its response is read; permits are never held while waiting for
+    anything else, so holding them cannot deadlock.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self._free = self.limit
+        self._cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, want: int) -> Iterator[int]:
+        """Wait for a free permit, then take up to `want`; yields how many were taken."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._free > 0)
+            taken = min(max(1, want), self._free)
+            self._free -= taken
+        try:
+            yield taken
+        finally:
+            with self._cond:
+                self._free += taken
+                self._cond.notify_all()
+
+
+@dataclass(frozen=True, slots=True)
+class SinkSettings:
+    """Tuning and behaviour of the sink.
+
+    `lease_timeout`: seconds a lease held by another partition of the same generation may
+    go without progress before it is taken over. `idle_release`: a held lease with no
+    append for this long is released between input chunks, so waiters are not starved.
+    `flush_records` / `flush_bytes`: rows buffered before they are encoded and appended.
+    `max_inflight_appends`: appends one writer has sent and not yet seen acknowledged,
+    in total across its streams (one stream's go out as one session). `max_inflight_bytes`
+    (metered): the most one stream sends in one session before reading the acks.
+    """
+
+    create_streams: bool = False
+    max_records: int = DATA_MAX_RECORDS
+    lease_timeout: float = 120.0
+    idle_release: float = 10.0
+    poll_initial: float = 0.02
+    poll_max: float = 0.05
+    flush_records: int = 8 * DATA_MAX_RECORDS
+    flush_bytes: int = 4 * 1024 * 1024
+    max_inflight_appends: int = DEFAULT_APPENDS_IN_FLIGHT
+    max_inflight_bytes: int = 8 * 1024 * 1024
