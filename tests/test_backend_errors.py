@@ -13,9 +13,11 @@ import pytest
 
 from s2_spark.backends.durable.backend import DurableBackend
 from s2_spark.backends.durable.options import DurableSettings
-from s2_spark.backends.s2.backend import S2Backend, S2Settings
+from s2_spark.backends.s2 import S2Backend, S2Settings
 from s2_spark.errors import DurableStreamsError, NotFoundError, S2Error, S2NotFoundError
 from s2_spark.s2 import S2Client, S2Config
+
+pytestmark = pytest.mark.backend
 
 
 def test_a_missing_s2_stream_raises_s2s_not_found(s2_server: Any) -> None:

@@ -27,6 +27,8 @@ from s2_spark.backends.durable.options import DurableSettings
 from s2_spark.durable import DurableStreamsClient
 from s2_spark.errors import MalformedResponseError
 
+pytestmark = pytest.mark.backend
+
 
 class Lost(Exception):
     """What the read reported as data loss (Spark's handler raises DataLossError)."""

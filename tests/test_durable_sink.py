@@ -37,6 +37,8 @@ from s2_spark.backends.sink import TaskAttempt, WriteJob, describe_results, writ
 from s2_spark.durable import DurableStreamsClient, IdempotentProducer
 from s2_spark.errors import S2SparkError, WriterFencedError
 
+pytestmark = pytest.mark.backend
+
 JSON = "application/json"
 BYTES = "application/octet-stream"
 TEXT = Payload("value", True)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from _versions import needs_admission_control, plan_all_available
 
-from s2_spark.backends.s2.backend import S2Backend, S2Settings
+from s2_spark.backends.s2 import S2Backend, S2Settings
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.spark._read_task import read_partition
 from s2_spark.spark.options import parse_read_options

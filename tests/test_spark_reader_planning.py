@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from s2_spark.backends.s2.backend import S2Backend, S2Settings
+from s2_spark.backends.s2 import S2Backend, S2Settings
 from s2_spark.spark.options import parse_read_options as _parse_read_options
 from s2_spark.spark.planning import (
     DEFAULT_MAX_STREAMS_PER_PARTITION,

@@ -315,7 +315,7 @@ class ManualClock:
 
 def test_hold_counts_across_streams_and_times_from_the_last_micro_batch() -> None:
     """`TriggerHold` on S2 positions (seq_nums, counted without a service)."""
-    from s2_spark.backends.s2.backend import S2Backend, S2Settings
+    from s2_spark.backends.s2 import S2Backend, S2Settings
     from s2_spark.spark._trigger_hold import TriggerHold
 
     backend = S2Backend(S2Settings("b"))
@@ -346,7 +346,7 @@ def test_hold_counts_across_streams_and_times_from_the_last_micro_batch() -> Non
 
 
 def test_hold_counts_no_further_than_the_minimum_needs() -> None:
-    from s2_spark.backends.s2.backend import S2Backend, S2Settings
+    from s2_spark.backends.s2 import S2Backend, S2Settings
     from s2_spark.spark._trigger_hold import TriggerHold
 
     backend = S2Backend(S2Settings("b"))

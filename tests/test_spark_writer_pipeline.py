@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from test_spark_writer_sink import bodies, data_rows, wid
+from test_s2_sink import bodies, data_rows, wid
 
 from s2_spark.backends.s2.sink import SinkSettings, StreamSink
 from s2_spark.errors import FencingTokenMismatchError, WriterFencedError

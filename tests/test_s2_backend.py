@@ -12,10 +12,12 @@ import pytest
 
 from s2_spark.backends._batches import COALESCE_ROWS
 from s2_spark.backends.base import ReadSettings
-from s2_spark.backends.s2.backend import S2Backend, S2Settings
+from s2_spark.backends.s2 import S2Backend, S2Settings
 from s2_spark.errors import DataLossError, NotFoundError
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.spark.planning import split_ranges
+
+pytestmark = pytest.mark.backend
 
 T0 = (int(time.time()) - 3600) * 1000
 

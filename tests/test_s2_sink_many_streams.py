@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from test_spark_writer_sink import bodies, data_rows, wid
+from test_s2_sink import bodies, data_rows, wid
 
 from s2_spark.backends._sink_rows import drop_command_rows, group_by_stream
 from s2_spark.backends.s2.sink import LeaseToken, PartitionWriter, SinkSettings, StreamSink
@@ -24,6 +24,8 @@ from s2_spark.errors import FencingTokenMismatchError, S2SparkError, WriterFence
 from s2_spark.s2 import S2Client, S2Config
 from s2_spark.testing import TcpProxy
 from s2_spark.wire.records import HEADER_TYPE
+
+pytestmark = pytest.mark.backend
 
 DEADLINE = 60.0
 

@@ -24,6 +24,8 @@ from s2_spark.backends.s2.sink import (
 )
 from s2_spark.errors import NotFoundError, RecordTooLargeError, WriterFencedError
 
+pytestmark = pytest.mark.backend
+
 
 class Boom(Exception):
     pass
