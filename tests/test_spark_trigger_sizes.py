@@ -297,10 +297,10 @@ def test_defaults_and_values_reach_the_read_options() -> None:
                                   fmt=S2_READ_FORMAT)
 
     plain = parse()
-    assert (plain.min_records_per_trigger, plain.max_trigger_delay_ms) == (None, 900_000)
+    assert (plain.min_units_per_trigger, plain.max_trigger_delay_ms) == (None, 900_000)
     if HAS_ADMISSION_CONTROL:
         given = parse(minRecordsPerTrigger="100", maxTriggerDelay="30s")
-        assert (given.min_records_per_trigger, given.max_trigger_delay_ms) == (100, 30_000)
+        assert (given.min_units_per_trigger, given.max_trigger_delay_ms) == (100, 30_000)
 
 
 class ManualClock:

@@ -31,15 +31,15 @@ class AdmittedStreamReader(RangeStreamReader, SupportsTriggerAvailableNow):
     everything at once; the minimum and the delay come from the options."""
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # type: ignore[override]
-        max_records = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        max_units = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         everything = isinstance(limit, ReadAllAvailable) or self._available_now
-        return self._plan(start, max_records=max_records,
+        return self._plan(start, max_units=max_units,
                           hold=None if everything else self._hold)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         options = self._options
-        if options.max_records_per_trigger:
-            return ReadMaxRows(options.max_records_per_trigger)
-        if options.min_records_per_trigger:
-            return ReadMinRows(options.min_records_per_trigger)
+        if options.max_units_per_trigger:
+            return ReadMaxRows(options.max_units_per_trigger)
+        if options.min_units_per_trigger:
+            return ReadMinRows(options.min_units_per_trigger)
         return ReadAllAvailable()

@@ -181,10 +181,10 @@ class ReadOptions:
     starting: BoundSpec = BoundSpec("earliest")
     ending: BoundSpec | None = None
     #: Per-trigger sizes, in the format's unit (see `TriggerUnits`): at most
-    #: `max_records_per_trigger`; a trigger with fewer than `min_records_per_trigger` new
+    #: `max_units_per_trigger`; a trigger with fewer than `min_units_per_trigger` new
     #: waits, until `max_trigger_delay_ms` after the last micro-batch.
-    max_records_per_trigger: int | None = None
-    min_records_per_trigger: int | None = None
+    max_units_per_trigger: int | None = None
+    min_units_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
@@ -328,7 +328,7 @@ def parse_read_options(
     )
     units = RECORDS if trigger_units is None else trigger_units(parsed)
     low, high, delay = _trigger_sizes(options, units)
-    return replace(parsed, min_records_per_trigger=low, max_records_per_trigger=high,
+    return replace(parsed, min_units_per_trigger=low, max_units_per_trigger=high,
                    max_trigger_delay_ms=delay)
 
 

@@ -62,7 +62,7 @@ class RangeStreamReader(DataSourceStreamReader):
         # Streams the watch cannot hold, in the order they are looked up in turn.
         self._unwatched: list[str] = []
         # minRecordsPerTrigger (PySpark 4.2+): whether a trigger waits for more records.
-        minimum = options.min_records_per_trigger
+        minimum = options.min_units_per_trigger
         self._hold = None if minimum is None else TriggerHold(
             minimum, options.max_trigger_delay_ms, backend, self._count_ranges)
 
@@ -97,8 +97,8 @@ class RangeStreamReader(DataSourceStreamReader):
         to count from."""
         if self._initial is None:
             options = self._options
-            if (options.starting.kind == "earliest" and options.max_records_per_trigger is None
-                    and options.min_records_per_trigger is None):
+            if (options.starting.kind == "earliest" and options.max_units_per_trigger is None
+                    and options.min_units_per_trigger is None):
                 self._initial = self._planned = {}
                 return {}
             planner = Planner(self._backend, self._options)
@@ -114,7 +114,7 @@ class RangeStreamReader(DataSourceStreamReader):
         Spark takes from its checkpoint, plans to the tails either way)."""
         if self._initial is None:
             self.initialOffset()
-        return self._plan(self._planned, max_records=None)
+        return self._plan(self._planned, max_units=None)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = True
@@ -209,7 +209,7 @@ class RangeStreamReader(DataSourceStreamReader):
             tails[stream] = tail
         return tails
 
-    def _plan(self, start: dict[str, Any], *, max_records: int | None,
+    def _plan(self, start: dict[str, Any], *, max_units: int | None,
               hold: TriggerHold | None = None) -> dict[str, Any]:
         """The next end offset from `start`: all that is available, or a fair share of it;
         `start` itself while `hold` holds the trigger (too few new records)."""
@@ -228,7 +228,7 @@ class RangeStreamReader(DataSourceStreamReader):
         if hold is not None and hold.holds(start, begin, tails):
             end = dict(start)
         else:
-            end = {**start, **self._ends(start, begin, tails, max_records)}
+            end = {**start, **self._ends(start, begin, tails, max_units)}
         if hold is not None:
             hold.planned(start, end)
         self._planned = end
@@ -262,20 +262,20 @@ class RangeStreamReader(DataSourceStreamReader):
         return set(rest[UNWATCHED_PER_PLAN:]) & streams
 
     def _ends(self, start: dict[str, Any], begin: dict[str, Position],
-              tails: dict[str, Position], max_records: int | None) -> dict[str, Position]:
+              tails: dict[str, Position], max_units: int | None) -> dict[str, Position]:
         """Where the next range of each stream in `begin` ends: at its tail, or with a
-        limit at its fair share of `max_records` (counted only up to the limit, which for
+        limit at its fair share of `max_units` (counted only up to the limit, which for
         a service that counts by reading is all it reads). A range that goes all the way
         ends at the tail itself, for some services a better position than the start
         advanced (one that records the stream closed); streams not read before appear
         only once they hold records."""
         backend = self._backend
-        if max_records is None:
+        if max_units is None:
             return {s: tails[s] for s, pos in begin.items()
                     if s in start or backend.is_after(tails[s], pos)}
         counted = per_stream(
-            lambda s: backend.measure(s, begin[s], tails[s], max_records), sorted(begin))
-        grant = fair_share({s: n for s, (n, _) in counted.items()}, max_records)
+            lambda s: backend.measure(s, begin[s], tails[s], max_units), sorted(begin))
+        grant = fair_share({s: n for s, (n, _) in counted.items()}, max_units)
         ends: dict[str, Position] = {}
         for stream, n in grant.items():
             pending, whole = counted[stream]
