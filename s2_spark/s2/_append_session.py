@@ -73,6 +73,24 @@ def ack_of(raw: bytes) -> AppendAck:
     )
 
 
+def _read_acks(chunks: Iterator[bytes], acks: list[AppendAck], expected: int,
+               target: str) -> SessionResult | None:
+    """Acks from the session's frames into `acks`: a result once all `expected` came or
+    the server ended with an error; None when the body ended first."""
+    decoder = FrameDecoder()
+    for chunk in chunks:
+        for frame in decoder.feed(chunk):
+            if isinstance(frame, Message):
+                acks.append(ack_of(frame.body))
+                continue
+            return SessionResult(acks, error_from_status(frame.status, frame.error(), target))
+        if len(acks) == expected:
+            _drain(chunks)
+            return SessionResult(acks)
+    decoder.finish()
+    return None
+
+
 def run_append_session(
     transport: Transport,
     basin: str,
@@ -108,19 +126,9 @@ def run_append_session(
                 err = error_from_body(resp.status_code, resp.read(), target)
                 err.unsent = side_effect_free(err)
                 return SessionResult(acks, err)
-            decoder = FrameDecoder()
-            chunks = resp.iter_raw()
-            for chunk in chunks:
-                for frame in decoder.feed(chunk):
-                    if isinstance(frame, Message):
-                        acks.append(ack_of(frame.body))
-                        continue
-                    return SessionResult(acks, error_from_status(frame.status, frame.error(),
-                                                                 target))
-                if len(acks) == len(batches):
-                    _drain(chunks)
-                    return SessionResult(acks)
-            decoder.finish()
+            ended = _read_acks(resp.iter_raw(), acks, len(batches), target)
+            if ended is not None:
+                return ended
     except httpx.TransportError as exc:
         failure = error_from_transport(exc, target, "append session", exchange, streamed=True)
         failure.__cause__ = exc

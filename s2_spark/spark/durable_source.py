@@ -16,7 +16,7 @@ from s2_spark.backends.durable.options import (
     parse_durable_selection,
 )
 from s2_spark.errors import NotFoundError, OptionError
-from s2_spark.spark import _durable_writer
+from s2_spark.spark._durable_writer import write_format
 from s2_spark.spark._durable_writer_options import DURABLE_WRITE_OPTIONS
 from s2_spark.spark.datasource import RangeDataSource, document_options
 from s2_spark.spark.options import (
@@ -92,7 +92,7 @@ DURABLE_READ_FORMAT = ReadFormat(
     options=DURABLE_OPTIONS,
 )
 
-DURABLE_WRITE_FORMAT = _durable_writer.write_format(DURABLE_OPTIONS)
+DURABLE_WRITE_FORMAT = write_format(DURABLE_OPTIONS)
 
 
 def durable_read_schema(kind: StreamKind) -> StructType:

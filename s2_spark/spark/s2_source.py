@@ -23,7 +23,7 @@ from s2_spark.backends.s2.options import (
     parse_s2_connection,
     parse_s2_selection,
 )
-from s2_spark.spark import _s2_writer
+from s2_spark.spark._s2_writer import write_format
 from s2_spark.spark._s2_writer_options import S2_WRITE_OPTIONS
 from s2_spark.spark.datasource import RangeDataSource, document_options
 from s2_spark.spark.options import (
@@ -77,7 +77,7 @@ S2_READ_FORMAT = ReadFormat(
     options=S2_OPTIONS,
 )
 
-S2_WRITE_FORMAT = _s2_writer.write_format(S2_OPTIONS)
+S2_WRITE_FORMAT = write_format(S2_OPTIONS)
 
 
 class S2DataSource(RangeDataSource, WritingDataSource):
