@@ -129,7 +129,8 @@ def _test_files(target: Target) -> list[str]:
     pattern = "test_spark_*.py" if target.spark_only else "test_*.py"
     files = sorted(p.name for p in (ROOT / "tests").glob(pattern))
     if target.spark_only:  # the deployment tests run real Spark too
-        for extra in ("test_durable_spark_*.py", "test_deploy_*.py"):
+        for extra in ("test_durable_spark_*.py", "test_deploy_*.py", "test_lag.py",
+                      "test_options_declared.py", "test_checkpoint_compat.py"):
             files += sorted(p.name for p in (ROOT / "tests").glob(extra))
     return [str(ROOT / "tests" / name) for name in files if name not in target.ignore]
 
