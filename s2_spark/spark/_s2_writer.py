@@ -44,7 +44,6 @@ def rows_to_batches(rows: Iterator[Any], layout: InputLayout) -> Iterator[pa.Rec
         yield _rows_batch(chunk, layout)
 
 
-
 def _rows_batch(rows: list[Any], layout: InputLayout) -> pa.RecordBatch:
     n = len(layout.names)
     columns: list[pa.Array] = [pa.nulls(len(rows))] * n
