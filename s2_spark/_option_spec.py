@@ -158,12 +158,11 @@ class OptionSet:
                 "unknownOptions=warn lets a query run with options this version does not "
                 "know.")
 
-    def markdown(self, role: Role) -> str:
-        """The options table of the docs for `role`, in declaration order."""
+    def markdown(self, role: Role, names: list[str] | None = None) -> str:
+        """The options table of the docs for `role`, in declaration order; or only the
+        options `names`, in that order (a name the format does not take is an error)."""
         rows = ["| Option | Takes | Default | What it does |", "|---|---|---|---|"]
-        for option in self.declared(role):
-            if option.hidden:
-                continue
+        for option in self._shown(role, names):
             default = option.shown_default()
             rows.append(
                 f"| `{option.name}` | {_cell(option.takes)} | "
@@ -171,6 +170,14 @@ class OptionSet:
             )
         return "\n".join(rows) + "\n"
 
+    def _shown(self, role: Role, names: list[str] | None) -> list[Option]:
+        if names is None:
+            return [o for o in self.declared(role) if not o.hidden]
+        known = self._by_role[role]
+        missing = [n for n in names if n.lower() not in known]
+        if missing:
+            raise ValueError(f"format {self.format} has no {role} option {missing}")
+        return [known[n.lower()] for n in names]
 
     def bullets(self, role: Role) -> str:
         """The same as plain-text bullets, for `help()` on a data source class."""

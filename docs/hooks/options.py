@@ -2,8 +2,9 @@
 
 No page holds a hand-written options table: a page marks the place with a line
 ``<!-- options: FORMAT ROLE -->`` (FORMAT a registered format name, ``s2`` or
-``durable-streams``; ROLE ``read`` or ``write``) and this hook replaces it with
-``s2_spark.spark.option_docs.options_markdown(FORMAT, ROLE)``. A marker naming anything
+``durable-streams``; ROLE ``read`` or ``write``; after ROLE, optionally, the
+comma-separated names of the only options to show) and this hook replaces it with
+``s2_spark.spark.option_docs.options_markdown(FORMAT, ROLE, NAMES)``. A marker naming anything
 else, or written any other way, fails the build.
 """
 
@@ -20,7 +21,7 @@ ROLES = ("read", "write")
 
 # Every line that looks like a marker, loosely; each must then match MARKER exactly.
 _CANDIDATE = re.compile(r"^.*<!--\s*options\b.*$", re.MULTILINE | re.IGNORECASE)
-_MARKER = re.compile(r"<!-- options: (?P<format>\S+) (?P<role>\S+) -->")
+_MARKER = re.compile(r"<!-- options: (?P<format>\S+) (?P<role>\S+)(?: (?P<names>\S+))? -->")
 
 
 def _formats() -> tuple[str, ...]:
@@ -38,15 +39,17 @@ def options_table(line: str, where: str) -> str:
     formats = _formats()
     expected = (
         f"expected '<!-- options: FORMAT ROLE -->' with FORMAT one of {formats} "
-        f"and ROLE one of {ROLES}"
+        f"and ROLE one of {ROLES} (optionally a comma-separated list of option names after "
+        "ROLE)"
     )
     if marker is None:
         raise PluginError(f"{where}: malformed options marker {line.strip()!r}; {expected}")
     format_name, role = marker["format"], marker["role"]
     if format_name not in formats or role not in ROLES:
         raise PluginError(f"{where}: unknown options marker {line.strip()!r}; {expected}")
+    names = marker["names"].split(",") if marker["names"] else None
     try:
-        return options_markdown(format_name, role).strip("\n")
+        return options_markdown(format_name, role, names).strip("\n")
     except Exception as exc:
         raise PluginError(f"{where}: options table for {format_name} {role} failed: {exc}") from exc
 

@@ -12,11 +12,12 @@ __all__ = ["FORMATS", "options_markdown"]
 FORMATS: dict[str, OptionSet] = {s.format: s for s in (S2_OPTIONS, DURABLE_OPTIONS)}
 
 
-def options_markdown(format_name: str, role: Role) -> str:
-    """The Markdown table of `format_name`'s options for `role` ("read" or "write")."""
+def options_markdown(format_name: str, role: Role, names: list[str] | None = None) -> str:
+    """The Markdown table of `format_name`'s options for `role` ("read" or "write"); only
+    the options `names` (in that order) when given."""
     if format_name not in FORMATS or role not in ("read", "write"):
         raise ValueError(
             f"no options table for format {format_name!r}, role {role!r}: formats are "
             f"{sorted(FORMATS)}, roles read and write"
         )
-    return FORMATS[format_name].markdown(role)
+    return FORMATS[format_name].markdown(role, names)
