@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _versions import progress_offsets
 
 pytestmark = pytest.mark.spark
 
@@ -97,7 +98,7 @@ def test_an_s2_checkpoint_from_before_the_move_reads_on(spark: Any) -> None:
         _fill_s2(server.url, 10, 3, create=False)
         rows, end = _run(spark, _s2_reader(spark, server.url), _restored("s2"))
     assert rows == [(s, i, f"{s}:{i}".encode()) for s in S2_STREAMS for i in (10, 11, 12)]
-    assert _offsets(end) == {"a": 13, "b": 13}
+    assert progress_offsets(end) == {"a": 13, "b": 13}
 
 
 def test_a_durable_checkpoint_from_before_the_move_reads_on(spark: Any) -> None:
@@ -108,12 +109,6 @@ def test_a_durable_checkpoint_from_before_the_move_reads_on(spark: Any) -> None:
         _fill_durable(server.url, 10, 3, create=False)
         rows, _end = _run(spark, _durable_reader(spark, server.url), _restored("durable"))
     assert [(s, v) for s, _i, v in rows] == [(DURABLE_PATH, f'{{"i":{i}}}') for i in (10, 11, 12)]
-
-
-def _offsets(end: Any) -> Any:
-    import json
-
-    return json.loads(end) if isinstance(end, str) else end
 
 
 def _make(name: str, fill: Callable[[str, int, int], None], reader: Callable[[Any, str], Any],

@@ -119,9 +119,6 @@ def test_docs_tables_come_from_the_declaration() -> None:
 @pytest.mark.spark
 def test_misspelled_options_fail_at_load_save_and_start(s2_server: Any, spark: Any) -> None:
     from s2_spark.s2 import S2Client, S2Config
-    from s2_spark.spark import S2DataSource
-
-    spark.dataSource.register(S2DataSource)
     basin = f"options-{uuid.uuid4().hex[:10]}"
     with S2Client(S2Config(endpoint=s2_server.url)) as client:
         client.create_basin(basin)
@@ -157,9 +154,6 @@ def test_misspelled_options_fail_at_load_save_and_start(s2_server: Any, spark: A
 
 @pytest.mark.spark
 def test_durable_misspelled_options_fail_at_load_and_save(ds_server: Any, spark: Any) -> None:
-    from s2_spark.spark import DurableStreamsDataSource
-
-    spark.dataSource.register(DurableStreamsDataSource)
     url = f"{ds_server.url}/opts/{uuid.uuid4().hex[:8]}"
     with pytest.raises(Exception, match="OptionError") as info:
         spark.read.format("durable-streams").option("url", url) \
