@@ -72,6 +72,13 @@ class Option:
             return self.doc
         return f"{self.doc} Also accepted under its older name {', '.join(self.aliases)}."
 
+    def amount(self, options: Mapping[str, str]) -> int:
+        """`count` for an option declared with an int default: never None."""
+        value = self.count(options)
+        if value is None:
+            raise TypeError(f"option {self.name} is declared without a default")
+        return value
+
     def shown_default(self) -> str:
         if self.default is None:
             return ""

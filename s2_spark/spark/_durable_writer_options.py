@@ -113,8 +113,8 @@ def parse_durable_write_options(
     sink = SinkSettings(
         create_streams=create,
         content_type=content_type or DEFAULT_CONTENT_TYPE,
-        max_messages=MAX_MESSAGES_PER_APPEND.count(options) or _DEFAULTS.max_messages,
-        max_bytes=MAX_BYTES_PER_APPEND.count(options) or _DEFAULTS.max_bytes,
+        max_messages=MAX_MESSAGES_PER_APPEND.amount(options),
+        max_bytes=MAX_BYTES_PER_APPEND.amount(options),
     )
     return DurableWriteOptions(
         settings=settings,

@@ -58,7 +58,8 @@ MAX_RECORDS_PER_APPEND = Option(
 LEASE_TIMEOUT_MS = Option(
     "leaseTimeoutMs", "milliseconds, a positive integer",
     "How long a task waits for another task of the same micro-batch that holds a target "
-    "stream without appending before taking over.", default=120_000, roles=("write",))
+    "stream without appending before taking over.",
+    default=round(SinkSettings().lease_timeout * 1000), roles=("write",))
 MAX_APPENDS_IN_FLIGHT = Option(
     "maxAppendsInFlight", f"1..{MAX_INPUTS_PER_SESSION}",
     "Appends a task has sent and not yet seen acknowledged, in total across its target "
@@ -101,13 +102,13 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
                 f"option stream={stream_raw!r} is not accepted: use a stream name of 1-512 "
                 "bytes"
             )
-    per_append = MAX_RECORDS_PER_APPEND.count(options) or DATA_MAX_RECORDS
+    per_append = MAX_RECORDS_PER_APPEND.amount(options)
     if per_append > DATA_MAX_RECORDS:
         raise OptionError(
             f"option maxRecordsPerAppend={per_append} is not accepted: use 1..{DATA_MAX_RECORDS}"
             " (S2 takes 1000 records per append; one is the exactly-once fence record)"
         )
-    in_flight = MAX_APPENDS_IN_FLIGHT.count(options) or DEFAULT_APPENDS_IN_FLIGHT
+    in_flight = MAX_APPENDS_IN_FLIGHT.amount(options)
     if in_flight > MAX_INPUTS_PER_SESSION:
         raise OptionError(
             f"option maxAppendsInFlight={in_flight} is not accepted: use "
@@ -115,7 +116,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         )
     sink = SinkSettings(
         create_streams=CREATE_STREAMS.flag(options),
-        lease_timeout=(LEASE_TIMEOUT_MS.count(options) or 120_000) / 1000.0,
+        lease_timeout=LEASE_TIMEOUT_MS.amount(options) / 1000.0,
         max_records=per_append,
         max_inflight_appends=in_flight,
     )

@@ -320,8 +320,8 @@ def parse_read_options(
         ending=ending,
         min_partitions=MIN_PARTITIONS.count(options),
         max_records_per_partition=MAX_RECORDS_PER_PARTITION.count(options),
-        max_streams_per_partition=_count(MAX_STREAMS_PER_PARTITION, options),
-        discovery_interval_ms=_count(DISCOVERY_INTERVAL_MS, options),
+        max_streams_per_partition=MAX_STREAMS_PER_PARTITION.amount(options),
+        discovery_interval_ms=DISCOVERY_INTERVAL_MS.amount(options),
         include_headers=INCLUDE_HEADERS.flag(options),
         include_command_records=INCLUDE_COMMAND_RECORDS.flag(options),
         fail_on_data_loss=FAIL_ON_DATA_LOSS.flag(options),
@@ -330,10 +330,3 @@ def parse_read_options(
     low, high, delay = _trigger_sizes(options, units)
     return replace(parsed, min_units_per_trigger=low, max_units_per_trigger=high,
                    max_trigger_delay_ms=delay)
-
-
-def _count(option: Option, options: Mapping[str, str]) -> int:
-    """A count whose declaration has a default."""
-    value = option.count(options)
-    assert value is not None, option.name
-    return value
