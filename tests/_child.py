@@ -1,8 +1,9 @@
 """Run a query in a child process and kill it (SIGKILL, whole process group) once it
-reached a fault point: the test hook created its marker file."""
+reached a fault point (the test hook created its marker file) or after a while."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -22,8 +23,28 @@ def kill_at_marker(cmd: list[str], marker: str, timeout: float = 150.0) -> None:
             assert time.monotonic() < deadline, "the query never reached the fault point"
             time.sleep(0.2)
     finally:
+        _kill(child)
+
+
+def kill_after(cmd: list[str], seconds: float) -> None:
+    """Start `cmd` in its own session and kill the session `seconds` later, unless it
+    ended first; wait until every process of it is gone."""
+    child = subprocess.Popen(
+        cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        child.wait(seconds)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        _kill(child)
+
+
+def _kill(child: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the child's session and wait until every process of it is gone."""
+    with contextlib.suppress(ProcessLookupError):  # the session may have ended itself
         os.killpg(child.pid, signal.SIGKILL)
-        child.wait(30)
+    child.wait(30)
     gone = time.monotonic() + 30
     while True:
         try:

@@ -1,7 +1,8 @@
 """The exactly-once S2 sink protocol (s2_spark.backends.s2.sink), without Spark.
 
-Real appends against the local server: resume after a partial write, restarts (newer
-generation), zombies of older attempts, partitions taking turns, the lease token format.
+Real appends against the local server: the marks and tokens the sink leaves, resuming
+after a partial write, restarts (a newer run), zombies of older attempts, partitions and
+attempts writing one stream at once, streams written by the previous release.
 """
 
 from __future__ import annotations
@@ -15,16 +16,25 @@ import pytest
 
 from s2_spark.backends.s2.sink import (
     DATA_MAX_BYTES,
+    DATA_MAX_RECORDS,
     ForeignFenceError,
-    LeaseToken,
     SinkSettings,
     StreamSink,
     WriterId,
     query_key,
 )
-from s2_spark.errors import NotFoundError, RecordTooLargeError, WriterFencedError
+from s2_spark.backends.s2.tokens import Mark, Seen, parse_mark, run_key
+from s2_spark.errors import (
+    FencingTokenMismatchError,
+    NotFoundError,
+    RecordTooLargeError,
+    WriterFencedError,
+)
+from s2_spark.s2 import AppendRecord
 
 pytestmark = pytest.mark.backend
+
+PER = DATA_MAX_RECORDS  # data records per append (998)
 
 
 class Boom(Exception):
@@ -34,17 +44,43 @@ class Boom(Exception):
 def data_rows(basin: Any, stream: str) -> list[tuple[bytes, list[tuple[bytes, bytes]]]]:
     """Every non-command record of `stream`, in order."""
     out: list[tuple[bytes, list[tuple[bytes, bytes]]]] = []
+    for rec in all_records(basin, stream, commands=False):
+        out.append((rec["body"], [(h["name"], h["value"]) for h in rec["headers"]]))
+    return out
+
+
+def all_records(basin: Any, stream: str, *, commands: bool = True) -> list[dict[str, Any]]:
     s = basin.stream(stream)
     tail = s.check_tail().seq_num
+    out: list[dict[str, Any]] = []
     pos = 0
     while pos < tail:
-        decoded = s.read(seq_num=pos, count=min(1000, tail - pos), include_command_records=False)
+        decoded = s.read(seq_num=pos, count=min(1000, tail - pos),
+                         include_command_records=commands)
         if decoded.count == 0:
             break
-        for rec in decoded.batch.to_pylist():
-            out.append((rec["body"], [(h["name"], h["value"]) for h in rec["headers"]]))
+        out += decoded.batch.to_pylist()
         pos = int(decoded.last_seq_num) + 1
     return out
+
+
+def fences(basin: Any, stream: str) -> list[str]:
+    """The values of the stream's fence records, in order."""
+    return [r["body"].decode() for r in all_records(basin, stream)
+            if r["headers"] == [{"name": b"", "value": b"fence"}]]
+
+
+def marks(basin: Any, stream: str) -> list[Mark]:
+    return [m for v in fences(basin, stream) if (m := parse_mark(v)) is not None]
+
+
+def token(basin: Any, name: str) -> str:
+    """The stream's fencing token, learnt from a fence conditioned on one it cannot have."""
+    try:
+        basin.stream(name).fence("never-set", fencing_token="never-set")
+    except FencingTokenMismatchError as exc:
+        return exc.expected_token
+    raise AssertionError("the probe token matched")
 
 
 def bodies(n: int, prefix: str = "r", start: int = 0) -> pa.Array:
@@ -53,25 +89,48 @@ def bodies(n: int, prefix: str = "r", start: int = 0) -> pa.Array:
 
 def wid(**kw: Any) -> WriterId:
     base: dict[str, Any] = dict(
-        query=query_key("q1"), streaming=True, generation=1000, batch=3, partition=0, attempt=0
+        query=query_key("q1"), streaming=True, run=run_key("run-1"), generation=1000,
+        batch=3, partition=0, attempt=0,
     )
     base.update(kw)
     return WriterId(**base)
 
 
-SMALL = SinkSettings(flush_records=999, lease_timeout=30.0)
+SMALL = SinkSettings(flush_records=PER)
 
 
-def test_token_round_trip_and_size() -> None:
-    t = LeaseToken(True, True, True, "abc", 2**41, 10**6, 4000, 3, 2**40)
-    raw = t.encode()
-    assert len(raw) <= 36
-    assert LeaseToken.parse(raw) == t
-    assert LeaseToken.parse("") is None
-    assert LeaseToken.parse("someone-else") is None
+def test_marks_and_tokens() -> None:
+    """Marks round-trip, fit S2's 36 bytes at the largest values, and the previous
+    release's lease tokens read as marks (its query keys are computed as it did); tokens
+    mean what they should to a writer."""
+    assert (query_key("q1"), query_key("19ccfb7d-0e90-4c68-a716-a7f9efbcfc07")) == ("3y9", "l9k")
+    big = WriterId(query_key("q"), True, run_key("r"), 2**41, 36**5 - 1, 36**3 - 1, 99)
+    m = big.mark(36**7 - 1)
+    assert len(m.encode()) <= 36 and parse_mark(m.encode()) == m
+    assert len(big.bump_token(36**2 - 1)) <= 36 and len(big.run_token()) <= 36
+    assert parse_mark("wLSabc.1.2.3.4.5") == Mark(True, "abc", 1, 2, 3, 4, 5, data=True)
+    assert parse_mark(big.run_token()) is None and parse_mark("someone-else") is None
+    me = wid()
+    other_run = wid(run=run_key("run-2"))
+    assert me.sees(me.run_token()) is Seen.OURS
+    assert me.sees(wid(batch=2).bump_token(1)) is Seen.OURS  # a bump of an earlier batch
+    assert me.sees(wid(partition=5).bump_token(1)) is Seen.OURS_BUMPED
+    assert me.sees(wid(batch=4).bump_token(1)) is Seen.NEWER
+    assert me.sees(other_run.run_token()) is Seen.EARLIER_RUN
+    assert me.sees(other_run.bump_token(2)) is Seen.EARLIER_RUN
+    assert me.sees(f"wRs{me.query}.1.2.0.0.7") is Seen.EARLIER_RUN
+    assert me.sees("") is Seen.EMPTY
+    assert me.sees(wid(query=query_key("q2")).run_token()) is Seen.OTHER_WRITER
+    assert me.sees("someone-else") is Seen.FOREIGN
+    job = wid(streaming=False, query="job", batch=0)
+    assert job.sees("") is Seen.OURS and job.sees(me.run_token()) is Seen.OTHER_WRITER
+    assert job.sees(wid(streaming=False, query="job", run=run_key("j2")).run_token()) \
+        is Seen.OTHER_WRITER
 
 
 def test_plain_write_in_order(basin: Any, unique: Callable[[str], str]) -> None:
+    """Every append carries its data, the writer's mark and the run's token, which the
+    stream keeps."""
     name = unique("s")
     basin.create_stream(name)
     sink = StreamSink(basin, name, wid(), SMALL)
@@ -84,10 +143,14 @@ def test_plain_write_in_order(basin: Any, unique: Callable[[str], str]) -> None:
     )
     sink.add(bodies(1000, start=1500))
     result = sink.close()
-    assert result.appended == 2500 and result.skipped == 0
+    assert result.appended == 2500 and result.skipped == 0 and result.appends == 3
     rows = data_rows(basin, name)
     assert [b for b, _ in rows] == [f"r{i}".encode() for i in range(2500)]
     assert rows[0][1] == [(b"k", b"v")] and rows[-1][1] == []
+    run = wid().run_token()
+    assert fences(basin, name) == [wid().mark(PER).encode(), run, wid().mark(2 * PER).encode(),
+                                   run, wid().mark(2500).encode(), run]
+    assert token(basin, name) == run
 
 
 def test_missing_stream(basin: Any, unique: Callable[[str], str]) -> None:
@@ -103,7 +166,8 @@ def test_missing_stream(basin: Any, unique: Callable[[str], str]) -> None:
 
 
 def test_retry_after_partial_write_resumes(basin: Any, unique: Callable[[str], str]) -> None:
-    """Attempt 0 dies after 2 appends (holding the lease); attempt 1 writes the rest."""
+    """Attempt 0 dies after 2 appends; attempt 1 bumps, reads the marks back and writes
+    the rest; attempt 0, going on, is refused and finds attempt 1's mark: it stops."""
     name = unique("s")
     basin.create_stream(name)
 
@@ -114,14 +178,14 @@ def test_retry_after_partial_write_resumes(basin: Any, unique: Callable[[str], s
     first = StreamSink(basin, name, wid(), SMALL, after_append=die)
     with pytest.raises(Boom):
         first.add(bodies(5000))
-    assert len(data_rows(basin, name)) == 2 * 999
+    assert len(data_rows(basin, name)) == 2 * PER
     retry = StreamSink(basin, name, wid(attempt=1), SMALL)
     retry.add(bodies(5000))
     result = retry.close()
-    assert result.skipped == 2 * 999 and result.appended == 5000 - 2 * 999
+    assert result.skipped == 2 * PER and result.appended == 5000 - 2 * PER
     assert [b for b, _ in data_rows(basin, name)] == [f"r{i}".encode() for i in range(5000)]
-    # The zombie (attempt 0) is fenced out when it tries to go on.
-    with pytest.raises(WriterFencedError):
+    assert token(basin, name) == wid(attempt=1).bump_token(1)
+    with pytest.raises(WriterFencedError, match="attempt 1 of this task"):
         first.add(bodies(5000, start=5000))
         first.close()
     assert len(data_rows(basin, name)) == 5000
@@ -139,45 +203,67 @@ def test_restart_with_other_partitions_in_between(basin: Any, unique: Callable[[
     p0 = StreamSink(basin, name, wid(), SMALL, after_append=die)
     with pytest.raises(Boom):
         p0.add(bodies(2500, "a"))
-    # p1 of the old run takes the abandoned lease only after the timeout: use a short one.
-    p1 = StreamSink(
-        basin, name, wid(partition=1), SinkSettings(flush_records=999, lease_timeout=0.3)
-    )
+    p1 = StreamSink(basin, name, wid(partition=1), SMALL)
     p1.add(bodies(1200, "b"))
     p1.close()
-    # Restart: generation 2000 replays batch 3; both partitions resume exactly.
-    n0 = StreamSink(basin, name, wid(generation=2000), SMALL)
+    # Restart: run 2, generation 2000 replays batch 3; both partitions resume exactly.
+    run2: dict[str, Any] = dict(run=run_key("run-2"), generation=2000)
+    n0 = StreamSink(basin, name, wid(**run2), SMALL)
     n0.add(bodies(2500, "a"))
     r0 = n0.close()
-    n1 = StreamSink(basin, name, wid(generation=2000, partition=1), SMALL)
+    n1 = StreamSink(basin, name, wid(partition=1, **run2), SMALL)
     n1.add(bodies(1200, "b"))
     r1 = n1.close()
-    assert (r0.skipped, r0.appended, r1.skipped, r1.appended) == (999, 1501, 1200, 0)
+    assert (r0.skipped, r0.appended, r1.skipped, r1.appended) == (PER, 2500 - PER, 1200, 0)
     got = [b for b, _ in data_rows(basin, name)]
     a = [f"a{i}".encode() for i in range(2500)]
     b = [f"b{i}".encode() for i in range(1200)]
-    assert got == a[:999] + b + a[999:]
+    assert got == a[:PER] + b + a[PER:]
+    # The takeover found the earlier run's rows of batch 3: a token only it knows.
+    assert token(basin, name) == wid(**run2).bump_token(1)
     # A writer of the killed run (older generation) is stale now.
     old = StreamSink(basin, name, wid(partition=1, attempt=1), SMALL)
-    with pytest.raises(WriterFencedError):
+    with pytest.raises(WriterFencedError, match="newer run"):
         old.add(bodies(1200, "b"))
         old.close()
     # So is a writer of an earlier micro-batch, once batch 4 has written.
-    b4 = StreamSink(basin, name, wid(generation=3000, batch=4), SMALL)
+    b4 = StreamSink(basin, name, wid(run=run_key("run-2"), generation=3000, batch=4), SMALL)
     b4.add(bodies(10, "c"))
     b4.close()
-    late = StreamSink(basin, name, wid(generation=2000, partition=2), SMALL)
+    late = StreamSink(basin, name, wid(partition=2, **run2), SMALL)
     late.add(bodies(10, "x"))
-    with pytest.raises(WriterFencedError):
+    with pytest.raises(WriterFencedError, match="newer micro-batch"):
         late.close()
     assert len(data_rows(basin, name)) == 2500 + 1200 + 10
 
 
-def test_zombie_that_never_held_is_rejected(basin: Any, unique: Callable[[str], str]) -> None:
-    """Attempt 1 wrote and released; attempt 0 (still running) then asks for the lease."""
+def test_restart_between_micro_batches_takes_over_once(
+    basin: Any, unique: Callable[[str], str]
+) -> None:
+    """A run stopped between micro-batches: the next run's first writer takes the stream
+    over (its run's token, nothing to read past the earlier batch's marks) and the next
+    writer of that run appends under it at once."""
     name = unique("s")
     basin.create_stream(name)
-    StreamSink(basin, name, wid(partition=1), SMALL).close()  # nothing: no lease
+    for p in (0, 1):
+        sink = StreamSink(basin, name, wid(partition=p), SMALL)
+        sink.add(bodies(5, f"p{p}-"))
+        sink.close()
+    run2: dict[str, Any] = dict(run=run_key("run-2"), generation=2000, batch=4)
+    first = StreamSink(basin, name, wid(**run2), SMALL)
+    first.add(bodies(3, "n0-"))
+    assert first.close().appends == 1
+    assert token(basin, name) == wid(**run2).run_token()
+    second = StreamSink(basin, name, wid(partition=1, **run2), SMALL)
+    second.add(bodies(3, "n1-"))
+    assert second.close().appends == 1
+    assert len(data_rows(basin, name)) == 16
+
+
+def test_zombie_that_never_wrote_is_rejected(basin: Any, unique: Callable[[str], str]) -> None:
+    """Attempt 1 wrote; attempt 0 (still running) then tries to write."""
+    name = unique("s")
+    basin.create_stream(name)
     other = StreamSink(basin, name, wid(partition=1), SMALL)
     other.add(bodies(5, "o"))
     other.close()
@@ -194,18 +280,22 @@ def test_zombie_that_never_held_is_rejected(basin: Any, unique: Callable[[str], 
     assert len(data_rows(basin, name)) == 5 + 7 + 4
 
 
-def test_partitions_take_turns(basin: Any, unique: Callable[[str], str]) -> None:
-    """Two partitions writing one stream at once: each lands whole, in order, once."""
+def test_partitions_write_at_once(basin: Any, unique: Callable[[str], str]) -> None:
+    """Two partitions writing one stream at the same time: nobody waits or is refused,
+    each partition's rows land once and in input order, one append per 998 rows."""
     name = unique("s")
     basin.create_stream(name)
     errors: list[BaseException] = []
+    results: list[Any] = []
+    start = threading.Barrier(2, timeout=60)
 
     def run(p: int) -> None:
         try:
             sink = StreamSink(basin, name, wid(partition=p), SMALL)
+            start.wait()
             for k in range(4):
                 sink.add(bodies(600, f"p{p}-", start=600 * k))
-            sink.close()
+            results.append(sink.close())
         except BaseException as exc:
             errors.append(exc)
 
@@ -215,11 +305,64 @@ def test_partitions_take_turns(basin: Any, unique: Callable[[str], str]) -> None
     for t in threads:
         t.join(60)
     assert not errors
+    assert sorted(r.appends for r in results) == [3, 3]
     got = [b for b, _ in data_rows(basin, name)]
     for p in (0, 1):
         mine = [b for b in got if b.startswith(f"p{p}-".encode())]
         assert mine == [f"p{p}-{i}".encode() for i in range(2400)]
     assert len(got) == 4800
+
+
+def test_two_attempts_of_one_task_racing(basin: Any, unique: Callable[[str], str]) -> None:
+    """Attempts 0 and 1 of one task write the same rows at once (a speculative attempt):
+    every row lands once, in order; whichever attempt lost stops as stale."""
+    name = unique("s")
+    basin.create_stream(name)
+    settings = SinkSettings(max_records=50, flush_records=100)
+    outcomes: dict[int, Any] = {}
+    start = threading.Barrier(2, timeout=60)
+
+    def run(attempt: int) -> None:
+        try:
+            sink = StreamSink(basin, name, wid(attempt=attempt), settings)
+            start.wait()
+            for k in range(30):
+                sink.add(bodies(100, start=100 * k))
+            outcomes[attempt] = sink.close()
+        except BaseException as exc:
+            outcomes[attempt] = exc
+
+    threads = [threading.Thread(target=run, args=(a,)) for a in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert [b for b, _ in data_rows(basin, name)] == bodies(3000).to_pylist()
+    assert not isinstance(outcomes[1], BaseException) or not isinstance(
+        outcomes[0], BaseException), outcomes
+    for o in outcomes.values():
+        assert not isinstance(o, BaseException) or isinstance(o, WriterFencedError), o
+
+
+def test_stream_of_the_previous_release_is_taken_over(
+    basin: Any, unique: Callable[[str], str]
+) -> None:
+    """The release before this one left lease tokens (a fence record per append, the
+    lease with its progress). A run of the same query replaying that micro-batch reads
+    them as marks and resumes after them."""
+    name = unique("s")
+    basin.create_stream(name)
+    q = wid().query
+    stream = basin.stream(name)
+    # Partition 0 of batch 3, generation 1000, wrote 4 rows then was killed holding it.
+    stream.append([AppendRecord(f"r{i}".encode()) for i in range(4)]
+                  + [AppendRecord.fence(f"wLS{q}.rs.3.0.0.4")])
+    run2 = wid(run=run_key("run-2"), generation=2000)
+    sink = StreamSink(basin, name, run2, SMALL)
+    sink.add(bodies(10))
+    result = sink.close()
+    assert (result.skipped, result.appended) == (4, 6)
+    assert [b for b, _ in data_rows(basin, name)] == bodies(10).to_pylist()
 
 
 def test_record_too_large(basin: Any, unique: Callable[[str], str]) -> None:
@@ -254,11 +397,6 @@ def test_fence_records_keep_client_timestamps(basin: Any, unique: Callable[[str]
     sink = StreamSink(basin, name, wid(), SMALL)
     sink.add(bodies(1500), None, pa.array([t0 + i for i in range(1500)], pa.int64()))
     sink.close()
-    s = basin.stream(name)
-    got = []
-    pos, tail = 0, s.check_tail().seq_num
-    while pos < tail:
-        d = s.read(seq_num=pos, count=1000, include_command_records=False)
-        got += [int(t.timestamp() * 1000) for t in d.batch.column("timestamp").to_pylist()]
-        pos = int(d.last_seq_num) + 1
+    got = [int(r["timestamp"].timestamp() * 1000)
+           for r in all_records(basin, name, commands=False)]
     assert got == [t0 + i for i in range(1500)]

@@ -1,10 +1,11 @@
 """One writer routing rows to many S2 streams (s2_spark.backends.s2.sink), without Spark.
 
 Rows are grouped by stream in one pass, streams are written several at once within a
-writer (a bounded number of appends in flight in total), and each stream's last append
-releases its lease. Real appends against the local server; every test reads back exact
-records: each row once, in input order per stream and partition, and every lease
-released. Waits have deadlines; nothing depends on timing.
+writer (a bounded number of appends in flight in total), and partitions of one
+micro-batch write the same streams at once. Real appends against the local server; every
+test reads back exact records: each row once, in input order per stream and partition,
+and the stream left under the run's token. Waits have deadlines; nothing depends on
+timing.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from test_s2_sink import bodies, data_rows, wid
+from test_s2_sink import bodies, data_rows, marks, token, wid
 
 from s2_spark.backends._sink_rows import drop_command_rows, group_by_stream
-from s2_spark.backends.s2.sink import LeaseToken, PartitionWriter, SinkSettings, StreamSink
-from s2_spark.errors import FencingTokenMismatchError, S2SparkError, WriterFencedError
+from s2_spark.backends.s2.sink import PartitionWriter, SinkSettings, StreamSink
+from s2_spark.backends.s2.tokens import Seen
+from s2_spark.errors import S2SparkError, WriterFencedError
 from s2_spark.s2 import S2Client, S2Config
 from s2_spark.testing import TcpProxy
 from s2_spark.wire.records import HEADER_TYPE
@@ -108,15 +110,6 @@ class SpyStream:
                               lambda: self._stream.append_chain(batches, **kw))
 
 
-def token(basin: Any, name: str) -> LeaseToken | None:
-    """The stream's fencing token (None: none, or not one of s2-spark's)."""
-    try:
-        basin.stream(name).fence("never-set", fencing_token="never-set")
-    except FencingTokenMismatchError as exc:
-        return LeaseToken.parse(exc.expected_token)
-    raise AssertionError("the probe token matched")
-
-
 Plan = list[tuple[bytes, list[tuple[bytes, bytes]], str]]
 
 
@@ -150,17 +143,23 @@ def per_stream(plan: Plan) -> dict[str, list[tuple[bytes, list[tuple[bytes, byte
 
 
 def assert_written_once(basin: Any, plan: Plan) -> None:
-    """Every stream holds exactly its rows of `plan`, in order, and is released."""
+    """Every stream holds exactly its rows of `plan`, in order, under a token of the
+    writers' run, and its last mark counts them."""
     for stream, want in per_stream(plan).items():
         assert data_rows(basin, stream) == want, stream
-        t = token(basin, stream)
-        assert t is not None and not t.held, (stream, t)
+        assert wid().sees(token(basin, stream)) in (Seen.OURS, Seen.OURS_BUMPED), stream
+        assert [m.progress for m in marks(basin, stream) if m.data][-1] == len(want)
 
 
-def new_streams(basin: Any, unique: Callable[[str], str], n: int) -> list[str]:
+def new_streams(basin: Any, unique: Callable[[str], str], n: int, *,
+                written: bool = False) -> list[str]:
+    """`n` new streams; `written`: as the writers' run left them (under its token), the
+    steady state of a query past its first micro-batch."""
     names = [unique(f"m{k:02d}") for k in range(n)]
     for name in names:
         basin.create_stream(name)
+        if written:
+            basin.stream(name).fence(wid().run_token())
     return names
 
 
@@ -208,12 +207,12 @@ def test_null_stream_is_named(basin: Any) -> None:
 # -- one writer, many streams ---------------------------------------------------------------
 
 
-def test_many_streams_once_in_order_released(basin: Any, unique: Callable[[str], str]) -> None:
+def test_many_streams_once_in_order(basin: Any, unique: Callable[[str], str]) -> None:
     """5000 interleaved rows to 50 streams: one big stream flushes while rows come in,
     49 small ones are written at close, several at once within a bound of 4 appends in
-    flight. Each stream: its rows once, in order, lease released; a small stream costs
-    one data append, whose fence takes the lease and releases it."""
-    names = new_streams(basin, unique, 50)
+    flight. Each stream: its rows once, in order; a small stream costs one append (its
+    rows, the mark, the token)."""
+    names = new_streams(basin, unique, 50, written=True)
     plan = plan_rows(5000, lambda i: names[0] if i % 5 == 0 else names[1 + (i * 31) % 49])
     spy = SpyBasin(basin)
     settings = SinkSettings(max_records=100, flush_records=300, max_inflight_appends=4)
@@ -225,11 +224,9 @@ def test_many_streams_once_in_order_released(basin: Any, unique: Callable[[str],
     assert all(r.skipped == 0 for r in results)
     assert_written_once(basin, plan)
     for name, want in per_stream(plan).items():
-        t = token(basin, name)
-        assert t is not None and t.progress == len(want) and t.partition == 0
         if name != names[0]:
             assert spy.calls(name) == {"chain": 1}, name
-            assert basin.stream(name).check_tail().seq_num == len(want) + 1
+            assert basin.stream(name).check_tail().seq_num == 1 + len(want) + 2
     assert spy.most <= 4
 
 
@@ -281,8 +278,8 @@ def _run_partitions(basin: Any, plans: list[Plan], settings: SinkSettings,
         raise errors[0]
 
 
-def _check_partitions(basin: Any, plans: list[Plan], *, contiguous: bool) -> None:
-    """Every row once; per stream, each partition's rows in input order (and one block)."""
+def _check_partitions(basin: Any, plans: list[Plan]) -> None:
+    """Every row once; per stream, each partition's rows in input order."""
     for stream in {s for plan in plans for _, _, s in plan}:
         got = [b for b, _ in data_rows(basin, stream)]
         assert sorted(got) == sorted(b for plan in plans for b, _, s in plan if s == stream)
@@ -290,42 +287,42 @@ def _check_partitions(basin: Any, plans: list[Plan], *, contiguous: bool) -> Non
             want = [b for b, _, s in plan if s == stream]
             at = [i for i, b in enumerate(got) if b.startswith(f"p{p}-".encode())]
             assert [got[i] for i in at] == want, (stream, p)
-            if contiguous and at:
-                assert at[-1] - at[0] + 1 == len(at), (stream, p)
-        t = token(basin, stream)
-        assert t is not None and not t.held
 
 
-def test_partitions_share_streams_in_turns(basin: Any, unique: Callable[[str], str]) -> None:
+def test_partitions_share_streams_at_once(
+    s2_server: Any, basin: Any, unique: Callable[[str], str]
+) -> None:
     """Partitions 0 and 1 write streams 0-19 and 10-29 (10 shared) at the same time,
-    everything flushed at close in 3 appends per shared stream: both finish, every row
-    once, each partition's rows one block in input order."""
-    names = new_streams(basin, unique, 30)
+    everything flushed at close: every row once, each partition's rows in input order,
+    and not one append refused (nobody waits for or guesses another's token)."""
+    names = new_streams(basin, unique, 30, written=True)
     mine = [names[:20], names[10:][::-1]]
     plans: list[Plan] = []
     for p in (0, 1):
         counts = {s: 250 if s in names[10:20] else 40 for s in mine[p]}
         order = [s for k in range(250) for s in mine[p] if k < counts[s]]
         plans.append([(f"p{p}-{i}".encode(), [], s) for i, s in enumerate(order)])
-    _run_partitions(basin, plans, SinkSettings(max_records=100, lease_timeout=300.0),
-                    [777])
-    _check_partitions(basin, plans, contiguous=True)
+    before = s2_server.append_counts()
+    _run_partitions(basin, plans, SinkSettings(max_records=100), [777])
+    after = s2_server.append_counts()
+    _check_partitions(basin, plans)
+    appends = 2 * (10 * 1 + 10 * 3)  # per partition: 10 streams of 40 rows, 10 of 250
+    assert after.get("refused", 0) - before.get("refused", 0) == 0
+    assert after["landed"] - before.get("landed", 0) == appends
 
 
-def test_partitions_flushing_while_adding_never_deadlock(
+def test_partitions_flushing_the_same_streams_while_adding(
     basin: Any, unique: Callable[[str], str]
 ) -> None:
     """Both partitions flush the same 6 streams while rows come in, in opposite orders,
-    so each waits for leases the other holds: every waiting thread releases its writer's
-    idle leases, so both finish (a cycle would last the 300 s lease timeout)."""
+    several appends in flight: both finish, every row once, in order per partition."""
     names = new_streams(basin, unique, 6)
     plans: list[Plan] = []
     for p, order in ((0, names), (1, names[::-1])):
         plans.append([(f"p{p}-{i}".encode(), [], order[i % 6]) for i in range(6000)])
-    settings = SinkSettings(max_records=100, flush_records=200, lease_timeout=300.0,
-                            max_inflight_appends=3)
+    settings = SinkSettings(max_records=100, flush_records=200, max_inflight_appends=3)
     _run_partitions(basin, plans, settings, [1200])
-    _check_partitions(basin, plans, contiguous=False)
+    _check_partitions(basin, plans)
 
 
 # -- failures and replays -----------------------------------------------------------------
@@ -335,9 +332,9 @@ def test_failed_stream_stops_the_others_and_replay_is_exact(
     basin: Any, unique: Callable[[str], str]
 ) -> None:
     """A stream's second data append fails while 20 streams are written at once: close
-    raises that error, the others stop, every lease is released; attempt 1 with the same
-    input skips what landed and writes the rest, each row once."""
-    names = new_streams(basin, unique, 20)
+    raises that error and the others stop; attempt 1 with the same input skips what
+    landed and writes the rest, each row once."""
+    names = new_streams(basin, unique, 20, written=True)
     plan = plan_rows(6000, lambda i: names[i % 20])
     victim = names[7]
 
@@ -353,9 +350,6 @@ def test_failed_stream_stops_the_others_and_replay_is_exact(
     landed = {s: len(data_rows(basin, s)) for s in names}
     assert 100 <= landed[victim] < 300
     assert sum(landed.values()) < 6000
-    for s in names:
-        t = token(basin, s)
-        assert t is None or not t.held, (s, t)
     retry = PartitionWriter(basin, wid(attempt=1), settings)
     feed(retry, plan, [1000])
     results = retry.close()
@@ -367,10 +361,10 @@ def test_failed_stream_stops_the_others_and_replay_is_exact(
 def test_frozen_attempt_is_replayed_and_fenced_out(
     basin: Any, unique: Callable[[str], str]
 ) -> None:
-    """Attempt 0 freezes holding a stream, part of it appended (a hung or killed task);
-    attempt 1 takes the stream over at once and writes everything exactly once; when
-    attempt 0 wakes up its next append fails and it stops without writing."""
-    names = new_streams(basin, unique, 10)
+    """Attempt 0 freezes on a stream, part of it appended (a hung task); attempt 1 bumps
+    every stream and writes everything exactly once; when attempt 0 wakes up its next
+    append fails, it finds attempt 1's mark and stops without writing."""
+    names = new_streams(basin, unique, 10, written=True)
     plan = plan_rows(3000, lambda i: names[i % 10])
     victim = names[3]
     frozen, wake = threading.Event(), threading.Event()
@@ -407,16 +401,15 @@ def test_frozen_attempt_is_replayed_and_fenced_out(
     assert_written_once(basin, plan)
 
 
-def test_lost_ack_of_the_releasing_append_after_a_takeover(
+def test_lost_acks_while_another_partition_writes(
     s2_server: Any, basin: Any, unique: Callable[[str], str]
 ) -> None:
-    """Partition 0's last chain (its last append releasing the lease) lands but its acks
-    never arrive; partition 1 takes the free stream and writes meanwhile. Partition 0
-    finds its releasing fence behind partition 1's in the stream: done, not fenced."""
+    """Partition 0's last chain lands but its acks never arrive; partition 1 writes the
+    stream meanwhile. Partition 0 bumps, finds its own marks behind partition 1's rows and
+    is done: each row once, nothing sent twice."""
     from test_spark_writer_pipeline import SessionGate, wait_until
 
-    name = unique("s")
-    basin.create_stream(name)
+    name = new_streams(basin, unique, 1, written=True)[0]
     gate = SessionGate(s2_server.url, "mute")
     errors: list[BaseException] = []
     results: list[Any] = []
@@ -426,7 +419,7 @@ def test_lost_ack_of_the_releasing_append_after_a_takeover(
 
         def run() -> None:
             try:
-                results.append(first.close(release_in_last_append=True))
+                results.append(first.close())
             except BaseException as exc:
                 errors.append(exc)
 
@@ -434,27 +427,27 @@ def test_lost_ack_of_the_releasing_append_after_a_takeover(
         try:
             t.start()
             tail = basin.stream(name).check_tail
-            wait_until("the muted chain to land", lambda: tail().seq_num == 2500 + 3)
+            wait_until("the muted chain to land", lambda: tail().seq_num == 1 + 2500 + 3 * 2)
             second = StreamSink(basin, name, wid(partition=1), SinkSettings())
             second.add(bodies(100, "b"))
-            second.close(release_in_last_append=True)
+            second.close()
         finally:
             gate.release.set()
             t.join(DEADLINE)
             gate.close()
     assert not t.is_alive() and not errors, errors
-    assert results[0].appended == 2500 and results[0].appends == 3
+    assert (results[0].appended, results[0].skipped) == (2500, 0)
     got = [b for b, _ in data_rows(basin, name)]
     assert got == bodies(2500, "a").to_pylist() + bodies(100, "b").to_pylist()
-    t1 = token(basin, name)
-    assert t1 is not None and not t1.held and (t1.partition, t1.progress) == (1, 100)
+    assert basin.stream(name).check_tail().seq_num == 1 + 2600 + 4 * 2 + 2
 
 
 def test_cutting_network_many_streams_exactly_once(
     s2_server: Any, basin: Any, unique: Callable[[str], str]
 ) -> None:
     """Connections cut every 4-32 KiB while 40 streams are written at once: appends whose
-    outcome is unknown are settled by their tokens, so each row lands once, in order."""
+    outcome is unknown are settled by a bump and the marks, so each row lands once, in
+    order."""
     names = new_streams(basin, unique, 40)
     plan = plan_rows(8000, lambda i: names[(i * 7) % 40], pad=100)
     with TcpProxy(s2_server.url, cut_after=(4 << 10, 32 << 10), seed=11) as proxy, \

@@ -464,4 +464,4 @@ def test_row_fallback_matches_arrow_input() -> None:
     assert batch.column(1).to_pylist() == [[{"name": b"k", "value": b"v"}], None]
     assert batch.column(2).to_pylist() == [T0, None]
     assert batch.column(3).to_pylist() == ["s1", "s2"]
-    assert SinkSettings().max_records == 999
+    assert SinkSettings().max_records == 998

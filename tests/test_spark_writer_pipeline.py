@@ -1,8 +1,8 @@
-"""Pipelined exactly-once appends: chains of fenced appends in one S2S session.
+"""Pipelined exactly-once appends: chains of marked appends in one S2S session.
 
 Real appends against the local server. A TCP proxy in front of it stops one session
-request part way (`SessionGate`): held while another writer takes the lease, dropped, or
-sent whole with its response withheld. Every test reads back exact records.
+request part way (`SessionGate`): held while another attempt bumps the stream, dropped,
+or sent whole with its response withheld. Every test reads back exact records.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from test_s2_sink import bodies, data_rows, wid
+from test_s2_sink import PER, bodies, data_rows, wid
 
 from s2_spark.backends.s2.sink import SinkSettings, StreamSink
 from s2_spark.errors import FencingTokenMismatchError, WriterFencedError
@@ -23,8 +23,8 @@ from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.wire.appends import encode_records
 
 DEADLINE = 30.0
-#: One flush of 5 full appends (999 rows + fence each), sent as one chain.
-CHAIN = SinkSettings(flush_records=5 * 999, lease_timeout=30.0)
+#: One flush of 5 full appends (998 rows + mark + token each), sent as one chain.
+CHAIN = SinkSettings(flush_records=5 * PER)
 
 
 def wait_until(what: str, cond: Callable[[], bool]) -> None:
@@ -138,12 +138,14 @@ def _close(sock: socket.socket) -> None:
 
 @pytest.fixture
 def env(s2_server: Any, unique: Callable[[str], str]) -> Iterator[tuple[Any, Any, str]]:
-    """(a client's basin, the basin's name, a new stream in it)."""
+    """(a client's basin, the basin's name, a new stream in it, empty but for the fence
+    record setting the test writers' run token: as a run leaves a stream it writes)."""
     with S2Client(S2Config(endpoint=s2_server.url)) as client:
         name = unique("pipebasin")
         client.create_basin(name)
         stream = unique("s")
         client.basin(name).create_stream(stream)
+        client.basin(name).stream(stream).fence(wid().run_token())
         yield client.basin(name), name, stream
 
 
@@ -158,7 +160,9 @@ def expect(n: int) -> list[bytes]:
 
 def test_chain_stops_at_the_first_failed_condition(env: tuple[Any, str, str]) -> None:
     """The client: input 2 of 4 names a wrong token, so inputs 2 and 3 never land."""
-    basin, _, name = env
+    basin, _, first = env
+    name = f"{first}-plain"
+    basin.create_stream(name)
     stream = basin.stream(name)
     batches = [encode_records([(f"c{k}".encode(), [], None)])[0] for k in range(4)]
     fences = [encode_records([AppendRecord.fence(f"t{k}")])[0] for k in range(4)]
@@ -181,20 +185,21 @@ def test_chain_all_acked(env: tuple[Any, str, str]) -> None:
     basin, _, name = env
     sink = StreamSink(basin, name, wid(), CHAIN)
     sink.add(bodies(5000))
-    assert (sink.appends, sink.appended) == (5, 4995)
+    assert (sink.appends, sink.appended) == (5, 5 * PER)
     result = sink.close()
-    assert (result.appended, result.appends, result.first_seq_num) == (5000, 6, 0)
+    assert (result.appended, result.appends, result.first_seq_num) == (5000, 6, 1)
     assert [b for b, _ in data_rows(basin, name)] == expect(5000)
-    # 6 data appends (each ending with a fence, the first taking the lease) + release fence
-    assert basin.stream(name).check_tail().seq_num == 5000 + 7
+    # 6 data appends, each ending with a mark and the token
+    assert basin.stream(name).check_tail().seq_num == 1 + 5000 + 12
 
 
 def test_takeover_mid_chain_leaves_exactly_the_prefix(
     s2_server: Any, env: tuple[Any, str, str]
 ) -> None:
-    """A newer attempt takes the lease after inputs 0 and 1 of the zombie's chain have
-    landed and before the rest arrive: the rest fail their condition, the zombie stops
-    with WriterFencedError, and the newer attempt resumes right after the prefix."""
+    """A newer attempt bumps the stream after inputs 0 and 1 of the zombie's chain have
+    landed and before the rest arrive: the rest fail their condition, the zombie finds
+    the newer attempt's mark and stops with WriterFencedError, and the newer attempt
+    resumes right after the prefix."""
     basin, basin_name, name = env
     gate, client = gated(s2_server, "hold")
     zombie = StreamSink(client.basin(basin_name), name, wid(), CHAIN)
@@ -211,7 +216,7 @@ def test_takeover_mid_chain_leaves_exactly_the_prefix(
         t.start()
         wait_until("the chain's first half", gate.triggered.is_set)
         tail = basin.stream(name).check_tail
-        wait_until("inputs 0 and 1 to land", lambda: tail().seq_num == 2 * 1000)
+        wait_until("inputs 0 and 1 to land", lambda: tail().seq_num == 1 + 2 * 1000)
         newer = StreamSink(basin, name, wid(attempt=1), CHAIN)
         newer.add(bodies(5000))
         result = newer.close()
@@ -222,24 +227,25 @@ def test_takeover_mid_chain_leaves_exactly_the_prefix(
         client.close()
     assert not t.is_alive()
     assert len(errors) == 1 and isinstance(errors[0], WriterFencedError), errors
-    assert (zombie.appends, zombie.appended) == (2, 2 * 999)
-    assert (result.skipped, result.appended) == (2 * 999, 5000 - 2 * 999)
+    assert (zombie.appends, zombie.appended) == (2, 2 * PER)
+    assert (result.skipped, result.appended) == (2 * PER, 5000 - 2 * PER)
     assert [b for b, _ in data_rows(basin, name)] == expect(5000)
 
 
 @pytest.mark.parametrize("mode", ["drop", "mute"])
-def test_cut_session_is_settled_by_the_token(
+def test_cut_session_is_settled_by_the_marks(
     s2_server: Any, env: tuple[Any, str, str], mode: str
 ) -> None:
     """The connection dies mid-session, "drop": half way through the request (a prefix
     landed, no ack came), "mute": after all of it landed, with no ack delivered. The
-    token says which appends landed; only the others are sent again."""
+    writer bumps (so nothing of the lost session can land later) and its marks up to the
+    bump say which appends landed; only the others are sent again."""
     basin, basin_name, name = env
     gate, client = gated(s2_server, mode)
     tail = basin.stream(name).check_tail
     if mode == "mute":
         def release_when_all_landed() -> None:
-            wait_until("the chain to land", lambda: tail().seq_num == 5 * 1000)
+            wait_until("the chain to land", lambda: tail().seq_num == 1 + 5 * (PER + 2))
             gate.release.set()
 
         threading.Thread(target=release_when_all_landed, daemon=True).start()
@@ -247,24 +253,25 @@ def test_cut_session_is_settled_by_the_token(
         sink = StreamSink(client.basin(basin_name), name, wid(), CHAIN)
         sink.add(bodies(5000))
         assert gate.triggered.is_set()
-        assert (sink.appends, sink.appended) == (5, 4995)
+        assert sink.appended == 5 * PER
         result = sink.close()
     finally:
         gate.close()
         client.close()
-    assert (result.appended, result.appends, result.skipped) == (5000, 6, 0)
+    assert (result.appended, result.skipped) == (5000, 0)
     assert [b for b, _ in data_rows(basin, name)] == expect(5000)
-    assert tail().seq_num == 5000 + 7  # no append landed twice
+    assert tail().seq_num == 1 + 5000 + 6 * 2 + 2  # every append once, and the bump
 
 
 def test_inflight_bounds_split_chains(env: tuple[Any, str, str]) -> None:
     """At most `max_inflight_appends` / `max_inflight_bytes` per session; order kept."""
     basin, _, first = env
-    bounds = {2: SinkSettings(flush_records=5 * 999, max_inflight_appends=2),
-              1: SinkSettings(flush_records=5 * 999, max_inflight_bytes=1)}
+    bounds = {2: SinkSettings(flush_records=5 * PER, max_inflight_appends=2),
+              1: SinkSettings(flush_records=5 * PER, max_inflight_bytes=1)}
     for most, settings in bounds.items():
         name = f"{first}-{most}"
         basin.create_stream(name)
+        basin.stream(name).fence(wid().run_token())
         sink = StreamSink(basin, name, wid(), settings)
         chains: list[int] = []
         send = sink._stream.append_chain

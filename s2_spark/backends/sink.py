@@ -56,13 +56,15 @@ class WriteJob:
 @dataclass(frozen=True, slots=True)
 class TaskAttempt:
     """Who writes: one attempt at one input partition of a batch job or of one
-    micro-batch of a streaming query (`query_id` and `batch` set for those only)."""
+    micro-batch of a streaming query (`query_id` and `batch` set for those only;
+    `run_id`: the query's run, new at every start, when Spark tells it)."""
 
     job: WriteJob
     partition: int
     attempt: int
     query_id: str | None = None
     batch: int | None = None
+    run_id: str | None = None
 
 
 class StreamSink(Protocol):

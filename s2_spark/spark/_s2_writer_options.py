@@ -57,9 +57,9 @@ MAX_RECORDS_PER_APPEND = Option(
     default=DATA_MAX_RECORDS, roles=("write",))
 LEASE_TIMEOUT_MS = Option(
     "leaseTimeoutMs", "milliseconds, a positive integer",
-    "How long a task waits for another task of the same micro-batch that holds a target "
-    "stream without appending before taking over.",
-    default=round(SinkSettings().lease_timeout * 1000), roles=("write",))
+    "No longer used: the tasks of a micro-batch write the same streams at once instead of "
+    "taking turns. Still accepted (and checked), so queries written for 0.1 start.",
+    roles=("write",))
 MAX_APPENDS_IN_FLIGHT = Option(
     "maxAppendsInFlight", f"1..{MAX_INPUTS_PER_SESSION}",
     "Appends a task has sent and not yet seen acknowledged, in total across its target "
@@ -103,11 +103,14 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
                 "bytes"
             )
     per_append = MAX_RECORDS_PER_APPEND.amount(options)
-    if per_append > DATA_MAX_RECORDS:
+    if per_append > DATA_MAX_RECORDS + 1:
         raise OptionError(
             f"option maxRecordsPerAppend={per_append} is not accepted: use 1..{DATA_MAX_RECORDS}"
-            " (S2 takes 1000 records per append; one is the exactly-once fence record)"
+            " (S2 takes 1000 records per append; two are the exactly-once mark and token)"
         )
+    # 999 was the most before the mark took a record of its own: it means the most now.
+    per_append = min(per_append, DATA_MAX_RECORDS)
+    LEASE_TIMEOUT_MS.count(options)  # still checked, no longer used
     in_flight = MAX_APPENDS_IN_FLIGHT.amount(options)
     if in_flight > MAX_INPUTS_PER_SESSION:
         raise OptionError(
@@ -116,7 +119,6 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         )
     sink = SinkSettings(
         create_streams=CREATE_STREAMS.flag(options),
-        lease_timeout=LEASE_TIMEOUT_MS.amount(options) / 1000.0,
         max_records=per_append,
         max_inflight_appends=in_flight,
     )

@@ -13,6 +13,7 @@ commit and abort log the totals. Arrow batches are used where Spark offers them
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
@@ -51,6 +52,7 @@ __all__ = [
     "WriterOptions",
     "WritingDataSource",
     "batch_writer",
+    "query_run_id",
     "stream_writer",
 ]
 
@@ -129,7 +131,8 @@ class _Writer(Generic[OptionsT, LayoutT]):
         query = ctx.getLocalProperty("sql.streaming.queryId")
         if batch is None or not query:
             raise RuntimeError("Spark did not tell the task its query id and micro-batch id")
-        return TaskAttempt(self.job, ctx.partitionId(), ctx.attemptNumber(), query, int(batch))
+        return TaskAttempt(self.job, ctx.partitionId(), ctx.attemptNumber(), query, int(batch),
+                           query_run_id(ctx.getLocalProperty, query))
 
     def write_batches(self, batches: Iterator[pa.RecordBatch]) -> WriteCommitMessage:
         me = self._attempt()
@@ -190,6 +193,24 @@ class StreamRowWriter(_MicroBatchCommits[OptionsT, LayoutT], DataSourceStreamWri
 
     def write(self, iterator: Iterator[Any]) -> WriteCommitMessage:
         return self.write_rows(iterator)
+
+
+_RUN_ID = re.compile(r"^runId = ([0-9a-fA-F-]{36})$", re.MULTILINE)
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+
+def query_run_id(local_property: Callable[[str], str | None], query_id: str) -> str | None:
+    """The run id of the streaming query a task belongs to (new at every start of the
+    query), from what Spark's stream execution sets on its jobs: the job description
+    ("runId = ..."), else the job group (the run id, unless a platform replaced it);
+    None when neither says."""
+    match = _RUN_ID.search(local_property("spark.job.description") or "")
+    if match is not None:
+        return match.group(1).lower()
+    group = local_property("spark.jobGroup.id") or ""
+    if _UUID.match(group) and group.lower() != query_id.lower():
+        return group.lower()
+    return None
 
 
 def _checked(fmt: WriteFormat[OptionsT, LayoutT], options: Mapping[str, str],

@@ -6,22 +6,23 @@ SSE and S2S; appends also run as S2S sessions (full duplex on HTTP/2). The handl
 grouped by resource (`_handlers_basins`, `_handlers_appends`, `_handlers_reads`), the
 plumbing is in `_asgi`, the body shapes in `_codecs`.
 
-Not S2: the app counts the requests it receives per kind (`RequestCounter`; kinds are the
+Not S2: the app counts the requests it receives per kind (counted on arrival; kinds are the
 handler names, e.g. `check_tail`, `read`, `read_session`, `append_session`,
-`list_streams`), and answers them as JSON at `GET /_local/stats`, a testing-only path
-outside `/v1` that no S2 client calls (it needs the access token when one is set and is
-not counted itself). Tests and benchmarks use it to see how many requests a client made.
+`list_streams`) and the appends it took by outcome (`landed`, `refused`: a 412), and
+answers them as JSON at `GET /_local/stats`, a testing-only path outside `/v1` that no S2
+client calls (it needs the access token when one is set and is not counted itself). Tests
+and benchmarks use it to see how many requests a client made.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-import threading
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from s2_spark.testing._asgi import Receive, Request, Scope, Send, respond_json
+from s2_spark.testing._counter import KindCounter
 from s2_spark.testing._errors import ApiError
 from s2_spark.testing._handlers_appends import AppendHandlers
 from s2_spark.testing._handlers_basins import BasinHandlers
@@ -29,7 +30,7 @@ from s2_spark.testing._handlers_reads import ReadHandlers
 from s2_spark.testing._names import checked_name, validate_basin_name
 from s2_spark.testing._store import Store
 
-__all__ = ["STATS_PATH", "UNROUTED", "RequestCounter", "S2App"]
+__all__ = ["STATS_PATH", "UNROUTED", "S2App"]
 
 #: The testing-only path answering the request counts (not part of S2's API).
 STATS_PATH = "/_local/stats"
@@ -53,24 +54,6 @@ def _records_kind(req: Request, base: str) -> str:
     if base == "read" and req.query.get("wait", "0") not in ("", "0"):
         return "read_wait"
     return base
-
-
-class RequestCounter:
-    """Requests received per kind, counted on arrival (a long-poll or session counts when
-    it starts). Thread-safe: the app runs on its event loop, readers may be elsewhere."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: dict[str, int] = {}
-
-    def add(self, kind: str) -> None:
-        with self._lock:
-            self._counts[kind] = self._counts.get(kind, 0) + 1
-
-    def snapshot(self) -> dict[str, int]:
-        """Kind -> requests so far, sorted by kind."""
-        with self._lock:
-            return dict(sorted(self._counts.items()))
 
 
 def _shape(rest: list[str]) -> str | None:
@@ -104,9 +87,9 @@ class S2App:
     ) -> None:
         self.store = store
         self._token = token
-        self.requests = RequestCounter()
+        self.requests = KindCounter()
         self.basins = BasinHandlers(store)
-        self.appends = AppendHandlers(store)
+        self.appends = AppendHandlers(store, KindCounter())
         self.reads = ReadHandlers(store, heartbeat_interval)
         self._routes = self._route_table()
 
@@ -177,9 +160,11 @@ class S2App:
         await handler(req, send, *args)
 
     async def _stats(self, req: Request, send: Send) -> None:
-        """`GET /_local/stats`: {"requests": {kind: count}}. Testing only, not S2."""
+        """`GET /_local/stats`: {"requests": {kind: count}, "appends": {outcome: count}}.
+        Testing only, not S2."""
         req.counted = True  # not counted: reading the counts leaves them as they were
-        await respond_json(send, 200, {"requests": self.requests.snapshot()})
+        await respond_json(send, 200, {"requests": self.requests.snapshot(),
+                                       "appends": self.appends.outcomes.snapshot()})
 
     async def _route(self, req: Request, send: Send) -> None:
         seg = req.segments

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
+from s2_spark.testing._append_rules import AppendRecord
 from s2_spark.testing._asgi import PROTO_HEADERS, Request, Send, respond, respond_json
 from s2_spark.testing._codecs import (
     ack_json,
@@ -19,6 +20,7 @@ from s2_spark.testing._codecs import (
     parse_proto_input,
     record_format,
 )
+from s2_spark.testing._counter import KindCounter
 from s2_spark.testing._errors import ApiError
 from s2_spark.testing._names import stream_in_path
 from s2_spark.testing._store import Store
@@ -39,10 +41,24 @@ _Outbox = asyncio.Queue[bytes | None]
 
 
 class AppendHandlers:
-    """Appends to the streams of a `Store`."""
+    """Appends to the streams of a `Store`. `outcomes` counts appends (a unary append or
+    one input of a session) as `landed` or `refused` (412: a fencing token or
+    `match_seq_num` that did not match); not S2, for tests and benchmarks."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, outcomes: KindCounter) -> None:
         self.store = store
+        self.outcomes = outcomes
+
+    def _append(self, stream: Stream, records: list[AppendRecord], match: int | None,
+                fence: str | None) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+        try:
+            ack = self.store.append(stream, records, match, fence)
+        except ApiError as e:
+            if e.status == 412:
+                self.outcomes.add("refused")
+            raise
+        self.outcomes.add("landed")
+        return ack
 
     async def append(self, req: Request, send: Send, name: str) -> None:
         basin = req.basin_name()
@@ -58,7 +74,7 @@ class AppendHandlers:
             fmt = record_format(req)
             records, match, fence = parse_json_input(await req.json(), fmt)
         stream = self.store.stream(basin, name, auto_create="create_stream_on_append")
-        ack = self.store.append(stream, records, match, fence)
+        ack = self._append(stream, records, match, fence)
         if is_proto(req.mime("accept")):
             await respond(send, 200, ack_proto(ack), PROTO_HEADERS)
         else:
@@ -100,7 +116,7 @@ class AppendHandlers:
                         raise ApiError.bad("bad_frame", "unexpected terminal frame as input")
                     assert isinstance(frame, Message)
                     records, match, fence = parse_proto_input(frame.body)
-                    ack = self.store.append(stream, records, match, fence)
+                    ack = self._append(stream, records, match, fence)
                     out.put_nowait(encode_message(ack_proto(ack), compression))
                 if not msg.get("more_body", False):
                     decoder.finish()

@@ -34,6 +34,7 @@ __all__ = [
     "LocalS2Server",
     "ServerProcess",
     "ServerTls",
+    "fetch_append_counts",
     "fetch_request_counts",
     "serve_forever",
 ]
@@ -123,6 +124,21 @@ def fetch_request_counts(
 
     Over HTTPS the server's certificate is not verified: this is for a local test server
     (a server requiring client certificates cannot be asked this way)."""
+    counts: dict[str, int] = _fetch_stats(url, token, timeout)["requests"]
+    return counts
+
+
+def fetch_append_counts(
+    url: str, *, token: str | None = None, timeout: float = 10.0
+) -> dict[str, int]:
+    """The appends the local server at `url` took since it started, by outcome: `landed`,
+    `refused` (412: a fencing token or match_seq_num that did not match). One unary append
+    or one input of an S2S session counts once. Asked as `fetch_request_counts` asks."""
+    counts: dict[str, int] = _fetch_stats(url, token, timeout)["appends"]
+    return counts
+
+
+def _fetch_stats(url: str, token: str | None, timeout: float) -> dict[str, Any]:
     import httpx
 
     headers = {} if token is None else {"authorization": f"Bearer {token}"}
@@ -130,8 +146,8 @@ def fetch_request_counts(
     with httpx.Client(timeout=timeout, verify=False, trust_env=False) as client:
         resp = client.get(url + STATS_PATH, headers=headers)
     resp.raise_for_status()
-    counts: dict[str, int] = resp.json()["requests"]
-    return counts
+    stats: dict[str, Any] = resp.json()
+    return stats
 
 
 def _tolerate_data_after_response() -> None:
@@ -253,6 +269,10 @@ class LocalS2Server:
         """Requests received per kind since `start()` (see `fetch_request_counts`); empty
         before the first start. Read in process: no request is made."""
         return {} if self._app is None else self._app.requests.snapshot()
+
+    def append_counts(self) -> dict[str, int]:
+        """Appends taken since `start()` by outcome (see `fetch_append_counts`)."""
+        return {} if self._app is None else self._app.appends.outcomes.snapshot()
 
     def stop(self) -> None:
         thread, loop, shutdown = self._thread, self._loop, self._shutdown
@@ -411,6 +431,12 @@ class ServerProcess:
         if not self.running:
             raise RuntimeError("ServerProcess is not running")
         return fetch_request_counts(self.url, token=self._token)
+
+    def append_counts(self) -> dict[str, int]:
+        """Appends the running process took by outcome (see `fetch_append_counts`)."""
+        if not self.running:
+            raise RuntimeError("ServerProcess is not running")
+        return fetch_append_counts(self.url, token=self._token)
 
     def kill(self) -> None:
         """SIGKILL: the process gets no chance to flush or clean up."""

@@ -1,5 +1,6 @@
 """S2 as a Spark backend: reads (`backend`), options (`options`), and exactly-once writes
-(`sink`: the partition writer, `stream_sink`: one stream, `lease`: the fencing protocol).
+(`sink`: the partition writer, `stream_sink`: one stream, `tokens`: the marks and
+fencing tokens it leaves).
 
 No pyspark here; the Spark layer sees only `backends.base.StreamBackend` and
 `backends.sink.PartitionSink`.

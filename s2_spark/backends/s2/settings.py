@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from s2_spark.backends.s2.lease import MAX_TOKEN_BYTES
+from s2_spark.backends.s2.tokens import MAX_TOKEN_BYTES
 
 __all__ = [
     "DATA_MAX_BYTES",
@@ -18,10 +18,11 @@ __all__ = [
     "SinkSettings",
 ]
 
-#: Metered size of the fence record that ends every data append: 8 + 2 * 1 header
-#: + len("fence") + the token.
-FENCE_RESERVE = 8 + 2 + len("fence") + MAX_TOKEN_BYTES
-DATA_MAX_RECORDS = 999
+#: Metered size of the two fence records that end every data append (the writer's mark
+#: and the token), each 8 + 2 * 1 header + len("fence") + at most 36 bytes.
+FENCE_RESERVE = 2 * (8 + 2 + len("fence") + MAX_TOKEN_BYTES)
+#: Data records in one append: S2's 1000 less the mark and the token.
+DATA_MAX_RECORDS = 998
 #: Appends a writer has sent and not yet seen acknowledged, across its streams (one
 #: stream sends at most `max_inflight_bytes` in a session).
 DEFAULT_APPENDS_IN_FLIGHT = 64
@@ -60,9 +61,6 @@ class AppendBudget:
 class SinkSettings:
     """Tuning and behaviour of the sink.
 
-    `lease_timeout`: seconds a lease held by another partition of the same generation may
-    go without progress before it is taken over. `idle_release`: a held lease with no
-    append for this long is released between input chunks, so waiters are not starved.
     `flush_records` / `flush_bytes`: rows buffered before they are encoded and appended.
     `max_inflight_appends`: appends one writer has sent and not yet seen acknowledged,
     in total across its streams (one stream's go out as one session). `max_inflight_bytes`
@@ -71,10 +69,6 @@ class SinkSettings:
 
     create_streams: bool = False
     max_records: int = DATA_MAX_RECORDS
-    lease_timeout: float = 120.0
-    idle_release: float = 10.0
-    poll_initial: float = 0.02
-    poll_max: float = 0.05
     flush_records: int = 8 * DATA_MAX_RECORDS
     flush_bytes: int = 4 * 1024 * 1024
     max_inflight_appends: int = DEFAULT_APPENDS_IN_FLIGHT

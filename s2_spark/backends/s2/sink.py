@@ -2,14 +2,13 @@
 written exactly once (no pyspark).
 
 One writer routes its rows to many streams: grouped by stream in one pass per input
-batch, each stream's rows in input order (`stream_sink.StreamSink` writes one
-stream; `lease` is the lease protocol they share). Streams whose rows are all
-buffered when the input ends (most small ones) are written several at once, with at most
-`max_inflight_appends` appends in flight in total across the writer's streams, and a
-writer's last append to a stream releases its lease in its own fence, so a small stream
-costs one append (two when the token was not the one this process expected). If its ack
-is lost and another writer takes the freed stream meanwhile, the writer finds its
-releasing fence behind the other's fence records.
+batch, each stream's rows in input order (`stream_sink.StreamSink` writes one stream;
+`tokens` is what it leaves in the stream). Streams whose buffers fill up are flushed as
+rows come, several at once. When the input ends, the streams whose rows fit one append
+(most small ones) are written by one append each, sent together; what a refusal or a
+missing stream teaches is answered together in another round (creations too), and the
+rest (reading marks back, bumps, long streams) is done per stream, several at once.
+At most `max_inflight_appends` appends are in flight across the writer's streams.
 
 `S2SinkPlan` and `S2PartitionSink` fit this writer to the shared write path
 (`backends.sink`): the plan opens a client and a writer per task attempt, the sink takes
@@ -20,8 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
@@ -31,7 +28,6 @@ from typing import TYPE_CHECKING, TypeVar
 import pyarrow as pa
 
 from s2_spark.backends._sink_rows import drop_command_rows, group_by_stream
-from s2_spark.backends.s2.lease import ForeignFenceError, LeaseToken, WriterId, query_key
 from s2_spark.backends.s2.stream_sink import (
     DATA_MAX_BYTES,
     DATA_MAX_RECORDS,
@@ -40,6 +36,13 @@ from s2_spark.backends.s2.stream_sink import (
     SinkSettings,
     StreamSink,
     StreamWriteResult,
+)
+from s2_spark.backends.s2.tokens import (
+    JOB_QUERY,
+    ForeignFenceError,
+    WriterId,
+    query_key,
+    run_key,
 )
 from s2_spark.backends.sink import AfterAppend, SinksByStream, TaskAttempt
 from s2_spark.errors import NotFoundError, OptionError, S2SparkError
@@ -60,7 +63,6 @@ __all__ = [
     "AppendBudget",
     "ForeignFenceError",
     "InputLayout",
-    "LeaseToken",
     "PartitionWriter",
     "S2PartitionSink",
     "S2SinkPlan",
@@ -75,6 +77,9 @@ __all__ = [
 
 #: Streams one writer works on at once (its appends in flight are bounded separately).
 MAX_STREAM_WORKERS = 32
+#: Rounds of single appends sent together at close (a first try; after refusals and
+#: creations; once more).
+_SINGLE_ROUNDS = 3
 _T = TypeVar("_T")
 
 
@@ -82,17 +87,11 @@ class PartitionWriter:
     """All of one writer's rows: routed to per-stream sinks, in input order per stream.
 
     Rows are grouped by stream in one pass per input batch. Streams whose buffers fill up
-    during `add` are flushed then; `close` flushes and releases the rest, several streams
-    at once (at most `max_inflight_appends` appends in flight in total), each stream's
-    last append releasing its lease. Rows that are S2 command records (exactly one header,
-    with an empty name) are dropped: appending them would fence or trim the target
-    instead of storing data.
-
-    Before a sink waits for another writer's lease, the leases this writer holds and no
-    thread of it is using are released; a thread holding a lease never waits for another
-    one, so writers never wait on each other in a cycle. Leases idle for `idle_release`
-    seconds are released between chunks. The first failure stops the other streams' work
-    and is raised; `abort` then releases the leases still held.
+    during `add` are flushed then; `close` writes the rest, several streams at once (at
+    most `max_inflight_appends` appends in flight in total). Rows that are S2 command
+    records (exactly one header, with an empty name) are dropped: appending them would
+    fence or trim the target instead of storing data. The first failure stops the other
+    streams' work and is raised.
     """
 
     def __init__(self, basin: BasinClient, writer: WriterId, settings: SinkSettings, *,
@@ -109,15 +108,13 @@ class PartitionWriter:
             settings.max_inflight_appends, MAX_STREAM_WORKERS)
         self._pool: ThreadPoolExecutor | None = None
         self._cancel = threading.Event()
-        self._busy: set[StreamSink] = set()  # sinks a thread of this writer is using
-        self._idle = threading.Condition()
-        self.sinks = SinksByStream(self._new_sink)  # every sink shares the state above
+        self.sinks = SinksByStream(self._new_sink)
         self.dropped_commands = 0  # command rows left out (see the class docstring)
 
     def _new_sink(self, name: str) -> StreamSink:
         return StreamSink(self._basin, name, self.writer, self.settings,
-                          on_wait=self._release_others, after_append=self._after_append,
-                          budget=self._budget, cancel=self._cancel)
+                          after_append=self._after_append, budget=self._budget,
+                          cancel=self._cancel)
 
     def add(self, bodies: pa.Array, headers: pa.Array | None, timestamps: pa.Array | None,
             streams: pa.Array | str) -> None:
@@ -140,41 +137,28 @@ class PartitionWriter:
             groups = group_by_stream(columns, streams) if len(streams) else []
         full = [sink for name, cols in groups if (sink := self.sinks[name]).buffer(*cols)]
         self._each(full, StreamSink.flush)
-        now = time.monotonic()
-        for sink in self.sinks.values():
-            if sink.holding and now - sink.last_append >= self.settings.idle_release:
-                sink.release()
 
     def close(self) -> list[StreamWriteResult]:
-        """Flush every stream and release all leases; results in first-seen order.
-
-        Streams are taken in an order of this partition's own (a hash of partition and
-        name): partitions that share streams, and often meet them in the same order, then
-        seldom want the same stream at the same time, so they rarely wait for each other.
-        """
-        part = self.writer.partition
-        order = sorted(self.sinks.values(),
-                       key=lambda sink: zlib.crc32(f"{part}/{sink.name}".encode()))
+        """Write every stream's rows; results in first-seen order."""
+        sinks = list(self.sinks.values())
         try:
-            self._write_singles(order)
-            done = [sink.close() for sink in order if sink.settled]
-            done += self._each([sink for sink in order if not sink.settled],
-                               lambda sink: sink.close(release_in_last_append=True))
+            self._write_singles(sinks)
+            done = [sink.close() for sink in sinks if sink.settled]
+            done += self._each([sink for sink in sinks if not sink.settled], StreamSink.close)
         finally:
             self.abort()
         by_name = {result.stream: result for result in done}
         return [by_name[name] for name in self.sinks]
 
     def _write_singles(self, sinks: list[StreamSink]) -> None:
-        """Streams whose rows fit one append, and which this writer may take at once,
-        are written by one append each, sent together (`BasinClient.append_each`): the
-        fence of each takes the lease and releases it. Missing streams are created, all
-        together, and sent once more; refused appends (another token), waits, read-backs
-        and unknown outcomes are left to each sink's own `close`, after the others: by
-        then the partitions racing for a stream have settled on its token."""
+        """Streams whose rows fit one append, and which need nothing read or bumped first,
+        are written by one append each, sent together (`BasinClient.append_each`). A
+        refusal names the stream's token, and a sink that can answer it without reading
+        goes in the next round; missing streams are created, all together, before it.
+        Whatever is left (reads, bumps, unknown outcomes) is each sink's own `close`."""
         from s2_spark.s2 import SingleAppend
 
-        for _ in range(2):  # once more after creating the missing streams
+        for _ in range(_SINGLE_ROUNDS):
             ready = [(sink, link) for sink in sinks
                      if (link := sink.single_append()) is not None]
             if not ready:
@@ -182,24 +166,22 @@ class PartitionWriter:
             outcomes = self._basin.append_each(
                 [SingleAppend(sink.name, link.payload, link.condition) for sink, link in ready],
                 in_flight=self.settings.max_inflight_appends)
-            sinks = [sink for (sink, link), outcome in zip(ready, outcomes, strict=True)
-                     if not sink.after_single(link, outcome)
-                     and isinstance(outcome, NotFoundError)]
-            if not sinks or not self.settings.create_streams:
-                return
-            self._basin.create_streams([sink.name for sink in sinks])
+            missing = [sink for (sink, link), outcome in zip(ready, outcomes, strict=True)
+                       if not sink.after_single(link, outcome)
+                       and isinstance(outcome, NotFoundError)]
+            if missing:
+                self._basin.create_streams([sink.name for sink in missing])
+                for sink in missing:
+                    sink.created()
+            sinks = [sink for sink in sinks if not sink.settled]
 
     def abort(self) -> None:
-        """Stop every stream's work and release every lease still held (after a failure:
-        errors here are dropped, the first one is the one to report)."""
+        """Stop every stream's work (after a failure; the first error is the one to
+        report)."""
         self._cancel.set()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-        for sink in self.sinks.values():
-            if sink.holding:
-                with contextlib.suppress(Exception):
-                    sink.release()
 
     # -- several streams at once ---------------------------------------------------------
 
@@ -208,7 +190,7 @@ class PartitionWriter:
         first failure cancels the others (they stop at their next request) and is
         raised once every thread is done with its sink."""
         if self._workers == 1 or len(sinks) <= 1:
-            return [self._claimed(sink, op) for sink in sinks]
+            return [op(sink) for sink in sinks]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="s2-sink")
         first: list[BaseException] = []
@@ -216,7 +198,7 @@ class PartitionWriter:
 
         def run(sink: StreamSink) -> _T:
             try:
-                return self._claimed(sink, op)
+                return op(sink)
             except BaseException as exc:
                 with lock:
                     if not first:
@@ -229,34 +211,6 @@ class PartitionWriter:
         if first:
             raise first[0]
         return [f.result() for f in futures]
-
-    def _claimed(self, sink: StreamSink, op: Callable[[StreamSink], _T]) -> _T:
-        """`op(sink)` with the sink marked busy, so no other thread releases its lease."""
-        with self._idle:
-            self._idle.wait_for(lambda: sink not in self._busy)
-            sink._check_cancel()
-            self._busy.add(sink)
-        try:
-            return op(sink)
-        finally:
-            with self._idle:
-                self._busy.discard(sink)
-                self._idle.notify_all()
-
-    def _release_others(self, waiting: StreamSink) -> None:
-        """Before `waiting` waits for a lease: release the leases of this writer that no
-        thread is using (a thread using one never waits for another, so no cycle)."""
-        with self._idle:
-            idle = [s for s in self.sinks.values()
-                    if s is not waiting and s.holding and s not in self._busy]
-            self._busy.update(idle)
-        try:
-            for sink in idle:
-                sink.release()
-        finally:
-            with self._idle:
-                self._busy.difference_update(idle)
-                self._idle.notify_all()
 
 
 # -- the shared write path (backends.sink) -----------------------------------------------
@@ -274,14 +228,19 @@ class InputLayout:
 
 
 def writer_id(attempt: TaskAttempt) -> WriterId:
-    """The S2 writer of a task attempt: generation = when its job was planned, so a query
-    restarted from its checkpoint outranks every attempt of the killed run."""
+    """The S2 writer of a task attempt: generation = when its micro-batch (job) was
+    planned, so a query restarted from its checkpoint outranks every attempt of the
+    killed run; run = the query's run (a new one at every start; where Spark does not
+    say, each micro-batch counts as a run of its own, which costs a takeover per stream
+    and micro-batch but stays exact)."""
     job = attempt.job
     if attempt.query_id is None:
-        return WriterId("job", False, job.planned_ms, 0, attempt.partition, attempt.attempt)
+        return WriterId(JOB_QUERY, False, run_key(job.job_id), job.planned_ms, 0,
+                        attempt.partition, attempt.attempt)
     assert attempt.batch is not None, "a streaming attempt has a micro-batch id"
-    return WriterId(query_key(attempt.query_id), True, job.planned_ms, attempt.batch,
-                    attempt.partition, attempt.attempt)
+    run = attempt.run_id or f"{job.job_id}/{job.planned_ms}"
+    return WriterId(query_key(attempt.query_id), True, run_key(run), job.planned_ms,
+                    attempt.batch, attempt.partition, attempt.attempt)
 
 
 class S2PartitionSink:

@@ -1,0 +1,132 @@
+"""A stream's marks read back for one writer: how far its partition got, and whether a
+newer attempt or run has the stream (the I/O half of `tokens`).
+
+Marks are fence records, so reading them means reading the records around them. Two
+ways: `back` from a point (the tail, or the writer's own bump) to where the writer's
+micro-batch began on the stream, when the writer knows nothing yet; `forward` over a
+span the writer has not seen, when it has read or appended up to the span's start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from s2_spark.backends.s2.tokens import Mark, WriterId, is_token, parse_mark
+
+if TYPE_CHECKING:
+    from s2_spark.s2 import StreamClient
+
+__all__ = ["History", "StreamMarks"]
+
+#: Records read in the first window back from the tail (doubling up to `_MAX_WINDOW`):
+#: the marks a writer looks for are usually the stream's last few records.
+_FIRST_WINDOW = 64
+_MAX_WINDOW = 64_000
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """What a stream's marks before `end` (a seq_num) say to one writer.
+
+    `progress`: the most rows of the writer's partition of its micro-batch any mark shows
+    in the stream; `own`: of those, the most its own marks show (appends of its whose
+    answer was lost). `stale`: why the writer must stop (a newer attempt of its task, a newer
+    micro-batch or run wrote the stream), or None. `clean`: no earlier run of the query
+    left marks of this micro-batch, so every writer of this run may trust that its rows
+    start at zero.
+    """
+
+    progress: int
+    own: int
+    stale: str | None
+    clean: bool
+    end: int
+
+
+def summarize(me: WriterId, marks: list[Mark], end: int) -> History:
+    """The history `marks` (this writer's query or job only) make for `me`."""
+    progress, own, stale, clean = 0, 0, None, True
+    for m in marks:
+        if me.streaming and m.generation > me.generation:
+            what = "run" if m.batch <= me.batch else f"micro-batch ({m.batch})"
+            stale = stale or f"a newer {what} of this query wrote it"
+        if m.batch != me.batch:
+            continue
+        if m.generation < me.generation:
+            clean = False
+        if m.partition == me.partition:
+            if m.generation == me.generation and m.attempt > me.attempt:
+                stale = stale or f"attempt {m.attempt} of this task writes it"
+            progress = max(progress, m.progress)
+            if m.generation == me.generation and m.attempt == me.attempt:
+                own = max(own, m.progress)
+    return History(progress, own, stale, clean, end)
+
+
+class StreamMarks:
+    """Reads one stream's marks for writer `me`."""
+
+    def __init__(self, stream: StreamClient, me: WriterId) -> None:
+        self._stream = stream
+        self._me = me
+
+    def back(self, end: int | None = None) -> History:
+        """The marks before `end` (default: the tail), read backwards until the stream's
+        records before `me`'s micro-batch: a data mark of an earlier micro-batch of the
+        query, another writer's mark, or a fence record s2-spark did not write."""
+        if end is None:
+            end = self._stream.check_tail().seq_num
+        me = self._me
+        found: list[Mark] = []
+        for raw in self._fences_back(end):
+            m = parse_mark(raw)
+            if m is None:
+                if is_token(raw):
+                    continue  # it follows a mark
+                break
+            if not me.same_writer_kind(m) or (me.streaming and m.data and m.batch < me.batch):
+                break
+            found.append(m)
+        return summarize(me, found, end)
+
+    def forward(self, start: int, end: int | None = None) -> History:
+        """The marks in [start, end) (default: up to the tail)."""
+        if end is None:
+            end = self._stream.check_tail().seq_num
+        me = self._me
+        found = [m for raw in self._fences(start, end)
+                 if (m := parse_mark(raw)) is not None and me.same_writer_kind(m)]
+        return summarize(me, found, end)
+
+    def _fences_back(self, end: int) -> Iterator[str]:
+        """The bodies of the fence records before `end`, newest first: a window at a
+        time, each twice the last."""
+        hi, window = end, _FIRST_WINDOW
+        while hi > 0:
+            lo = max(0, hi - window)
+            yield from reversed(self._fences(lo, hi))
+            hi = lo
+            window = min(window * 2, _MAX_WINDOW)
+
+    def _fences(self, lo: int, hi: int) -> list[str]:
+        """The bodies of the fence records in [lo, hi), in order."""
+        bodies: list[str] = []
+        pos = lo
+        while pos < hi:
+            decoded = self._stream.read(seq_num=pos, count=min(1000, hi - pos),
+                                        include_command_records=True)
+            if decoded.count == 0:
+                break
+            batch = decoded.batch
+            seqs = batch.column("seq_num").to_pylist()
+            headers = batch.column("headers").to_pylist()
+            values = batch.column("body").to_pylist()
+            for s, h, b in zip(seqs, headers, values, strict=True):
+                if s >= hi:
+                    break
+                if h and len(h) == 1 and h[0]["name"] == b"" and h[0]["value"] == b"fence":
+                    bodies.append(b.decode("utf-8", "replace"))
+            pos = int(seqs[-1]) + 1
+        return bodies
