@@ -1,0 +1,230 @@
+"""A streaming fan-out: a stream per user, written from every task of every micro-batch.
+
+The query a user runs to split one stream of events into a stream per user, against the
+same query into one stream, measured in the same run (one local server process,
+`local[2]`):
+
+* source: one stream of `--events` events of 100 B; event i belongs to user
+  (i * 7919) % users, so each micro-batch holds events of nearly every user;
+* query: `readStream.format("s2")` with `minPartitions=--partitions` and
+  `maxRecordsPerTrigger=--rows-per-batch`, `trigger(availableNow=True)`, routed by a
+  `stream` column `u/<user>` into `writeStream.format("s2")` with `createStreams=true`
+  (a new target basin per run, so micro-batch 0 creates the streams; the rest is the
+  steady state); with `--repartition`, `repartition(partitions, "stream")` and a sort
+  within partitions first (each user's events in one task);
+* peer: the same query into one stream (option `stream`, which overrides the column).
+
+Printed per `--users` value: rows/s of each and the ratio (fan-out / one stream, higher
+is better), micro-batch seconds (`durationMs.triggerExecution`) p50/p99 of the steady
+state (micro-batches after the first) and of the first, and from the local server's
+counters (`GET /_local/stats`) the appends that landed and were refused (412) per stream
+and micro-batch, and per (task, stream) that had events: the (micro-batch, partition,
+user) triples of the source layout, or (micro-batch, user) pairs after --repartition.
+The queries alternate over `--repeat` rounds; the best run counts. `--rtt-ms`: the
+queries reach the server through `s2_spark.testing.DelayProxy`. Ends with
+`fanout: <r>x one stream at <U> users (<s> s a micro-batch, <a> appends per task and
+stream), ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
+from s2_spark.testing import DelayProxy, ServerProcess
+
+RECORD = 100
+PRIME = 7919
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def user_of(i: int, users: int) -> int:
+    return (i * PRIME) % users
+
+
+def fill_events(client: S2Client, basin: str, events: int, users: int) -> None:
+    """One stream `events` of `events` records: "<user>:<i>" padded to RECORD bytes."""
+    client.ensure_basin(basin)
+    client.basin(basin).create_stream("events")
+    stream = client.basin(basin).stream("events")
+    chunk = 50_000
+    for start in range(0, events, chunk):
+        stream.append_many([
+            AppendRecord(f"{user_of(i, users):05d}:{i}".encode().ljust(RECORD, b"."))
+            for i in range(start, min(events, start + chunk))])
+
+
+def task_stream_pairs(events: int, users: int, per_batch: int, partitions: int,
+                      by_stream: bool) -> int:
+    """(micro-batch, task, stream) triples with events: the reader splits each micro-batch
+    range into `partitions` contiguous parts; after --repartition each user is one task's."""
+    pairs = set()
+    for i in range(events):
+        batch, at = divmod(i, per_batch)
+        size = min(per_batch, events - batch * per_batch)
+        part = 0 if by_stream else at * partitions // size
+        pairs.add((batch, part, user_of(i, users)))
+    return len(pairs)
+
+
+def session() -> Any:
+    spark = (SparkSession.builder.master("local[2]").appName("s2-spark-bench-fanout")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.python.worker.reuse", "true")
+             .config("spark.sql.shuffle.partitions", "2")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+@dataclass
+class Run:
+    """One query run: wall seconds, micro-batch seconds, and the server's append counts."""
+
+    seconds: float
+    batches: list[float]
+    landed: int
+    refused: int
+
+    def rows_per_s(self, rows: int) -> float:
+        return rows / self.seconds
+
+
+def run_query(spark: Any, server: ServerProcess, url: str, src: str, args: argparse.Namespace,
+              users: int, *, single: bool) -> Run:
+    """The fan-out (or, `single`, the same into one stream) into a new basin, to the end."""
+    dst = f"fan-dst-{uuid.uuid4().hex[:10]}"
+    with S2Client(S2Config(endpoint=server.url)) as client:
+        client.create_basin(dst)
+    df = (spark.readStream.format("s2").option("endpoint", url).option("basin", src)
+          .option("stream", "events").option("includeHeaders", "false")
+          .option("minPartitions", str(args.partitions))
+          .option("maxRecordsPerTrigger", str(args.rows_per_batch)).load())
+    routed = df.select(
+        F.concat(F.lit("u/"), F.substring(F.col("body").cast("string"), 1, 5)).alias("stream"),
+        "body")
+    if args.repartition and not single:
+        routed = routed.repartition(args.partitions, "stream").sortWithinPartitions("body")
+    before = server.append_counts()
+    with tempfile.TemporaryDirectory() as ckpt:
+        w = (routed.writeStream.format("s2").option("endpoint", url).option("basin", dst)
+             .option("createStreams", "true").option("checkpointLocation", ckpt)
+             .trigger(availableNow=True))
+        if single:
+            w = w.option("stream", "one")
+        t0 = time.perf_counter()
+        q = w.start()
+        q.awaitTermination()
+        seconds = time.perf_counter() - t0
+        if q.exception() is not None:
+            raise RuntimeError(str(q.exception()))
+        progress = [p for p in q.recentProgress if p["numInputRows"]]
+    after = server.append_counts()
+    rows = sum(p["numInputRows"] for p in progress)
+    assert rows == args.events, f"read {rows} rows, expected {args.events}"
+    return Run(seconds, [p["durationMs"]["triggerExecution"] / 1000 for p in progress],
+               after.get("landed", 0) - before.get("landed", 0),
+               after.get("refused", 0) - before.get("refused", 0))
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def bench(spark: Any, server: ServerProcess, url: str, users: int,
+          args: argparse.Namespace) -> tuple[float, float, float]:
+    """(ratio, steady micro-batch p50 s, appends per task and stream) for `users`."""
+    src = f"fan-src-{users}-{uuid.uuid4().hex[:8]}"
+    with S2Client(S2Config(endpoint=server.url)) as client:
+        fill_events(client, src, args.events, users)
+    best: dict[str, Run] = {}
+    for k in range(args.repeat):
+        for single in ((False, True) if k % 2 == 0 else (True, False)):
+            label = "one stream" if single else f"{users:,} user streams"
+            r = run_query(spark, server, url, src, args, users, single=single)
+            steady = r.batches[1:] or r.batches
+            print(f"  {label}: {args.events:,} rows in {r.seconds:.2f}s "
+                  f"({r.rows_per_s(args.events):,.0f} rows/s); micro-batch p50 "
+                  f"{statistics.median(steady):.2f}s p99 {pct(steady, 0.99):.2f}s (steady), "
+                  f"first {r.batches[0]:.2f}s; appends {r.landed:,} landed, {r.refused:,} "
+                  "refused")
+            key = "single" if single else "many"
+            if key not in best or r.seconds < best[key].seconds:
+                best[key] = r
+    many, single = best["many"], best["single"]
+    ratio = single.seconds / many.seconds
+    batches = len(many.batches)
+    pairs = task_stream_pairs(args.events, users, args.rows_per_batch, args.partitions,
+                              args.repartition)
+    per_pair = (many.landed + many.refused) / pairs
+    steady = statistics.median(many.batches[1:] or many.batches)
+    print(f"fan-out to {users:,} users: {many.seconds:.2f}s against {single.seconds:.2f}s into "
+          f"one stream -> {ratio:.2f}x; micro-batch p50 {steady:.2f}s p99 "
+          f"{pct(many.batches[1:] or many.batches, 0.99):.2f}s; per stream and micro-batch "
+          f"{many.landed / (users * batches):.2f} appends landed, "
+          f"{many.refused / (users * batches):.3f} refused; per (task, stream) with events "
+          f"{per_pair:.3f} appends ({pairs:,} such)")
+    return ratio, steady, per_pair
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--users", type=_ints, default=[1000, 10000],
+                    help="streams to fan out to (comma-separated cases)")
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--rows-per-batch", type=int, default=20_000)
+    ap.add_argument("--partitions", type=int, default=2,
+                    help="minPartitions of the read (and partitions after --repartition)")
+    ap.add_argument("--repartition", action="store_true",
+                    help="repartition by stream (and sort) before writing")
+    ap.add_argument("--rtt-ms", type=float, default=0.0,
+                    help="round trip the queries see (s2_spark.testing.DelayProxy)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each query (best counts)")
+    args = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    spark = session()
+    out = []
+    with ServerProcess() as server, contextlib.ExitStack() as stack:
+        url = server.url
+        if args.rtt_ms:
+            url = stack.enter_context(DelayProxy(server.url, rtt_ms=args.rtt_ms)).url
+            print(f"queries through a proxy adding {args.rtt_ms:g} ms of round trip")
+        # Warm-up (JVM, Python workers): a small fan-out, not measured.
+        warm = argparse.Namespace(**{**vars(args), "events": 2000, "rows_per_batch": 1000})
+        src = f"fan-warm-{uuid.uuid4().hex[:8]}"
+        with S2Client(S2Config(endpoint=server.url)) as client:
+            fill_events(client, src, warm.events, 50)
+        run_query(spark, server, url, src, warm, 50, single=False)
+        for users in args.users:
+            ratio, steady, per_pair = bench(spark, server, url, users, args)
+            out.append(f"{ratio:.2f}x one stream at {users:,} users ({steady:.2f}s a "
+                       f"micro-batch, {per_pair:.2f} appends per task and stream)")
+    spark.stop()
+    shape = (f"{args.events:,} events, {args.rows_per_batch:,} a micro-batch, "
+             f"{args.partitions} partitions{', repartitioned' if args.repartition else ''}"
+             f"{f', {args.rtt_ms:g} ms round trip' if args.rtt_ms else ''}")
+    print(f"fanout ({shape}): {'; '.join(out)}")
+
+
+if __name__ == "__main__":
+    main()
