@@ -458,3 +458,35 @@ def test_cutting_network_many_streams_exactly_once(
         w.close()
         assert proxy.cuts >= 3
     assert_written_once(basin, plan)
+
+
+def test_two_attempts_racing_over_many_streams(basin: Any, unique: Callable[[str], str]) -> None:
+    """Attempts 0 and 1 of one task write the same rows to 200 streams at the same time
+    (a speculative attempt), while partition 1 writes them too: every row lands once, each
+    partition's rows in input order; an attempt that lost a stream stops as stale."""
+    names = new_streams(basin, unique, 200, written=True)
+    plans = [[(f"p{p}-{i}".encode(), [], names[(i * 13 + p) % 200]) for i in range(3000)]
+             for p in (0, 1)]
+    settings = SinkSettings(max_records=20, flush_records=40)
+    start = threading.Barrier(3, timeout=DEADLINE)
+    outcomes: list[BaseException | None] = []
+
+    def run(p: int, attempt: int) -> None:
+        try:
+            w = PartitionWriter(basin, wid(partition=p, attempt=attempt), settings)
+            start.wait()
+            feed(w, plans[p], [500])
+            w.close()
+            outcomes.append(None)
+        except BaseException as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=run, args=pa_) for pa_ in ((0, 0), (0, 1), (1, 0))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(DEADLINE)
+    assert not any(t.is_alive() for t in threads)
+    assert all(o is None or isinstance(o, WriterFencedError) for o in outcomes), outcomes
+    assert sum(o is None for o in outcomes) >= 2  # partition 1, and one attempt of 0
+    _check_partitions(basin, plans)
