@@ -718,6 +718,7 @@ def test_unimplemented_and_unknown_routes(s2_server: Any) -> None:
 
 @pytest.mark.parametrize("server_type", [LocalS2Server, ServerProcess])
 def test_request_counts_per_kind(server_type: Any) -> None:
+    from s2_spark.errors import FencingTokenMismatchError
     from s2_spark.s2 import AppendRecord, S2Client, S2Config
 
     with server_type() as server, S2Client(S2Config(endpoint=server.url)) as client:
@@ -749,6 +750,13 @@ def test_request_counts_per_kind(server_type: Any) -> None:
             "unrouted": 1,
         }
         assert server.request_counts() == expected
+        # Appends by outcome: the unary one and the session's two inputs landed; one
+        # conditioned on a token the stream does not have was refused.
+        with pytest.raises(FencingTokenMismatchError):
+            stream.append([AppendRecord(b"z")], fencing_token="not-set")
+        expected["append"] = 2
+        assert server.append_counts() == {"landed": 3, "refused": 1}
         # Asking for the counts is not counted, and the path answers plain JSON.
         r = httpx.get(server.url + "/_local/stats")
-        assert (r.status_code, r.json()) == (200, {"requests": expected})
+        assert (r.status_code, r.json()) == (
+            200, {"requests": expected, "appends": {"landed": 3, "refused": 1}})

@@ -49,6 +49,7 @@ class SpyBasin:
     def __init__(self, basin: Any, hook: Hook | None = None) -> None:
         self._basin = basin
         self.name = basin.name
+        self.endpoint_url = basin.endpoint_url
         self.hook = hook
         self.most = 0
         self._in_flight = 0

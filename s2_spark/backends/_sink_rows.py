@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Columns", "drop_command_rows", "group_by_stream"]
+__all__ = ["Columns", "drop_command_rows", "group_by_stream", "order_by_stream"]
 
 #: bodies, headers, timestamps (headers and timestamps optional).
 Columns = tuple[pa.Array, pa.Array | None, pa.Array | None]
@@ -43,28 +43,40 @@ def drop_command_rows(
     return kept, streams if isinstance(streams, str) else pc.filter(streams, keep), dropped
 
 
-def group_by_stream(columns: Columns, streams: pa.Array) -> list[tuple[str, Columns]]:
-    """The rows of each target stream, streams in first-seen order, rows in input order.
+def order_by_stream(columns: Columns, streams: pa.Array
+                    ) -> tuple[Columns, list[tuple[str, int, int]]]:
+    """The rows reordered so that each target stream's are together, streams in
+    first-seen order and rows in input order, and each stream's (name, first row, rows).
 
     Dictionary-encodes `streams` (codes in first-seen order), sorts the row indices by
-    code with a stable sort, takes each column once in that order and slices it per
-    stream. `streams` must have no nulls.
+    code with a stable sort and takes each column once in that order. `streams` must have
+    no nulls.
     """
     encoded = pc.dictionary_encode(streams)
     names: list[str] = encoded.dictionary.to_pylist()
     if len(names) == 1:
-        return [(names[0], columns)]
+        return columns, [(names[0], 0, len(streams))]
     codes = encoded.indices.to_numpy(zero_copy_only=False)
     order = np.argsort(codes, kind="stable")
     counts = np.bincount(codes, minlength=len(names)).tolist()
-    taken = [_take(c, order) for c in columns]
-    groups: list[tuple[str, Columns]] = []
+    taken = tuple(_take(c, order) for c in columns)
+    spans: list[tuple[str, int, int]] = []
     start = 0
     for name, n in zip(names, counts, strict=True):
         if n:
-            groups.append((name, _slice(taken, start, n)))
+            spans.append((name, start, n))
         start += n
-    return groups
+    bodies, headers, timestamps = taken
+    assert bodies is not None
+    return (bodies, headers, timestamps), spans
+
+
+def group_by_stream(columns: Columns, streams: pa.Array) -> list[tuple[str, Columns]]:
+    """The rows of each target stream (`order_by_stream`), as columns of their own."""
+    taken, spans = order_by_stream(columns, streams)
+    if len(spans) == 1:
+        return [(spans[0][0], taken)]
+    return [(name, _slice(taken, start, n)) for name, start, n in spans]
 
 
 def _take(column: pa.Array | None, order: np.ndarray) -> pa.Array | None:

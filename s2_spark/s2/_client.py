@@ -161,6 +161,11 @@ class BasinClient:
     def __repr__(self) -> str:
         return f"BasinClient({self.name!r})"
 
+    @property
+    def endpoint_url(self) -> str:
+        """The base URL this basin's requests go to."""
+        return self._transport.config.basin_base_url(self.name)[0]
+
     def stream(self, name: str) -> StreamClient:
         return StreamClient(self._transport, self.name, check_stream_name(name))
 

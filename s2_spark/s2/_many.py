@@ -17,7 +17,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import quote
 
 import httpx
 
@@ -27,6 +26,7 @@ from s2_spark.errors import AlreadyExistsError, Position, S2Error, ServiceError
 from ._append_session import PROTO_ACCEPT, PROTO_HEADERS, ack_of
 from ._errors import error_from_body, error_from_transport
 from ._params import read_params
+from ._stream import records_path
 from ._transport import side_effect_free
 from ._types import AppendAck
 
@@ -73,7 +73,7 @@ def _calls(basin: BasinClient, targets: Sequence[str], extra: list[tuple[bytes, 
 
 def check_tails(basin: BasinClient, names: Sequence[str]) -> dict[str, Position | None]:
     """Each stream's tail, None where the stream does not exist."""
-    results = _calls(basin, [f"/streams/{quote(n, safe='')}/records/tail" for n in names], [])
+    results = _calls(basin, [records_path(n) + "/tail" for n in names], [])
     out: dict[str, Position | None] = {}
     for name, result in zip(names, results, strict=True):
         if isinstance(result, Response) and result.status_code == 404:
@@ -102,7 +102,7 @@ def read_many(basin: BasinClient, reads: Sequence[SmallRead], *,
     for r in reads:
         params = read_params(seq_num=r.seq_num, timestamp=None, tail_offset=None,
                              count=r.count, bytes=None, until=None, clamp=False, wait=None)
-        targets.append(f"/streams/{quote(r.stream, safe='')}/records{query(params)}")
+        targets.append(records_path(r.stream) + query(params))
     out: list[DecodedBatch | S2Error] = []
     for r, result in zip(reads, _calls(basin, targets, PROTO_ACCEPT), strict=True):
         if isinstance(result, Response) and result.status_code == 200:
@@ -125,7 +125,7 @@ def append_each(basin: BasinClient, appends: Sequence[SingleAppend], *, in_fligh
     in transit may have landed, and only the caller knows how to find out (a writer reads
     its fencing token back). Such failures are `S2UnavailableError`s with `unsent` false.
     At most `in_flight` of them are sent and not yet answered at any time."""
-    targets = [f"/streams/{quote(a.stream, safe='')}/records" for a in appends]
+    targets = [records_path(a.stream) for a in appends]
     bodies = [a.batch.to_append_input(a.match_seq_num, a.fencing_token) for a in appends]
     out: list[AppendAck | ServiceError] = []
     results = _calls(basin, targets, PROTO_HEADERS, method=b"POST", bodies=bodies,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -30,8 +31,14 @@ if TYPE_CHECKING:
     from s2_spark.wire.appends import AppendBatch
     from s2_spark.wire.records import DecodedBatch
 
-__all__ = ["StreamClient"]
+__all__ = ["StreamClient", "records_path"]
 
+
+@functools.lru_cache(maxsize=65536)
+def records_path(stream: str) -> str:
+    """The path of a stream's records (the name quoted once: a writer of many streams
+    asks for the same ones every micro-batch)."""
+    return f"/streams/{quote(stream, safe='')}/records"
 
 
 class StreamClient:
@@ -41,7 +48,7 @@ class StreamClient:
         self._t = transport
         self.basin = basin
         self.name = name
-        self._path = f"/streams/{quote(name, safe='')}/records"
+        self._path = records_path(name)
         self._target = f"stream {name!r} in basin {basin!r}"
 
     def __repr__(self) -> str:

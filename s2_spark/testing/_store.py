@@ -287,15 +287,15 @@ class Store:
             records, match_seq_num, fencing_token, now
         )
         effects: list[tuple[str, Any]] = []
-        meta: list[bytes] = []
         for seq, _op in commands:
             kind, value = command_effect(records[seq - stream.next_seq])
             if kind == "trim":
                 value = min(value, seq + 1)
             effects.append((kind, value))
-            key = "token" if kind == "fence" else "point"
-            meta.append(meta_entry({"op": kind, "id": stream.id, key: value}))
         if self._journal is not None:
+            meta = [meta_entry({"op": kind, "id": stream.id,
+                                ("token" if kind == "fence" else "point"): value})
+                    for kind, value in effects]
             entry = append_entry(stream.id, now, timestamps, metered, entries)
             self._write(entry + b"".join(meta))
         start = (stream.next_seq, timestamps[0])

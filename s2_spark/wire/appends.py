@@ -27,7 +27,9 @@ __all__ = [
     "MAX_BATCH_RECORDS",
     "MAX_RECORD_BYTES",
     "AppendBatch",
+    "EncodedRecords",
     "encode_append_batches",
+    "encode_entries",
     "encode_record",
     "encode_records",
     "metered_size",
@@ -96,6 +98,64 @@ def encode_append_batches(
     Raises RecordTooLargeError (before returning anything) if one record exceeds 1 MiB.
     """
     _check_limits(max_records, max_bytes)
+    return encode_entries(bodies, headers, timestamps).batches(max_records, max_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedRecords:
+    """Rows encoded once as AppendInput `records` entries, to be cut into appends later:
+    `payload` holds the entries in order, `ends[i]` is where entry i ends in it and
+    `meters[i]` is record i's metered size. Slices share the payload (no copy)."""
+
+    payload: memoryview = field(repr=False)
+    ends: Any = field(repr=False)
+    meters: Any = field(repr=False)
+
+    def __len__(self) -> int:
+        return len(self.meters)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.payload)
+
+    def slice(self, start: int, stop: int | None = None) -> EncodedRecords:
+        """Records [start, stop)."""
+        stop = len(self) if stop is None else stop
+        lo = int(self.ends[start - 1]) if start else 0
+        hi = int(self.ends[stop - 1]) if stop > start else lo
+        return EncodedRecords(self.payload[lo:hi], self.ends[start:stop] - lo,
+                              self.meters[start:stop])
+
+    @staticmethod
+    def concat(parts: Sequence[EncodedRecords]) -> EncodedRecords:
+        """The records of `parts`, in order (one part: itself)."""
+        if len(parts) == 1:
+            return parts[0]
+        shifts = np.cumsum([0] + [p.nbytes for p in parts[:-1]])
+        return EncodedRecords(
+            memoryview(b"".join(p.payload for p in parts)),
+            np.concatenate([p.ends + shift for p, shift in zip(parts, shifts, strict=True)]),
+            np.concatenate([p.meters for p in parts]))
+
+    def batches(self, max_records: int = MAX_BATCH_RECORDS,
+                max_bytes: int = MAX_BATCH_BYTES) -> list[AppendBatch]:
+        """The records cut into appends, in order, each within the limits (raises
+        RecordTooLargeError first if one record exceeds 1 MiB)."""
+        n = len(self)
+        if 0 < n <= max_records:  # the common case of a small stream: one append
+            total = int(self.meters.sum())
+            if total <= max_bytes:
+                return [AppendBatch(bytes(self.payload), n, total, 0)]
+        return _split(self.payload, self.ends, self.meters, max_records, max_bytes)
+
+
+def encode_entries(
+    bodies: pa.Array | pa.ChunkedArray,
+    headers: pa.Array | pa.ChunkedArray | None = None,
+    timestamps: pa.Array | pa.ChunkedArray | None = None,
+) -> EncodedRecords:
+    """Encode rows (as `encode_append_batches` takes them) without cutting them into
+    appends: one pass over the columns, however many streams they go to."""
     cols = _Columns.from_arrow(bodies, headers, timestamps)
     if _fastwire is not None:
         payload, ends_b, meters_b = _fastwire.encode_records(cols.n, *cols.buffers())
@@ -106,7 +166,7 @@ def encode_append_batches(
         payload = b"".join(e for e, _ in entries)
         ends = np.cumsum(np.fromiter((len(e) for e, _ in entries), np.int64, cols.n))
         meters = np.fromiter((m for _, m in entries), np.int64, cols.n)
-    return _split(payload, ends, meters, max_records, max_bytes)
+    return EncodedRecords(memoryview(payload), ends, meters)
 
 
 def encode_records(
@@ -186,7 +246,7 @@ def encode_record(
 
 
 def _split(
-    payload: bytes, ends: Any, meters: Any, max_records: int, max_bytes: int
+    payload: bytes | memoryview, ends: Any, meters: Any, max_records: int, max_bytes: int
 ) -> list[AppendBatch]:
     """Greedy split into batches; checks every record's size first."""
     n = len(meters)
@@ -214,7 +274,7 @@ def _split(
         hi = int(ends[stop - 1])
         batches.append(
             AppendBatch(
-                records_payload=payload[lo:hi],
+                records_payload=bytes(payload[lo:hi]),
                 count=stop - start,
                 metered_bytes=int(cum[stop - 1]) - base,
                 first_index=start,

@@ -74,7 +74,6 @@ class StreamToken:
     writer: WriterId
     settings: SinkSettings
     _basin: BasinClient
-    _stream: StreamClient
     _what: str
     _key: tuple[str, str, str]
     _budget: AppendBudget
@@ -82,11 +81,14 @@ class StreamToken:
     _progress: int
     _own_progress: int
 
+    @property
+    def _stream(self) -> StreamClient:
+        raise NotImplementedError
+
     def _init_token(self) -> None:
         """The first guess: what this process saw on the stream last, else the run's
         token (in a query's first micro-batch: the empty token of a new stream)."""
         me = self.writer
-        self._marks = StreamMarks(self._stream, me)
         self._match: int | None = None
         self._check: Check | None = None
         self._bumps = 0  # bumps this sink made (each token unique)
@@ -97,6 +99,10 @@ class StreamToken:
         if guess is None or me.sees(guess) not in (Seen.OURS, Seen.OURS_BUMPED):
             guess = "" if me.streaming and me.batch == 0 else me.run_token()
         self._decide(guess)
+
+    @property
+    def _marks(self) -> StreamMarks:
+        return StreamMarks(self._stream, self.writer)
 
     @property
     def ready(self) -> bool:

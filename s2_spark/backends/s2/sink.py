@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 
-from s2_spark.backends._sink_rows import drop_command_rows, group_by_stream
+from s2_spark.backends._sink_rows import drop_command_rows, order_by_stream
 from s2_spark.backends.s2.stream_sink import (
     DATA_MAX_BYTES,
     DATA_MAX_RECORDS,
@@ -47,6 +47,7 @@ from s2_spark.backends.s2.tokens import (
 from s2_spark.backends.sink import AfterAppend, SinksByStream, TaskAttempt
 from s2_spark.errors import NotFoundError, OptionError, S2SparkError
 from s2_spark.s2._append_session import MAX_INPUTS_PER_SESSION
+from s2_spark.wire.appends import encode_entries
 from s2_spark.wire.records import HEADER_TYPE
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ class PartitionWriter:
         columns, streams, dropped = drop_command_rows((bodies, headers, timestamps), streams)
         self.dropped_commands += dropped
         if isinstance(streams, str):
-            groups = [(streams, columns)]
+            spans = [(streams, 0, len(columns[0]))]
         else:
             if streams.null_count:
                 import pyarrow.compute as pc
@@ -134,8 +135,12 @@ class PartitionWriter:
                     f"row {i} of this batch has a null `stream` column: every row needs the "
                     "target stream name, or set the writer option stream"
                 )
-            groups = group_by_stream(columns, streams) if len(streams) else []
-        full = [sink for name, cols in groups if (sink := self.sinks[name]).buffer(*cols)]
+            if not len(streams):
+                return
+            columns, spans = order_by_stream(columns, streams)
+        records = encode_entries(*columns)  # once, whatever the number of streams
+        full = [sink for name, start, n in spans
+                if (sink := self.sinks[name]).buffer_encoded(records.slice(start, start + n))]
         self._each(full, StreamSink.flush)
 
     def close(self) -> list[StreamWriteResult]:

@@ -50,7 +50,7 @@ from s2_spark.errors import (
 )
 from s2_spark.retry import RetryLoop
 from s2_spark.s2._append_session import MAX_INPUTS_PER_SESSION
-from s2_spark.wire.appends import AppendBatch, encode_append_batches
+from s2_spark.wire.appends import AppendBatch, EncodedRecords, encode_entries
 
 if TYPE_CHECKING:
     from s2_spark.s2 import AppendAck, BasinClient, StreamClient
@@ -98,28 +98,6 @@ class StreamWriteResult:
         return None
 
 
-Columns = tuple[pa.Array, pa.Array | None, pa.Array | None]
-
-
-def _concat_optional(chunks: list[Columns], i: int) -> pa.Array | None:
-    """Concatenate column `i` of the chunks; chunks without it count as nulls."""
-    columns: list[pa.Array | None] = [c[i] for c in chunks]
-    present = [a for a in columns if a is not None]
-    if not present:
-        return None
-    kind = present[0].type
-    return pa.concat_arrays([
-        a if a is not None else pa.nulls(len(c[0]), kind)
-        for a, c in zip(columns, chunks, strict=True)
-    ])
-
-
-def _sliced(columns: Columns, offset: int) -> Columns:
-    return (columns[0].slice(offset),
-            columns[1].slice(offset) if columns[1] is not None else None,
-            columns[2].slice(offset) if columns[2] is not None else None)
-
-
 @dataclass(frozen=True, slots=True)
 class _Link:
     """One append: data, mark and token, the token it is conditioned on, and the
@@ -156,15 +134,15 @@ class StreamSink(StreamToken):
         self.writer = writer
         self.settings = settings
         self._basin = basin
-        self._stream: StreamClient = basin.stream(name)
+        self._stream_client: StreamClient | None = None  # made when first needed
         self._after_append = after_append
         self._budget = budget or AppendBudget(settings.max_inflight_appends)
         self._cancel = cancel
         self._what = f"stream {name!r} in basin {basin.name!r}"
-        self._key = (self._stream.config.basin_base_url(basin.name)[0], basin.name, name)
-        # Buffered rows: chunks of (bodies, headers, timestamps); index of the first
-        # buffered row among this partition's rows for the stream; rows seen so far.
-        self._chunks: list[Columns] = []
+        self._key = (basin.endpoint_url, basin.name, name)
+        # Buffered rows, encoded; index of the first buffered row among this partition's
+        # rows for the stream; rows seen so far.
+        self._chunks: list[EncodedRecords] = []
         self._buffered_rows = 0
         self._buffered_bytes = 0
         self._start = 0
@@ -186,6 +164,12 @@ class StreamSink(StreamToken):
         return f"StreamSink({self._what}, writer={self.writer!r})"
 
     @property
+    def _stream(self) -> StreamClient:
+        if self._stream_client is None:
+            self._stream_client = self._basin.stream(self.name)
+        return self._stream_client
+
+    @property
     def settled(self) -> bool:
         """Whether `close` has nothing left to send."""
         return not self._chunks
@@ -202,12 +186,15 @@ class StreamSink(StreamToken):
                timestamps: pa.Array | None = None) -> bool:
         """Buffer rows (in order) without appending; whether enough are buffered to
         `flush` (the caller may flush several streams at once)."""
-        n = len(bodies)
+        return self.buffer_encoded(encode_entries(bodies, headers, timestamps))
+
+    def buffer_encoded(self, records: EncodedRecords) -> bool:
+        """`buffer` for rows encoded already (a writer encodes all its streams' at once)."""
+        n = len(records)
         if n:
-            self._chunks.append((bodies, headers, timestamps))
+            self._chunks.append(records)
             self._buffered_rows += n
-            self._buffered_bytes += bodies.nbytes + (headers.nbytes if headers is not None
-                                                     else 0)
+            self._buffered_bytes += records.nbytes
             self._seen += n
         return (self._buffered_rows >= self.settings.flush_records
                 or self._buffered_bytes >= self.settings.flush_bytes)
@@ -239,11 +226,10 @@ class StreamSink(StreamToken):
                 or self._after_append is not None
                 or self._buffered_rows > self.settings.max_records):
             return None
-        columns, start = self._buffered()
+        records, start = self._buffered()
         if self._progress > start:
             return None  # rows to skip: the usual path
-        batches = encode_append_batches(*columns, max_records=self.settings.max_records,
-                                        max_bytes=DATA_MAX_BYTES)
+        batches = records.batches(self.settings.max_records, DATA_MAX_BYTES)
         if len(batches) != 1 or batches[0].metered_bytes > DATA_MAX_BYTES:
             return None
         return self._chain(batches, 0, 1)[0]
@@ -268,25 +254,22 @@ class StreamSink(StreamToken):
 
     # -- appending ----------------------------------------------------------------------
 
-    def _buffered(self) -> tuple[Columns, int]:
+    def _buffered(self) -> tuple[EncodedRecords, int]:
         """The buffered rows, and the index of the first, without taking them."""
-        bodies = pa.concat_arrays([c[0] for c in self._chunks])
-        columns = (bodies, _concat_optional(self._chunks, 1), _concat_optional(self._chunks, 2))
-        self._chunks = [columns]
-        return columns, self._start
+        records = EncodedRecords.concat(self._chunks)
+        self._chunks = [records]
+        return records, self._start
 
     def _consume(self, n: int) -> None:
         """Drop the first `n` buffered rows: they are in the stream."""
-        columns, start = self._buffered()
-        self._keep(_sliced(columns, n), start + n)
+        records, start = self._buffered()
+        self._keep(records.slice(n), start + n)
 
-    def _keep(self, columns: Columns, start: int) -> None:
+    def _keep(self, records: EncodedRecords, start: int) -> None:
         """Buffer exactly these rows (from row `start` on) instead."""
-        bodies = columns[0]
-        self._chunks = [columns] if len(bodies) else []
-        self._buffered_rows = len(bodies)
-        self._buffered_bytes = bodies.nbytes + (columns[1].nbytes if columns[1] is not None
-                                                else 0)
+        self._chunks = [records] if len(records) else []
+        self._buffered_rows = len(records)
+        self._buffered_bytes = records.nbytes
         self._start = start
 
     def _flush(self, *, final: bool) -> None:
@@ -321,22 +304,21 @@ class StreamSink(StreamToken):
     def _next_batches(self, *, final: bool) -> list[AppendBatch]:
         """The buffered rows past what the stream has, encoded into appends (a short last
         one left buffered unless `final`); rows found in the stream are dropped."""
-        columns, start = self._buffered()
-        skip = min(max(0, self._progress - start), len(columns[0]))
+        records, start = self._buffered()
+        skip = min(max(0, self._progress - start), len(records))
         if skip:
             # Rows whose appends' answers were lost are this writer's own; the rest an
             # earlier attempt's or run's.
             own = min(max(0, self._own_progress - start), skip)
             self.appended += own
             self._skipped += skip - own
-            columns = _sliced(columns, skip)
+            records = records.slice(skip)
             start += skip
-            self._keep(columns, start)
-        if len(columns[0]) == 0:
+            self._keep(records, start)
+        if len(records) == 0:
             return []
         per_append = self.settings.max_records
-        batches = encode_append_batches(*columns, max_records=per_append,
-                                        max_bytes=DATA_MAX_BYTES)
+        batches = records.batches(per_append, DATA_MAX_BYTES)
         for b in batches:
             if b.metered_bytes > DATA_MAX_BYTES:
                 raise RecordTooLargeError(
