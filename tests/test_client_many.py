@@ -81,3 +81,37 @@ def test_over_a_network_that_cuts_connections_the_answers_are_the_same(
     for r, n in zip(reads, [n for n in tails.values() if n], strict=True):
         got_bodies = _bodies(r)
         assert got_bodies and got_bodies == [f"{n}/{i}".encode() for i in range(len(got_bodies))]
+
+
+def test_appends_to_many_streams_create_the_missing_ones_at_once(
+    s2_server: Any, streams: tuple[str, dict[str, int]]
+) -> None:
+    """append_each with create_missing: 10 existing and 10 missing streams, one append
+    each. A missing one is created (one request) and its append sent again under the
+    empty token; every append lands once. Without create_missing a missing stream's
+    append is a NotFoundError and nothing is created."""
+    from s2_spark.errors import FencingTokenMismatchError
+    from s2_spark.s2 import SingleAppend
+    from s2_spark.wire.appends import encode_records
+
+    basin, tails = streams
+    names = [*list(tails)[:10], *(f"new{k:02d}" for k in range(10))]
+    batch = encode_records([(b"x", [], None)])[0]
+    with S2Client(S2Config(endpoint=s2_server.url)) as c:
+        b = c.basin(basin)
+        assert all(isinstance(o, NotFoundError) for o in b.append_each(
+            [SingleAppend(n, batch) for n in names[10:]]))
+        before = s2_server.request_counts().get("create_stream", 0)
+        outcomes = b.append_each([SingleAppend(n, batch, fencing_token="") for n in names],
+                                 create_missing=True)
+        assert s2_server.request_counts()["create_stream"] - before == 10
+        for name, outcome in zip(names, outcomes, strict=True):
+            start = tails.get(name, 0)
+            assert (outcome.start.seq_num, outcome.end.seq_num) == (start, start + 1), name
+        # A stream created by someone else a moment before keeps its token: refused.
+        b.create_stream("taken")
+        b.stream("taken").fence("theirs")
+        (refused,) = b.append_each([SingleAppend("taken", batch, fencing_token="mine")],
+                                   create_missing=True)
+        assert isinstance(refused, FencingTokenMismatchError)
+        assert refused.expected_token == "theirs"

@@ -65,14 +65,14 @@ class SpyBasin:
     def create_streams(self, names: list[str]) -> None:
         self._basin.create_streams(names)
 
-    def append_each(self, appends: list[Any], *, in_flight: int) -> list[Any]:
+    def append_each(self, appends: list[Any], *, in_flight: int, **kw: Any) -> list[Any]:
         """Appends to many streams sent together: each counts as a one-append chain, and
         at most `in_flight` are in flight (the fan-out's own bound)."""
         for a in appends:
             self.call(a.stream, "chain", 0, lambda: None)
         with self._lock:
             self.most = max(self.most, min(in_flight, len(appends)))
-        return self._basin.append_each(appends, in_flight=in_flight)
+        return self._basin.append_each(appends, in_flight=in_flight, **kw)
 
     def calls(self, stream: str) -> dict[str, int]:
         """Appends of each kind made to `stream` so far."""

@@ -28,7 +28,7 @@ from s2_spark._closeable import Closeable
 from ._async_connection import AsyncConnection, AsyncTimeouts
 from ._response import Response
 
-__all__ = ["FANOUT_WIDTH", "Call", "Fanout"]
+__all__ = ["FANOUT_WIDTH", "Call", "Fanout", "FollowUp"]
 
 Headers = list[tuple[bytes, bytes]]
 #: Connections a fan-out keeps per origin: requests in flight at once. On a loopback they
@@ -45,6 +45,10 @@ class Call:
     target: str
     headers: Headers = field(repr=False)  # credentials
     content: bytes | None = None
+
+
+#: `Fanout.run`'s `then`: the request to send after call i's response, or None.
+FollowUp = Callable[[int, Response], "Call | None"]
 
 
 class Fanout(Closeable):
@@ -65,13 +69,18 @@ class Fanout(Closeable):
     def __repr__(self) -> str:
         return f"Fanout(width={self._width})"
 
-    def run(self, calls: Sequence[Call], *, limit: int | None = None
-            ) -> list[Response | Exception]:
+    def run(self, calls: Sequence[Call], *, limit: int | None = None,
+            then: FollowUp | None = None) -> list[Response | Exception]:
         """Each call's response (any status), or the exception it failed with; at most
-        `limit` of these calls in flight at once (and `width` per origin in all)."""
+        `limit` of these calls in flight at once (and `width` per origin in all).
+
+        `then(i, response)` (run on the fan-out's loop: quick, no I/O) may answer a
+        response of call i with the next request to send in its place: call i's result
+        is then the last response of that chain (a missing stream created, then the
+        append sent again, at once rather than in another round)."""
         if not calls:
             return []
-        return asyncio.run_coroutine_threadsafe(self._all(calls, limit),
+        return asyncio.run_coroutine_threadsafe(self._all(calls, limit, then),
                                                 self._started()).result()
 
     def close(self) -> None:
@@ -93,10 +102,11 @@ class Fanout(Closeable):
                 self._loop, self._thread = loop, thread
             return self._loop
 
-    async def _all(self, calls: Sequence[Call], limit: int | None
+    async def _all(self, calls: Sequence[Call], limit: int | None, then: FollowUp | None
                    ) -> list[Response | Exception]:
         mine = asyncio.Semaphore(limit) if limit is not None else contextlib.nullcontext()
-        done = await asyncio.gather(*(self._one(c, mine) for c in calls),
+        done = await asyncio.gather(*(self._chain(i, c, mine, then)
+                                      for i, c in enumerate(calls)),
                                     return_exceptions=True)
         out: list[Response | Exception] = []
         for result in done:
@@ -104,6 +114,17 @@ class Fanout(Closeable):
                 raise result  # cancelled, interrupted: not a failed request
             out.append(result)
         return out
+
+    async def _chain(self, i: int, call: Call | None,
+                     mine: contextlib.AbstractAsyncContextManager[Any],
+                     then: FollowUp | None) -> Response:
+        """Call `call`, then what `then` asks for in reply, until it asks for nothing."""
+        response = None
+        while call is not None:
+            response = await self._one(call, mine)
+            call = then(i, response) if then is not None else None
+        assert response is not None
+        return response
 
     async def _one(self, call: Call, mine: contextlib.AbstractAsyncContextManager[Any]
                    ) -> Response:

@@ -185,14 +185,16 @@ class BasinClient:
         return read_many(self, reads, include_command_records=include_command_records,
                          include_headers=include_headers)
 
-    def append_each(self, appends: Sequence[SingleAppend], *, in_flight: int = 64
-                    ) -> list[AppendAck | ServiceError]:
+    def append_each(self, appends: Sequence[SingleAppend], *, in_flight: int = 64,
+                    create_missing: bool = False) -> list[AppendAck | ServiceError]:
         """One append to each of many streams (pre-encoded batches, each under its own
         conditions), sent together, at most `in_flight` unanswered at a time. Each result
-        is the ack or the error, never retried (an append cut short may have landed)."""
+        is the ack or the error, never retried (an append cut short may have landed).
+        `create_missing`: a missing stream is created and its append sent again at once,
+        under the empty fencing token of a new stream."""
         from ._many import append_each
 
-        return append_each(self, appends, in_flight=in_flight)
+        return append_each(self, appends, in_flight=in_flight, create_missing=create_missing)
 
     def create_streams(self, names: Sequence[str]) -> None:
         """Create the streams of `names` that do not exist, the requests sent together."""

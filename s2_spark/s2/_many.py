@@ -16,7 +16,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -59,21 +59,18 @@ class SingleAppend:
     match_seq_num: int | None = None
 
 
-def _calls(basin: BasinClient, targets: Sequence[str], extra: list[tuple[bytes, bytes]], *,
-           method: bytes = b"GET", bodies: Sequence[bytes | None] | None = None,
-           limit: int | None = None) -> list[Response | Exception]:
+def _gets(basin: BasinClient, targets: Sequence[str], extra: list[tuple[bytes, bytes]]
+          ) -> list[Response | Exception]:
     transport = basin._transport
     route = transport.route(basin.name)
     headers = route.headers + extra
-    contents = bodies if bodies is not None else [None] * len(targets)
-    return transport.fanout().run(
-        [Call(method, route.origin.base_url, t, headers, body)
-         for t, body in zip(targets, contents, strict=True)], limit=limit)
+    return transport.fanout().run([Call(b"GET", route.origin.base_url, t, headers)
+                                   for t in targets])
 
 
 def check_tails(basin: BasinClient, names: Sequence[str]) -> dict[str, Position | None]:
     """Each stream's tail, None where the stream does not exist."""
-    results = _calls(basin, [records_path(n) + "/tail" for n in names], [])
+    results = _gets(basin, [records_path(n) + "/tail" for n in names], [])
     out: dict[str, Position | None] = {}
     for name, result in zip(names, results, strict=True):
         if isinstance(result, Response) and result.status_code == 404:
@@ -104,7 +101,7 @@ def read_many(basin: BasinClient, reads: Sequence[SmallRead], *,
                              count=r.count, bytes=None, until=None, clamp=False, wait=None)
         targets.append(records_path(r.stream) + query(params))
     out: list[DecodedBatch | S2Error] = []
-    for r, result in zip(reads, _calls(basin, targets, PROTO_ACCEPT), strict=True):
+    for r, result in zip(reads, _gets(basin, targets, PROTO_ACCEPT), strict=True):
         if isinstance(result, Response) and result.status_code == 200:
             out.append(decode_read_batch(result.content, r.stream,
                                          include_command_records=include_command_records,
@@ -119,17 +116,24 @@ def read_many(basin: BasinClient, reads: Sequence[SmallRead], *,
     return out
 
 
-def append_each(basin: BasinClient, appends: Sequence[SingleAppend], *, in_flight: int
-                ) -> list[AppendAck | ServiceError]:
+def append_each(basin: BasinClient, appends: Sequence[SingleAppend], *, in_flight: int,
+                create_missing: bool = False) -> list[AppendAck | ServiceError]:
     """Each append's ack, or the error it failed with, never retried: an append cut short
     in transit may have landed, and only the caller knows how to find out (a writer reads
     its fencing token back). Such failures are `S2UnavailableError`s with `unsent` false.
-    At most `in_flight` of them are sent and not yet answered at any time."""
-    targets = [records_path(a.stream) for a in appends]
+    At most `in_flight` of them are sent and not yet answered at any time.
+
+    `create_missing`: an append answered 404 creates its stream and is sent again at once
+    under the empty fencing token (a new stream's, whoever created it), so a stream first
+    met by one of several writers is created by it alone, before the others reach it."""
+    route = basin._transport.route(basin.name)
     bodies = [a.batch.to_append_input(a.match_seq_num, a.fencing_token) for a in appends]
+    calls = [Call(b"POST", route.origin.base_url, records_path(a.stream),
+                  route.headers + PROTO_HEADERS, body) for a, body in zip(appends, bodies,
+                                                                          strict=True)]
+    then = _CreateThenAppend(basin, appends, calls) if create_missing else None
+    results = basin._transport.fanout().run(calls, limit=in_flight, then=then)
     out: list[AppendAck | ServiceError] = []
-    results = _calls(basin, targets, PROTO_HEADERS, method=b"POST", bodies=bodies,
-                     limit=in_flight)
     for a, result in zip(appends, results, strict=True):
         what = f"stream {a.stream!r} in basin {basin.name!r}"
         if isinstance(result, Response) and result.status_code == 200:
@@ -145,18 +149,45 @@ def append_each(basin: BasinClient, appends: Sequence[SingleAppend], *, in_fligh
     return out
 
 
+class _CreateThenAppend:
+    """`append_each`'s follow-up: a 404 asks for the stream's creation, and the creation
+    (or a 409: another writer's) for the append again under the empty token."""
+
+    def __init__(self, basin: BasinClient, appends: Sequence[SingleAppend],
+                 calls: list[Call]) -> None:
+        self._route = basin._transport.route(basin.name)
+        self._appends = appends
+        self._calls = calls
+        self._steps = [0] * len(calls)
+
+    def __call__(self, i: int, response: Response) -> Call | None:
+        step = self._steps[i]
+        self._steps[i] = step + 1
+        if step == 0 and response.status_code == 404:
+            return _create_call(self._route, self._appends[i].stream)
+        if step == 1 and response.status_code in (200, 201, 409):
+            a = self._appends[i]
+            call = self._calls[i]
+            return Call(call.method, call.base_url, call.target, call.headers,
+                        a.batch.to_append_input(None, ""))
+        return None
+
+
+def _create_call(route: Any, name: str) -> Call:
+    """A create of stream `name`, with a request token of its own (a repeat cannot create
+    twice)."""
+    return Call(b"POST", route.origin.base_url, "/streams",
+                [*route.headers, (b"content-type", b"application/json"),
+                 (b"s2-request-token", uuid.uuid4().hex.encode())],
+                json.dumps({"stream": name}).encode())
+
+
 def create_streams(basin: BasinClient, names: Sequence[str]) -> None:
     """Create the streams that do not exist yet, the requests sent together (each with
     its own request token, so a repeat cannot create twice); a failed one is made again
     alone, with retries. Streams that exist already are left as they are."""
     route = basin._transport.route(basin.name)
-    bodies = [json.dumps({"stream": n}).encode() for n in names]
-    tokens = [[(b"s2-request-token", uuid.uuid4().hex.encode())] for _ in names]
-    fanout = basin._transport.fanout()
-    results = fanout.run([
-        Call(b"POST", route.origin.base_url, "/streams",
-             [*route.headers, (b"content-type", b"application/json"), *token], body)
-        for body, token in zip(bodies, tokens, strict=True)])
+    results = basin._transport.fanout().run([_create_call(route, n) for n in names])
     for name, result in zip(names, results, strict=True):
         if isinstance(result, Response) and result.status_code in (200, 201, 409):
             continue

@@ -157,12 +157,16 @@ class PartitionWriter:
 
     def _write_singles(self, sinks: list[StreamSink]) -> None:
         """Streams whose rows fit one append, and which need nothing read or bumped first,
-        are written by one append each, sent together (`BasinClient.append_each`). A
-        refusal names the stream's token, and a sink that can answer it without reading
-        goes in the next round; missing streams are created, all together, before it.
-        Whatever is left (reads, bumps, unknown outcomes) is each sink's own `close`."""
+        are written by one append each, sent together (`BasinClient.append_each`): a
+        missing stream is created there and then (createStreams), and odd partitions go
+        through the streams backwards, so tasks sharing new streams mostly meet each
+        already created by the other. A refusal names the stream's token, and a sink
+        that can answer it without reading goes in the next round; whatever is left
+        (reads, bumps, unknown outcomes) is each sink's own `close`."""
         from s2_spark.s2 import SingleAppend
 
+        if self.writer.partition % 2:
+            sinks = sinks[::-1]
         for _ in range(_SINGLE_ROUNDS):
             ready = [(sink, link) for sink in sinks
                      if (link := sink.single_append()) is not None]
@@ -170,14 +174,10 @@ class PartitionWriter:
                 return
             outcomes = self._basin.append_each(
                 [SingleAppend(sink.name, link.payload, link.condition) for sink, link in ready],
-                in_flight=self.settings.max_inflight_appends)
-            missing = [sink for (sink, link), outcome in zip(ready, outcomes, strict=True)
-                       if not sink.after_single(link, outcome)
-                       and isinstance(outcome, NotFoundError)]
-            if missing:
-                self._basin.create_streams([sink.name for sink in missing])
-                for sink in missing:
-                    sink.created()
+                in_flight=self.settings.max_inflight_appends,
+                create_missing=self.settings.create_streams)
+            for (sink, link), outcome in zip(ready, outcomes, strict=True):
+                sink.after_single(link, outcome)
             sinks = [sink for sink in sinks if not sink.settled]
 
     def abort(self) -> None:

@@ -149,7 +149,6 @@ class StreamSink(StreamToken):
         self._seen = 0
         self._progress = 0  # rows of this partition known to be in the stream
         self._own_progress = 0  # of those, appended by this writer
-        self._missing = False  # a single append found the stream missing (see created)
         self._init_token()
         # Appends per chain (halved after a chain that landed nothing, see _send).
         self._window = max(1, min(settings.max_inflight_appends, MAX_INPUTS_PER_SESSION))
@@ -222,7 +221,7 @@ class StreamSink(StreamToken):
         """The one append that writes every buffered row, when they fit one and nothing
         must be read or bumped first; else None. Many streams' go out together
         (`PartitionWriter.close`); `after_single` records what became of each."""
-        if (not self.ready or self._missing or not self._chunks or self._match is not None
+        if (not self.ready or not self._chunks or self._match is not None
                 or self._after_append is not None
                 or self._buffered_rows > self.settings.max_records):
             return None
@@ -236,21 +235,14 @@ class StreamSink(StreamToken):
 
     def after_single(self, link: _Link, outcome: AppendAck | ServiceError) -> bool:
         """Record the outcome of `single_append`'s append; whether the stream is done.
-        If not, the sink knows what to do next (`ready` again, or `close` reads first);
-        a missing stream waits for `created`."""
+        If not, the sink knows what to do next (`ready` again, or `close` reads first)."""
         if not isinstance(outcome, ServiceError):
             self._landed(link, outcome)
             self._consume(link.count)
             return True
-        if isinstance(outcome, NotFoundError) and self.settings.create_streams:
-            self._missing = True
-        elif not (outcome.unsent and outcome.retryable):
+        if not (outcome.unsent and outcome.retryable):
             self._failed(outcome)
         return False
-
-    def created(self) -> None:
-        self._missing = False
-        super().created()
 
     # -- appending ----------------------------------------------------------------------
 
