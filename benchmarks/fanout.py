@@ -18,7 +18,8 @@ Printed per `--users` value: rows/s of each and the ratio (fan-out / one stream,
 is better), micro-batch seconds (`durationMs.triggerExecution`) p50/p99 of the steady
 state (micro-batches after the first) and of the first, and from the local server's
 counters (`GET /_local/stats`) the appends that landed and were refused (412) per stream
-and micro-batch, and per (task, stream) that had events: the (micro-batch, partition,
+and micro-batch, the create requests per stream, and appends per (task, stream) that had
+events: the (micro-batch, partition,
 user) triples of the source layout, or (micro-batch, user) pairs after --repartition.
 The queries alternate over `--repeat` rounds; the best run counts. `--rtt-ms`: the
 queries reach the server through `s2_spark.testing.DelayProxy`. Ends with
@@ -104,6 +105,7 @@ class Run:
     batches: list[float]
     landed: int
     refused: int
+    creates: int
 
     def rows_per_s(self, rows: int) -> float:
         return rows / self.seconds
@@ -125,6 +127,7 @@ def run_query(spark: Any, server: ServerProcess, url: str, src: str, args: argpa
     if args.repartition and not single:
         routed = routed.repartition(args.partitions, "stream").sortWithinPartitions("body")
     before = server.append_counts()
+    creates_before = server.request_counts().get("create_stream", 0)
     with tempfile.TemporaryDirectory() as ckpt:
         w = (routed.writeStream.format("s2").option("endpoint", url).option("basin", dst)
              .option("createStreams", "true").option("checkpointLocation", ckpt)
@@ -139,11 +142,12 @@ def run_query(spark: Any, server: ServerProcess, url: str, src: str, args: argpa
             raise RuntimeError(str(q.exception()))
         progress = [p for p in q.recentProgress if p["numInputRows"]]
     after = server.append_counts()
+    creates = server.request_counts().get("create_stream", 0) - creates_before
     rows = sum(p["numInputRows"] for p in progress)
     assert rows == args.events, f"read {rows} rows, expected {args.events}"
     return Run(seconds, [p["durationMs"]["triggerExecution"] / 1000 for p in progress],
                after.get("landed", 0) - before.get("landed", 0),
-               after.get("refused", 0) - before.get("refused", 0))
+               after.get("refused", 0) - before.get("refused", 0), creates)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -167,7 +171,7 @@ def bench(spark: Any, server: ServerProcess, url: str, users: int,
                   f"({r.rows_per_s(args.events):,.0f} rows/s); micro-batch p50 "
                   f"{statistics.median(steady):.2f}s p99 {pct(steady, 0.99):.2f}s (steady), "
                   f"first {r.batches[0]:.2f}s; appends {r.landed:,} landed, {r.refused:,} "
-                  "refused")
+                  f"refused; {r.creates:,} create requests")
             key = "single" if single else "many"
             if key not in best or r.seconds < best[key].seconds:
                 best[key] = r
@@ -182,8 +186,9 @@ def bench(spark: Any, server: ServerProcess, url: str, users: int,
           f"one stream -> {ratio:.2f}x; micro-batch p50 {steady:.2f}s p99 "
           f"{pct(many.batches[1:] or many.batches, 0.99):.2f}s; per stream and micro-batch "
           f"{many.landed / (users * batches):.2f} appends landed, "
-          f"{many.refused / (users * batches):.3f} refused; per (task, stream) with events "
-          f"{per_pair:.3f} appends ({pairs:,} such)")
+          f"{many.refused / (users * batches):.3f} refused; {many.creates / users:.2f} create "
+          f"requests per stream; per (task, stream) with events {per_pair:.3f} appends "
+          f"({pairs:,} such)")
     return ratio, steady, per_pair
 
 
