@@ -315,6 +315,53 @@ def test_malformed_payloads_raise_frame_error(payload: bytes) -> None:
         decode_read_batch(payload, "s")
 
 
+def _groups(field: int, depth: int) -> bytes:
+    """`depth` nested groups of an unknown field (start tags, then end tags)."""
+    return bytes([field << 3 | 3]) * depth + bytes([field << 3 | 4]) * depth
+
+
+def _inside(field: int, message: bytes) -> bytes:
+    return bytes([field << 3 | 2]) + _varint(len(message)) + message
+
+
+def _varint(value: int) -> bytes:
+    out = b""
+    while value >= 0x80:
+        out, value = out + bytes([value & 0x7F | 0x80]), value >> 7
+    return out + bytes([value])
+
+
+@pytest.mark.parametrize(
+    ("payload", "valid"),
+    [
+        # Found by mutating valid batches: a tag in 6 bytes (a trailing 0x00 byte). Protobuf
+        # reads tags of at most 5 bytes; the C decoder took it.
+        (bytes.fromhex(
+            "0a2508cc978781b71c10c79d97cbed3f1a070a02f43e1201761a070a023c501201762203909ff30a"
+            "2308b6c79cc6c007108cf198a7fa3c22132b02a86f81c24ed0b10d11b80ad63e9bd2df96b5d885978"
+            "80051770a1408d6a3eed1951910e0de81a5be6b22040e51005e"), False),
+        (bytes.fromhex("b5d8859708") + b"abcd", True),  # the same tag in 5 bytes: a fixed32
+        (bytes.fromhex("b5d885978800") + b"abcd", False),
+        # Protobuf allows 100 levels of nesting, messages and groups together.
+        (_groups(5, 100), True),
+        (_groups(5, 101), False),
+        (_inside(1, _groups(5, 99)), True),  # a record is one level
+        (_inside(1, _groups(5, 100)), False),
+        (_inside(2, _groups(5, 99)), True),  # so is the tail
+        (_inside(2, _groups(5, 100)), False),
+        (_inside(1, _inside(3, _groups(5, 98))), True),  # a header two
+        (_inside(1, _inside(3, _groups(5, 99))), False),
+    ],
+    ids=["fuzzed-6-byte-tag", "5-byte-tag", "6-byte-tag", "groups-100", "groups-101",
+         "record-99", "record-100", "tail-99", "tail-100", "header-98", "header-99"],
+)
+def test_decoders_read_exactly_what_protobuf_reads(payload: bytes, valid: bool) -> None:
+    """The C decoder takes the strict reading where it differed from protobuf's."""
+    assert_same_outcome(payload)
+    for impl in IMPLS:
+        assert (outcome(impl, payload) is not None) == valid, impl
+
+
 def test_fallback_selected_without_extension(monkeypatch: pytest.MonkeyPatch) -> None:
     payload = make_batch([(1, 2, [(b"a", b"b")], b"c")], tail=(2, 2))
     native = decode_read_batch(payload, "s")

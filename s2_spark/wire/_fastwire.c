@@ -7,10 +7,11 @@
  * The pure-Python code in records.py / appends.py defines the behaviour; this module
  * must produce byte-identical results (the tests compare both).
  *
- * Wire parsing follows protobuf semantics: fields in any order, last value wins for
- * scalars and bytes, repeated occurrences of an embedded singular message merge,
- * unknown fields (including groups) are skipped, field number 0, wire types 6/7,
- * unbalanced groups and truncated data are errors.
+ * Wire parsing follows protobuf's own parser (upb) exactly: fields in any order, last
+ * value wins for scalars and bytes, repeated occurrences of an embedded singular message
+ * merge, unknown fields (including groups) are skipped; field number 0, wire types 6/7,
+ * a tag longer than 5 bytes or above 2^32 - 1, unbalanced groups, nesting deeper than 100
+ * (messages and groups together) and truncated data are errors.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -24,7 +25,7 @@
 #define WT_EGROUP 4
 #define WT_I32 5
 
-#define MAX_GROUP_DEPTH 100
+#define MAX_DEPTH 100 /* upb's default: embedded messages and groups together */
 
 static PyObject *FrameErrorType = NULL; /* set from Python via _set_error_type */
 
@@ -55,11 +56,12 @@ static inline int read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *
     return 0; /* longer than 10 bytes */
 }
 
-/* Reads a tag; returns 0 on error. */
+/* Reads a tag (a varint of at most 5 bytes, as upb reads it); returns 0 on error. */
 static inline int read_tag(const uint8_t **pp, const uint8_t *end, uint32_t *field, int *wt,
                            perr_t *err) {
     uint64_t t;
-    if (!read_varint(pp, end, &t) || t > 0xFFFFFFFFu) {
+    const uint8_t *start = *pp;
+    if (!read_varint(pp, end, &t) || *pp - start > 5 || t > 0xFFFFFFFFu) {
         err->msg = "invalid field tag";
         return 0;
     }
@@ -72,12 +74,14 @@ static inline int read_tag(const uint8_t **pp, const uint8_t *end, uint32_t *fie
     return 1;
 }
 
+/* Skips an unknown field. depth: how deeply it is nested (ReadBatch 0, SequencedRecord and
+ * StreamPosition 1, Header 2, each group around it 1 more). */
 static int skip_field(const uint8_t **pp, const uint8_t *end, uint32_t field, int wt, int depth,
                       perr_t *err);
 
 static int skip_group(const uint8_t **pp, const uint8_t *end, uint32_t group_field, int depth,
                       perr_t *err) {
-    if (depth >= MAX_GROUP_DEPTH) {
+    if (depth >= MAX_DEPTH) {
         err->msg = "groups nested too deeply";
         return 0;
     }
@@ -180,7 +184,7 @@ static int parse_header(const uint8_t *p, const uint8_t *end, const uint8_t **na
             if (!read_len(&p, end, name, name_len, err)) return 0;
         } else if (f == 2 && wt == WT_LEN) {
             if (!read_len(&p, end, value, value_len, err)) return 0;
-        } else if (!skip_field(&p, end, f, wt, 0, err)) {
+        } else if (!skip_field(&p, end, f, wt, 2, err)) {
             return 0;
         }
     }
@@ -225,7 +229,7 @@ static int parse_record(const uint8_t *p, const uint8_t *end, rec_t *r, perr_t *
             r->n_headers++;
             r->name_bytes += nl;
             r->value_bytes += vl;
-        } else if (!skip_field(&p, end, f, wt, 0, err)) {
+        } else if (!skip_field(&p, end, f, wt, 1, err)) {
             return 0;
         }
     }
@@ -256,7 +260,7 @@ static void emit_headers(const rec_t *r, int32_t *name_off, size_t *ni, uint8_t 
             name_off[*ni] = (int32_t)*name_pos;
             value_off[*ni] = (int32_t)*value_pos;
         } else {
-            skip_field(&p, end, f, wt, 0, &err);
+            skip_field(&p, end, f, wt, 1, &err);
         }
     }
 }
@@ -318,7 +322,7 @@ static int scan_batch(const uint8_t *p, const uint8_t *end, scan_t *s, perr_t *e
                         err->msg = "truncated or overlong varint";
                         return 0;
                     }
-                } else if (!skip_field(&t, tend, tf, twt, 0, err)) {
+                } else if (!skip_field(&t, tend, tf, twt, 1, err)) {
                     return 0;
                 }
             }
