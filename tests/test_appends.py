@@ -269,3 +269,49 @@ def test_client_records_encode_like_the_per_record_encoder() -> None:
     assert [b.records_payload for b in ours] == [
         b.records_payload for b in encode_records(records)
     ]
+
+
+def _c_encode(n: int, *buffers: Any) -> tuple[bytes, list[int], list[int]]:
+    assert A._fastwire is not None
+    payload, ends, meters = A._fastwire.encode_records(n, *buffers)
+    return payload, np.frombuffer(ends, np.int64).tolist(), np.frombuffer(meters, np.int64).tolist()
+
+
+def _i64(*values: int) -> bytes:
+    return np.array(values, np.int64).tobytes()
+
+
+@pytest.mark.skipif(A._fastwire is None, reason="the C encoder is not built")
+@pytest.mark.parametrize(
+    ("n", "buffers"),
+    [
+        (-1, [_i64(0), b""]),
+        (2, [_i64(0, 1), b"ab"]),  # fewer offsets than records
+        (1, [_i64(0, 3), b"ab"]),  # past the end of the data
+        (2, [_i64(0, 2, 1), b"ab"]),  # decreasing
+        (1, [_i64(-1, 1), b"ab"]),  # negative
+        (1, [_i64(0, 1), None]),
+        (1, [_i64(0, 1), b"a", _i64(0, 1), _i64(0, 5), b"name", _i64(0, 0), b""]),
+        (1, [_i64(0, 1), b"a", _i64(0, 1), _i64(0), b"n", _i64(0, 0), b""]),
+        (1, [_i64(0, 1), b"a", _i64(0, 1), _i64(0, 1), b"n", _i64(0, 1), None]),
+        (2, [_i64(0, 1, 1), b"a", None, None, None, None, None, _i64(5)]),  # timestamps short
+        (1, [_i64(0, 1), b"a", None, None, None, None, None, None, b"\x01"]),  # validity alone
+    ],
+)
+def test_c_encoder_refuses_buffers_out_of_bounds(n: int, buffers: list[Any]) -> None:
+    """Whatever it is passed, the C encoder reads only inside its buffers (it used to trust
+    its caller's offsets): bad ones are a ValueError, found by fuzzing it under ASan."""
+    with pytest.raises(ValueError, match=r"bad (body|header|timestamp) buffers"):
+        _c_encode(n, *buffers, *[None] * (9 - len(buffers)))
+
+
+@pytest.mark.skipif(A._fastwire is None, reason="the C encoder is not built")
+def test_c_encoder_takes_unaligned_and_offset_buffers() -> None:
+    def unaligned(data: bytes) -> memoryview:
+        return memoryview(bytearray(b"\0" + data))[1:]
+
+    got = _c_encode(1, unaligned(_i64(0, 1, 3)[8:]), unaligned(b"xab"),
+                    unaligned(_i64(1, 2)), unaligned(_i64(9, 0, 1)), b"n",
+                    unaligned(_i64(9, 0, 2)), b"vv", unaligned(_i64(7)), None)
+    entry, metered = A.encode_record(b"ab", [(b"n", b"vv")], 7)
+    assert got == (entry, [len(entry)], [metered])

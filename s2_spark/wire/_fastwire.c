@@ -545,7 +545,89 @@ static void rel_buf(hbuf_t *b) {
     b->held = 0;
 }
 
-#define BUFP(b, T) ((const T *)(b).view.buf)
+/* Element i of an int64 buffer, which need not be 8-byte aligned. */
+static inline int64_t ld64(const hbuf_t *b, int64_t i) {
+    int64_t v;
+    memcpy(&v, (const char *)b->view.buf + 8 * i, 8);
+    return v;
+}
+
+/* Whether elements first..last of an int64 offsets buffer exist, never decrease and lie
+ * within 0..limit (the length of the data they index). */
+static int offsets_ok(const hbuf_t *off, int64_t first, int64_t last, int64_t limit) {
+    if (!off->held || first < 0 || last < first || last >= off->view.len / 8) return 0;
+    int64_t prev = 0;
+    for (int64_t i = first; i <= last; i++) {
+        int64_t v = ld64(off, i);
+        if (v < prev || v > limit) return 0;
+        prev = v;
+    }
+    return 1;
+}
+
+/* The checked inputs of encode_records; has_h / has_ts: headers / timestamps given. */
+typedef struct {
+    const hbuf_t *bo, *ho, *no, *vo, *ts;
+    const uint8_t *bd, *nd, *vd, *tv;
+    int has_h, has_ts;
+} enc_t;
+
+static inline int has_timestamp(const enc_t *e, int64_t i) {
+    return e->has_ts && (!e->tv || e->tv[i]);
+}
+
+/* A length-delimited field's size; an empty one is omitted (proto3 default). */
+static inline size_t field_size(uint64_t len) { return len ? 1 + varint_size(len) + len : 0; }
+
+/* Record i's AppendRecord size; adds its metered size to *metered when not NULL. */
+static size_t record_size(const enc_t *e, int64_t i, uint64_t *metered) {
+    size_t rec = has_timestamp(e, i) ? 1 + varint_size((uint64_t)ld64(e->ts, i)) : 0;
+    uint64_t m = 8;
+    if (e->has_h) {
+        for (int64_t h = ld64(e->ho, i); h < ld64(e->ho, i + 1); h++) {
+            uint64_t nl = (uint64_t)(ld64(e->no, h + 1) - ld64(e->no, h));
+            uint64_t vl = (uint64_t)(ld64(e->vo, h + 1) - ld64(e->vo, h));
+            size_t hs = field_size(nl) + field_size(vl);
+            rec += 1 + varint_size(hs) + hs; /* written even when empty */
+            m += 2 + nl + vl;
+        }
+    }
+    uint64_t bl = (uint64_t)(ld64(e->bo, i + 1) - ld64(e->bo, i));
+    rec += field_size(bl);
+    if (metered) *metered = m + bl;
+    return rec;
+}
+
+static inline uint8_t *put_field(uint8_t *q, uint8_t tag, const uint8_t *data, uint64_t len) {
+    if (!len) return q;
+    *q++ = tag;
+    q = put_varint(q, len);
+    memcpy(q, data, len);
+    return q + len;
+}
+
+/* Writes record i's entry (0x0A, length, AppendRecord) at q; returns the end. */
+static uint8_t *put_record(const enc_t *e, int64_t i, uint8_t *q) {
+    *q++ = 0x0A;
+    q = put_varint(q, record_size(e, i, NULL));
+    if (has_timestamp(e, i)) {
+        *q++ = 0x08;
+        q = put_varint(q, (uint64_t)ld64(e->ts, i));
+    }
+    if (e->has_h) {
+        for (int64_t h = ld64(e->ho, i); h < ld64(e->ho, i + 1); h++) {
+            int64_t n0 = ld64(e->no, h), v0 = ld64(e->vo, h);
+            uint64_t nl = (uint64_t)(ld64(e->no, h + 1) - n0);
+            uint64_t vl = (uint64_t)(ld64(e->vo, h + 1) - v0);
+            *q++ = 0x12;
+            q = put_varint(q, field_size(nl) + field_size(vl));
+            q = put_field(q, 0x0A, e->nd + n0, nl);
+            q = put_field(q, 0x12, e->vd + v0, vl);
+        }
+    }
+    int64_t b0 = ld64(e->bo, i);
+    return put_field(q, 0x1A, e->bd + b0, (uint64_t)(ld64(e->bo, i + 1) - b0));
+}
 
 /*
  * encode_records(n, body_offsets(int64[n+1]), body_data,
@@ -553,7 +635,8 @@ static void rel_buf(hbuf_t *b) {
  *                value_offsets(int64) | None, value_data | None,
  *                timestamps(uint64[n]) | None, ts_valid(uint8[n]) | None)
  * -> (payload bytes, entry_ends int64[n] bytes, metered int64[n] bytes)
- * Offsets are absolute positions into the data buffers (already adjusted for slicing).
+ * Offsets are absolute positions into the data buffers (already adjusted for slicing);
+ * every offset is checked to lie within its buffer, so no input reads out of bounds.
  * Each entry is `0x0A len AppendRecord`, fields in order timestamp(1), headers(2), body(3),
  * body omitted when empty (proto3 default), header name/value omitted when empty.
  */
@@ -568,31 +651,29 @@ static PyObject *fw_encode_records(PyObject *self, PyObject *args) {
     PyObject *payload = NULL, *ends = NULL, *meters = NULL, *result = NULL;
     for (int k = 0; k < 9; k++)
         if (!get_buf(o[k], &b[k])) goto done;
-    if (n < 0 || !b[0].held || !b[1].held || b[0].view.len < (Py_ssize_t)((n + 1) * 8)) {
+    if (n < 0 || !b[1].held || !offsets_ok(&b[0], 0, n, b[1].view.len)) {
         PyErr_SetString(PyExc_ValueError, "bad body buffers");
         goto done;
     }
     int has_h = b[2].held;
-    if (has_h && (!b[3].held || !b[4].held || !b[5].held || !b[6].held ||
-                  b[2].view.len < (Py_ssize_t)((n + 1) * 8))) {
+    if (has_h && (!b[4].held || !b[6].held || !offsets_ok(&b[2], 0, n, INT64_MAX - 1) ||
+                  !offsets_ok(&b[3], ld64(&b[2], 0), ld64(&b[2], n), b[4].view.len) ||
+                  !offsets_ok(&b[5], ld64(&b[2], 0), ld64(&b[2], n), b[6].view.len))) {
         PyErr_SetString(PyExc_ValueError, "bad header buffers");
         goto done;
     }
     int has_ts = b[7].held;
-    if (has_ts && (b[7].view.len < (Py_ssize_t)(n * 8) ||
-                   (b[8].held && b[8].view.len < (Py_ssize_t)n))) {
+    if ((!has_ts && b[8].held) || (has_ts && (b[7].view.len / 8 < n ||
+                                              (b[8].held && b[8].view.len < n)))) {
         PyErr_SetString(PyExc_ValueError, "bad timestamp buffers");
         goto done;
     }
-    const int64_t *bo = BUFP(b[0], int64_t);
-    const uint8_t *bd = BUFP(b[1], uint8_t);
-    const int64_t *ho = has_h ? BUFP(b[2], int64_t) : NULL;
-    const int64_t *no = has_h ? BUFP(b[3], int64_t) : NULL;
-    const uint8_t *nd = has_h ? BUFP(b[4], uint8_t) : NULL;
-    const int64_t *vo = has_h ? BUFP(b[5], int64_t) : NULL;
-    const uint8_t *vd = has_h ? BUFP(b[6], uint8_t) : NULL;
-    const uint64_t *ts = has_ts ? BUFP(b[7], uint64_t) : NULL;
-    const uint8_t *tv = b[8].held ? BUFP(b[8], uint8_t) : NULL;
+    enc_t e = {&b[0], &b[2], &b[3], &b[5], &b[7],
+               (const uint8_t *)b[1].view.buf,
+               has_h ? (const uint8_t *)b[4].view.buf : NULL,
+               has_h ? (const uint8_t *)b[6].view.buf : NULL,
+               b[8].held ? (const uint8_t *)b[8].view.buf : NULL,
+               has_h, has_ts};
 
     /* Pass 1: sizes. */
     size_t total = 0;
@@ -602,75 +683,17 @@ static PyObject *fw_encode_records(PyObject *self, PyObject *args) {
     int64_t *endp = (int64_t *)U8(ends);
     int64_t *mp = (int64_t *)U8(meters);
     for (Py_ssize_t i = 0; i < n; i++) {
-        size_t rec = 0;
-        uint64_t m = 8;
-        if (has_ts && (!tv || tv[i])) rec += 1 + varint_size(ts[i]);
-        if (has_h) {
-            for (int64_t h = ho[i]; h < ho[i + 1]; h++) {
-                uint64_t nl = (uint64_t)(no[h + 1] - no[h]), vl = (uint64_t)(vo[h + 1] - vo[h]);
-                size_t hs = (nl ? 1 + varint_size(nl) + nl : 0) +
-                            (vl ? 1 + varint_size(vl) + vl : 0);
-                rec += 1 + varint_size(hs) + hs;
-                m += 2 + nl + vl;
-            }
-        }
-        uint64_t bl = (uint64_t)(bo[i + 1] - bo[i]);
-        if (bl) rec += 1 + varint_size(bl) + bl;
-        m += bl;
+        uint64_t m;
+        size_t rec = record_size(&e, i, &m);
         total += 1 + varint_size(rec) + rec;
         endp[i] = (int64_t)total;
         mp[i] = (int64_t)m;
     }
+    /* Pass 2: the entries. */
     payload = new_bytes(total);
     if (!payload) goto done;
     uint8_t *q = U8(payload);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        size_t rec = 0;
-        if (has_ts && (!tv || tv[i])) rec += 1 + varint_size(ts[i]);
-        if (has_h) {
-            for (int64_t h = ho[i]; h < ho[i + 1]; h++) {
-                uint64_t nl = (uint64_t)(no[h + 1] - no[h]), vl = (uint64_t)(vo[h + 1] - vo[h]);
-                size_t hs = (nl ? 1 + varint_size(nl) + nl : 0) +
-                            (vl ? 1 + varint_size(vl) + vl : 0);
-                rec += 1 + varint_size(hs) + hs;
-            }
-        }
-        uint64_t bl = (uint64_t)(bo[i + 1] - bo[i]);
-        if (bl) rec += 1 + varint_size(bl) + bl;
-        *q++ = 0x0A;
-        q = put_varint(q, rec);
-        if (has_ts && (!tv || tv[i])) {
-            *q++ = 0x08;
-            q = put_varint(q, ts[i]);
-        }
-        if (has_h) {
-            for (int64_t h = ho[i]; h < ho[i + 1]; h++) {
-                uint64_t nl = (uint64_t)(no[h + 1] - no[h]), vl = (uint64_t)(vo[h + 1] - vo[h]);
-                size_t hs = (nl ? 1 + varint_size(nl) + nl : 0) +
-                            (vl ? 1 + varint_size(vl) + vl : 0);
-                *q++ = 0x12;
-                q = put_varint(q, hs);
-                if (nl) {
-                    *q++ = 0x0A;
-                    q = put_varint(q, nl);
-                    memcpy(q, nd + no[h], nl);
-                    q += nl;
-                }
-                if (vl) {
-                    *q++ = 0x12;
-                    q = put_varint(q, vl);
-                    memcpy(q, vd + vo[h], vl);
-                    q += vl;
-                }
-            }
-        }
-        if (bl) {
-            *q++ = 0x1A;
-            q = put_varint(q, bl);
-            memcpy(q, bd + bo[i], bl);
-            q += bl;
-        }
-    }
+    for (Py_ssize_t i = 0; i < n; i++) q = put_record(&e, i, q);
     result = Py_BuildValue("(OOO)", payload, ends, meters);
 done:
     Py_XDECREF(payload);

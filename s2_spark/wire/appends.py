@@ -157,15 +157,8 @@ def encode_entries(
     """Encode rows (as `encode_append_batches` takes them) without cutting them into
     appends: one pass over the columns, however many streams they go to."""
     cols = _Columns.from_arrow(bodies, headers, timestamps)
-    if _fastwire is not None:
-        payload, ends_b, meters_b = _fastwire.encode_records(cols.n, *cols.buffers())
-        ends = np.frombuffer(ends_b, dtype=np.int64)
-        meters = np.frombuffer(meters_b, dtype=np.int64)
-    else:
-        entries = [encode_record(b, h, t) for b, h, t in cols.rows()]
-        payload = b"".join(e for e, _ in entries)
-        ends = np.cumsum(np.fromiter((len(e) for e, _ in entries), np.int64, cols.n))
-        meters = np.fromiter((m for _, m in entries), np.int64, cols.n)
+    encode = _encode_c if _fastwire is not None else _encode_python
+    payload, ends, meters = encode(cols)
     return EncodedRecords(memoryview(payload), ends, meters)
 
 
@@ -199,6 +192,21 @@ def encode_records(
 
 
 # -- internals ----------------------------------------------------------------------------
+
+
+def _encode_c(cols: _Columns) -> tuple[bytes, Any, Any]:
+    """The entries, their end positions and metered sizes, by the C accelerator."""
+    assert _fastwire is not None
+    payload, ends, meters = _fastwire.encode_records(cols.n, *cols.buffers())
+    return payload, np.frombuffer(ends, dtype=np.int64), np.frombuffer(meters, dtype=np.int64)
+
+
+def _encode_python(cols: _Columns) -> tuple[bytes, Any, Any]:
+    """The same as `_encode_c`, in Python: the reference path."""
+    entries = [encode_record(b, h, t) for b, h, t in cols.rows()]
+    payload = b"".join(e for e, _ in entries)
+    ends = np.cumsum(np.fromiter((len(e) for e, _ in entries), np.int64, cols.n))
+    return payload, ends, np.fromiter((m for _, m in entries), np.int64, cols.n)
 
 
 def _check_limits(max_records: int, max_bytes: int) -> None:
