@@ -111,6 +111,37 @@ def test_json_pieces_reject_invalid_bodies_wherever_cut(body: bytes) -> None:
             split_in_pieces(body, [cut])
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'["a\x01b"]',  # raw control characters inside strings (RFC 8259 forbids them)
+        b'["tab\there"]',
+        b'[{"k": "line\nbreak"}]',
+        b'["\\\x1f"]',  # escaped by a backslash: still a raw control character
+        b"[[,{]},[[]],\"\"]",  # brackets of different kinds closing each other (fuzzing)
+        b"[{]}",
+        b"[" * 1025 + b"]" * 1025,  # nested deeper than 1024 levels
+    ],
+    ids=["ctrl", "tab", "newline", "escaped-ctrl", "kinds-fuzzed", "kinds", "too-deep"],
+)
+def test_both_splitters_refuse_what_json_forbids(body: bytes) -> None:
+    """The C and numpy splitters accept exactly the same bodies: a machine without the
+    compiled extension must not accept what one with it refuses."""
+    for split in (split_json_array, split_json_array_numpy):
+        with pytest.raises(MalformedResponseError, match="invalid JSON-mode body"):
+            split(body)
+    for cut in range(1, len(body), 7):
+        with pytest.raises(MalformedResponseError):
+            split_in_pieces(body, [cut])
+
+
+def test_both_splitters_take_1024_levels() -> None:
+    body = b"[" * 1024 + b"]" * 1024
+    assert json_batch(body).column(0).to_pylist() == ["[" * 1023 + "]" * 1023]
+    offsets, values = split_json_array_numpy(body)
+    assert values.tobytes() == b"[" * 1023 + b"]" * 1023 and offsets.tolist() == [0, 2046]
+
+
 def test_json_pieces_of_an_empty_body_are_no_messages() -> None:
     assert split_in_pieces(b"", []) == [] and split_in_pieces(b" []", [1]) == []
 

@@ -4,10 +4,11 @@
  * split_json_array(body) scans a JSON array once and returns (offsets, data): int32
  * offsets (one more than the number of elements) and the elements' bytes concatenated
  * with the array's brackets, separating commas and surrounding whitespace removed, ready
- * to become an Arrow string column with no Python object per message. It checks what the
- * numpy path in durable.py checks (one top-level array, balanced brackets, terminated
- * strings, no empty elements, only JSON characters outside strings) and also bracket
- * kinds and control characters inside strings. Errors raise ValueError naming the flaw.
+ * to become an Arrow string column with no Python object per message. It checks exactly
+ * what the numpy path in durable.py checks (one top-level array, balanced brackets of
+ * matching kinds, at most MAX_DEPTH levels, terminated strings without control characters,
+ * no empty elements, only JSON characters outside strings): both accept the same bodies.
+ * Errors raise ValueError naming the flaw.
  *
  * split_json_prefix(body, continued) splits a piece of an array being received: it returns
  * (offsets, data, consumed, closed) for the elements that are followed by a top-level comma
@@ -87,6 +88,10 @@ static PyObject *split(Py_buffer *view, int partial, int continued) {
                     if (i + 1 >= n) break;
                     out[w++] = (char)c;
                     c = s[++i];
+                    if (c < 0x20) {
+                        err = "a control character inside a string";
+                        goto done;
+                    }
                 } else if (c == '"') {
                     break;
                 } else if (c < 0x20) {

@@ -10,9 +10,10 @@ row is the message's JSON text as the server sent it (surrounding whitespace tri
 `JsonArrayPieces` splits a body as it arrives, piece by piece, so a reader holds one piece
 of a large response at a time instead of the whole body.
 
-The structure is checked (one top-level array, balanced brackets, terminated strings, no
-empty elements, only JSON characters outside strings, valid UTF-8); a full grammar check
-of every value is left to whoever parses the messages.
+The structure is checked, the same by both paths (one top-level array, brackets balanced
+and of matching kinds, at most 1024 levels deep, terminated strings without raw control
+characters (RFC 8259), no empty elements, only JSON characters outside strings, valid
+UTF-8); a full grammar check of every value is left to whoever parses the messages.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ _CLASSES[[ord(" "), ord("\t"), ord("\n"), ord("\r")]] = _SPACE
 # Bytes that may appear outside strings besides the structural ones: numbers, literals, ':'.
 _ALLOWED_OUTSIDE = set(b"0123456789+-.eEtrufalsn:")
 _CLASSES[[b for b in range(256) if _CLASSES[b] == 0 and b not in _ALLOWED_OUTSIDE]] = _BAD
+_MAX_DEPTH = 1024  # nesting levels, the outer array included (as the C splitter allows)
 
 
 def _bad(what: str) -> MalformedResponseError:
@@ -113,6 +115,9 @@ def split_json_array_numpy(body: bytes) -> tuple[np.ndarray[Any, Any], np.ndarra
     boundary = (top & (c == _COMMA)) | (outside & (c == _OPEN) & (depth_at == 0))
     boundary |= outside & (c == _CLOSE) & (depth_after == 0)
     _check_shape(body, pos, c, outside, depth_after)
+    _check_nesting(data, pos, c, outside, depth_after)
+    if np.any((data[pos] < 0x20) & ~outside):
+        raise _bad("a control character inside a string")
     removed = boundary | (top & (c == _SPACE))
     removed_before = np.cumsum(removed, dtype=np.int64) - removed
     j = np.flatnonzero(boundary)
@@ -158,6 +163,27 @@ def _check_shape(
     closes = np.flatnonzero(outside & (depth_after == 0) & (c == _CLOSE))
     if len(closes) != 1 or depth_after[-1] != 0 or pos[closes[0]] != len(body.rstrip()) - 1:
         raise _bad("unbalanced brackets or data after the array")
+
+
+def _check_nesting(
+    data: np.ndarray[Any, Any],
+    pos: np.ndarray[Any, Any],
+    c: np.ndarray[Any, Any],
+    outside: np.ndarray[Any, Any],
+    depth_after: np.ndarray[Any, Any],
+) -> None:
+    """Each closing bracket matches the kind of its opening one; at most 1024 levels deep.
+
+    Ordered by nesting level, then by position, a balanced body's brackets come in
+    open/close pairs, and the pairs' bytes differ by 2 (`[` `]`, `{` `}`).
+    """
+    if len(depth_after) and depth_after.max() > _MAX_DEPTH:
+        raise _bad("nesting too deep")
+    brackets = outside & ((c == _OPEN) | (c == _CLOSE))
+    level = depth_after[brackets] + (c[brackets] == _CLOSE)
+    kinds = data[pos[brackets][np.lexsort((pos[brackets], level))]].astype(np.int16)
+    if np.any(kinds[1::2] - kinds[0::2] != 2):
+        raise _bad("unbalanced brackets")
 
 
 def json_batch(body: bytes) -> pa.RecordBatch:
