@@ -187,6 +187,15 @@ def test_sse_parser_any_line_ending_any_split(
     assert parser.finish()
 
 
+def test_sse_parser_keeps_a_crlf_split_by_an_empty_chunk() -> None:
+    """A CR ending one chunk and the LF starting a later one are one line end, even with
+    an empty chunk between them (found by fuzzing: the empty chunk made the LF a blank
+    line, which dispatched the event early)."""
+    parser = SSEParser()
+    got = [e for chunk in (b"data: a\r", b"", b"\ndata: b\n", b"\n") for e in parser.feed(chunk)]
+    assert got == [SSEEvent("message", "a\nb")] and parser.finish()
+
+
 def test_sse_parser_keeps_unicode_separators_and_strips_one_space() -> None:
     events = SSEParser().feed("data:  two\ndata:a\u2028b\u0085c\n\n".encode())
     assert events == [SSEEvent("message", " two\na\u2028b\u0085c")]

@@ -276,6 +276,8 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Parse more bytes; return the events completed by them."""
+        if not chunk:  # nothing new; a CR that ended the last chunk still awaits its LF
+            return []
         if self._pending_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]
         self._pending_cr = False
