@@ -245,11 +245,14 @@ def _as_progress(progress: Any) -> Any:
     )
 
 
-def lag_of(progress: Any) -> QueryLag:
+def lag_of(progress: Any) -> QueryLag | None:
     """The lag per stream of each `s2` and `durable-streams` source in `progress`.
 
     Sources that are not ours are left out, and so is one of ours whose offsets name no
-    stream yet. Raises ValueError when `progress` is not a streaming progress."""
+    stream yet. None (the lag is unknown) for None: `query.lastProgress` before the
+    query's first progress. Raises ValueError when `progress` is not a streaming progress."""
+    if progress is None:
+        return None
     progress = _as_progress(progress)
     sources = [_source_lag(i, s) for i, s in enumerate(_field(progress, "sources"))]
     batch = _field(progress, "batchId")

@@ -62,7 +62,7 @@ class LagListener(StreamingQueryListener):
         except Exception:
             log.debug("LagListener could not read a progress; skipped", exc_info=True)
             return
-        if not lag.sources:
+        if lag is None or not lag.sources:
             return
         # Logged first: whoever reads the kept lag finds its line already written.
         log.log(self._level, "%s", lag.describe(self._worst))

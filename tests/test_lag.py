@@ -174,10 +174,16 @@ def test_sources_that_are_not_ours_are_left_out() -> None:
         f"query orders (id {QID}) batch 3: no s2 or durable-streams sources")
 
 
-@pytest.mark.parametrize("bad", [None, 42, "not json", {"id": QID}, {"sources": "x"}])
+@pytest.mark.parametrize("bad", [42, "not json", {"id": QID}, {"sources": "x"}])
 def test_not_a_progress_is_refused(bad: Any) -> None:
     with pytest.raises(ValueError, match=r"lag_of"):
         lag_of(bad)
+
+
+def test_no_progress_yet_is_an_unknown_lag() -> None:
+    """`query.lastProgress` is None until the first progress: a polling loop written from
+    the docs must not fail at its first line."""
+    assert lag_of(None) is None
 
 
 def test_stream_lag_text() -> None:
