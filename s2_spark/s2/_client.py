@@ -10,7 +10,9 @@ from urllib.parse import quote
 from s2_spark._closeable import Closeable
 from s2_spark.errors import Position, S2BadRequestError, S2Error, S2NotFoundError, ServiceError
 
+from . import _many
 from ._config import S2Config
+from ._many import SingleAppend, SmallRead
 from ._stream import StreamClient
 from ._transport import Transport
 from ._types import BasinInfo, StreamConfig, StreamInfo
@@ -18,7 +20,6 @@ from ._types import BasinInfo, StreamConfig, StreamInfo
 if TYPE_CHECKING:
     from s2_spark.wire.records import DecodedBatch
 
-    from ._many import SingleAppend, SmallRead
     from ._types import AppendAck
     from ._watch import TailWatch
 
@@ -172,18 +173,15 @@ class BasinClient:
     def check_tails(self, names: Sequence[str]) -> dict[str, Position | None]:
         """Each stream's tail (None where it does not exist), the lookups sent together:
         for thousands of streams, a third of the client CPU of one thread each."""
-        from ._many import check_tails
-
-        return check_tails(self, names)
+        return _many.check_tails(self._basin(), names)
 
     def read_many(self, reads: Sequence[SmallRead], *, include_command_records: bool = True,
                   include_headers: bool = True) -> list[DecodedBatch | S2Error]:
         """Many unary reads sent together; each result is what `StreamClient.read` gives
         (a failed one is made again alone, with retries), or the error it ends with."""
-        from ._many import read_many
-
-        return read_many(self, reads, include_command_records=include_command_records,
-                         include_headers=include_headers)
+        return _many.read_many(self._basin(), reads,
+                               include_command_records=include_command_records,
+                               include_headers=include_headers)
 
     def append_each(self, appends: Sequence[SingleAppend], *, in_flight: int = 64,
                     create_missing: bool = False) -> list[AppendAck | ServiceError]:
@@ -192,15 +190,15 @@ class BasinClient:
         is the ack or the error, never retried (an append cut short may have landed).
         `create_missing`: a missing stream is created and its append sent again at once,
         under the empty fencing token of a new stream."""
-        from ._many import append_each
-
-        return append_each(self, appends, in_flight=in_flight, create_missing=create_missing)
+        return _many.append_each(self._basin(), appends, in_flight=in_flight,
+                                 create_missing=create_missing)
 
     def create_streams(self, names: Sequence[str]) -> None:
         """Create the streams of `names` that do not exist, the requests sent together."""
-        from ._many import create_streams
+        _many.create_streams(self._basin(), names)
 
-        create_streams(self, names)
+    def _basin(self) -> _many.Basin:
+        return _many.Basin(self._transport, self.name, self.stream, self.create_stream)
 
     def watch_tails(self, **kw: Any) -> TailWatch:
         """A `TailWatch` over streams of this basin (close it when done)."""

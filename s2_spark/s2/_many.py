@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,17 +27,29 @@ from ._append_session import PROTO_ACCEPT, PROTO_HEADERS, ack_of
 from ._errors import error_from_body, error_from_transport
 from ._params import read_params
 from ._stream import records_path
-from ._transport import side_effect_free
+from ._transport import Transport, side_effect_free
 from ._types import AppendAck
 
 if TYPE_CHECKING:
     from s2_spark.wire.appends import AppendBatch
     from s2_spark.wire.records import DecodedBatch
 
-    from ._client import BasinClient
+    from ._stream import StreamClient
 
-__all__ = ["SingleAppend", "SmallRead", "append_each", "check_tails", "create_streams",
-           "read_many"]
+__all__ = ["Basin", "SingleAppend", "SmallRead", "append_each", "check_tails",
+           "create_streams", "read_many"]
+
+
+@dataclass(frozen=True, slots=True)
+class Basin:
+    """What the calls on many streams need of a basin's client: its transport and name,
+    and the single-stream calls a failed request is made again with. (`BasinClient` makes
+    one; this module does not import it, so the two do not import each other.)"""
+
+    transport: Transport
+    name: str
+    stream: Callable[[str], StreamClient]
+    create_stream: Callable[[str], object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,16 +71,16 @@ class SingleAppend:
     match_seq_num: int | None = None
 
 
-def _gets(basin: BasinClient, targets: Sequence[str], extra: list[tuple[bytes, bytes]]
+def _gets(basin: Basin, targets: Sequence[str], extra: list[tuple[bytes, bytes]]
           ) -> list[Response | Exception]:
-    transport = basin._transport
+    transport = basin.transport
     route = transport.route(basin.name)
     headers = route.headers + extra
     return transport.fanout().run([Call(b"GET", route.origin.base_url, t, headers)
                                    for t in targets])
 
 
-def check_tails(basin: BasinClient, names: Sequence[str]) -> dict[str, Position | None]:
+def check_tails(basin: Basin, names: Sequence[str]) -> dict[str, Position | None]:
     """Each stream's tail, None where the stream does not exist."""
     results = _gets(basin, [records_path(n) + "/tail" for n in names], [])
     out: dict[str, Position | None] = {}
@@ -89,7 +101,7 @@ def check_tails(basin: BasinClient, names: Sequence[str]) -> dict[str, Position 
     return out
 
 
-def read_many(basin: BasinClient, reads: Sequence[SmallRead], *,
+def read_many(basin: Basin, reads: Sequence[SmallRead], *,
               include_command_records: bool, include_headers: bool
               ) -> list[DecodedBatch | S2Error]:
     """Each read's batch (as `StreamClient.read` gives it), or the error it ends with."""
@@ -116,7 +128,7 @@ def read_many(basin: BasinClient, reads: Sequence[SmallRead], *,
     return out
 
 
-def append_each(basin: BasinClient, appends: Sequence[SingleAppend], *, in_flight: int,
+def append_each(basin: Basin, appends: Sequence[SingleAppend], *, in_flight: int,
                 create_missing: bool = False) -> list[AppendAck | ServiceError]:
     """Each append's ack, or the error it failed with, never retried: an append cut short
     in transit may have landed, and only the caller knows how to find out (a writer reads
@@ -126,13 +138,13 @@ def append_each(basin: BasinClient, appends: Sequence[SingleAppend], *, in_fligh
     `create_missing`: an append answered 404 creates its stream and is sent again at once
     under the empty fencing token (a new stream's, whoever created it), so a stream first
     met by one of several writers is created by it alone, before the others reach it."""
-    route = basin._transport.route(basin.name)
+    route = basin.transport.route(basin.name)
     bodies = [a.batch.to_append_input(a.match_seq_num, a.fencing_token) for a in appends]
     calls = [Call(b"POST", route.origin.base_url, records_path(a.stream),
                   route.headers + PROTO_HEADERS, body) for a, body in zip(appends, bodies,
                                                                           strict=True)]
     then = _CreateThenAppend(basin, appends, calls) if create_missing else None
-    results = basin._transport.fanout().run(calls, limit=in_flight, then=then)
+    results = basin.transport.fanout().run(calls, limit=in_flight, then=then)
     out: list[AppendAck | ServiceError] = []
     for a, result in zip(appends, results, strict=True):
         what = f"stream {a.stream!r} in basin {basin.name!r}"
@@ -153,9 +165,9 @@ class _CreateThenAppend:
     """`append_each`'s follow-up: a 404 asks for the stream's creation, and the creation
     (or a 409: another writer's) for the append again under the empty token."""
 
-    def __init__(self, basin: BasinClient, appends: Sequence[SingleAppend],
+    def __init__(self, basin: Basin, appends: Sequence[SingleAppend],
                  calls: list[Call]) -> None:
-        self._route = basin._transport.route(basin.name)
+        self._route = basin.transport.route(basin.name)
         self._appends = appends
         self._calls = calls
         self._steps = [0] * len(calls)
@@ -182,12 +194,12 @@ def _create_call(route: Any, name: str) -> Call:
                 json.dumps({"stream": name}).encode())
 
 
-def create_streams(basin: BasinClient, names: Sequence[str]) -> None:
+def create_streams(basin: Basin, names: Sequence[str]) -> None:
     """Create the streams that do not exist yet, the requests sent together (each with
     its own request token, so a repeat cannot create twice); a failed one is made again
     alone, with retries. Streams that exist already are left as they are."""
-    route = basin._transport.route(basin.name)
-    results = basin._transport.fanout().run([_create_call(route, n) for n in names])
+    route = basin.transport.route(basin.name)
+    results = basin.transport.fanout().run([_create_call(route, n) for n in names])
     for name, result in zip(names, results, strict=True):
         if isinstance(result, Response) and result.status_code in (200, 201, 409):
             continue
