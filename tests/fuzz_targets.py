@@ -349,6 +349,22 @@ def json_prefix(data: bytes) -> None:
     _agree("JsonArrayPieces", _outcome(lambda: _pieces_rows(pieces), bad), whole)
     with _without_c():
         _agree("JsonArrayPieces without C", _outcome(lambda: _pieces_rows(pieces), bad), whole)
+    if durable._fastjson is not None:  # any bytes as the piece after a top-level comma
+        _agree("split_json_prefix continued", _prefix_after_comma(body), _prefix_after_comma(
+            b"[0," + body, first=1))
+
+
+def _prefix_after_comma(body: bytes, first: int = 0) -> Any:
+    """`split_json_prefix(body)` as a piece after a comma, or the same pieces of a body
+    that starts with `[0,` instead: its elements from `first` on, and its bytes after
+    them."""
+    def split() -> tuple[list[int], bytes, int, bool]:
+        assert durable._fastjson is not None
+        offsets, values, consumed, closed = durable._fastjson.split_json_prefix(body, not first)
+        ends = np.frombuffer(offsets, np.int32).tolist()[first:]
+        return [e - ends[0] for e in ends], values[ends[0]:], len(body) - consumed, closed
+
+    return _outcome(split, (ValueError,))
 
 
 # -- S2S frames and SSE events (pure Python) --------------------------------------------
