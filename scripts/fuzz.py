@@ -7,7 +7,7 @@
 The targets are in `tests/fuzz_targets.py`: each runs one input through the C accelerator
 and the pure-Python path of one decoder and fails when they disagree. Each target runs in
 its own process (libFuzzer exits when done), seeded from `tests/data/fuzz/<target>/`; the
-inputs it finds go to `.fuzz/corpus/<target>/`, outside the repository. An input that
+inputs it finds go to `.fuzz/corpus/<target>/` (ignored by git). An input that
 fails is copied into `tests/data/fuzz/<target>/`, where `tests/test_fuzz.py` replays it
 on every test run from then on: commit it with the fix.
 
@@ -15,9 +15,10 @@ on every test run from then on: commit it with the fix.
 libFuzzer's coverage counters, so the fuzzer sees C branches as well as Python ones) into
 `.fuzz/build/`, never into the package, and runs with atheris' ASan runtime preloaded and
 Python's allocator switched to malloc, so every Python object has ASan red zones around
-it. It needs clang (`apt-get install clang`); without `--sanitize` the package's own
-build is fuzzed. `--coverage` builds the extensions with gcc's `--coverage` instead,
-replays the corpus through them and prints gcov's line and branch figures.
+it; then it replays the target's corpus with LeakSanitizer checking every input. It needs
+clang (`apt-get install clang`); without `--sanitize` the package's own build is fuzzed.
+`--coverage` builds the extensions with gcc's `--coverage` instead, replays the corpus
+through them and prints gcov's line and branch figures.
 
 Prints one Markdown row per target: inputs run, seconds, inputs/s, libFuzzer's coverage
 (`cov`: edges in C and Python; `ft`: features), corpus size, and the result. Exits
