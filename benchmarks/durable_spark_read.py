@@ -45,7 +45,7 @@ from spark_read import cpu_seconds, run
 
 from s2_spark.backends.durable.backend import read_schema_for
 from s2_spark.durable import DurableStreamsClient
-from s2_spark.spark.durable_source import durable_read_schema
+from s2_spark.spark.durable.source import durable_read_schema
 
 STREAM = "/bench/events"
 BATCH = 1 << 16

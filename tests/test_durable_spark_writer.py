@@ -379,7 +379,7 @@ def test_zombie_of_an_older_micro_batch_is_fenced(env: Env) -> None:
     attempt at the newest micro-batch only repeats what is there (duplicates)."""
     from pyspark.sql.types import StringType, StructField, StructType
 
-    from s2_spark.spark.durable_source import DURABLE_WRITE_FORMAT
+    from s2_spark.spark.durable.source import DURABLE_WRITE_FORMAT
     from s2_spark.spark.writer import WriteCommitMessage as DurableCommitMessage
     from s2_spark.spark.writer import stream_writer
 
@@ -435,8 +435,8 @@ def test_row_fallback_matches_arrow_input() -> None:
     from pyspark.sql import Row
 
     from s2_spark.backends.durable.sink import Payload
-    from s2_spark.spark._durable_writer import rows_to_batches
-    from s2_spark.spark._durable_writer_options import DurableInputLayout
+    from s2_spark.spark.durable._writer import rows_to_batches
+    from s2_spark.spark.durable._writer_options import DurableInputLayout
 
     layout = DurableInputLayout(payload=2, kind=Payload("body", False), route=0,
                                 route_column="stream", names=("stream", "offset", "body"))

@@ -19,9 +19,9 @@ import pytest
 
 from s2_spark._option_spec import Option, OptionSet
 from s2_spark.errors import OptionError
-from s2_spark.spark.durable_source import DURABLE_OPTIONS
+from s2_spark.spark.durable.source import DURABLE_OPTIONS
 from s2_spark.spark.option_docs import FORMATS, options_markdown
-from s2_spark.spark.s2_source import S2_OPTIONS
+from s2_spark.spark.s2.source import S2_OPTIONS
 
 SETS = [(s, role) for s in (S2_OPTIONS, DURABLE_OPTIONS) for role in ("read", "write")]
 
@@ -168,7 +168,7 @@ def test_durable_misspelled_options_fail_at_load_and_save(ds_server: Any, spark:
 
 
 def test_an_older_name_is_an_alias() -> None:
-    from s2_spark.spark._durable_writer_options import MAX_MESSAGES_PER_APPEND
+    from s2_spark.spark.durable._writer_options import MAX_MESSAGES_PER_APPEND
 
     assert MAX_MESSAGES_PER_APPEND.name == "maxRecordsPerAppend"  # as format s2 names it
     DURABLE_OPTIONS.check({"maxMessagesPerAppend": "5"}, "write")

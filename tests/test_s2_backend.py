@@ -15,7 +15,7 @@ from s2_spark.backends.base import ReadSettings
 from s2_spark.backends.s2 import S2Backend, S2Settings
 from s2_spark.errors import DataLossError, NotFoundError
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
-from s2_spark.spark.planning import split_ranges
+from s2_spark.spark.partitions import split_ranges
 
 pytestmark = pytest.mark.backend
 

@@ -22,8 +22,8 @@ from s2_spark.backends.s2 import S2Backend, S2Settings
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.spark._read_task import read_partition
 from s2_spark.spark.options import parse_read_options
-from s2_spark.spark.planning import PackedPartition, RangePartition
-from s2_spark.spark.s2_source import S2_READ_FORMAT, S2DataSource
+from s2_spark.spark.partitions import PackedPartition, RangePartition
+from s2_spark.spark.s2.source import S2_READ_FORMAT, S2DataSource
 
 
 class Env:

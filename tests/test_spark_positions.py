@@ -25,7 +25,7 @@ from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.spark._planner import Planner
 from s2_spark.spark.datasource import stream_reader
 from s2_spark.spark.options import parse_read_options
-from s2_spark.spark.s2_source import S2_READ_FORMAT
+from s2_spark.spark.s2.source import S2_READ_FORMAT
 
 pytestmark = pytest.mark.spark
 

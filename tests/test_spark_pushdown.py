@@ -19,7 +19,7 @@ import pytest
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.spark import S2DataSource
 from s2_spark.spark._compat import HAS_FILTER_PUSHDOWN, SPARK_VERSION
-from s2_spark.spark.planning import PackedPartition, RangePartition
+from s2_spark.spark.partitions import PackedPartition, RangePartition
 
 pytestmark = [
     pytest.mark.spark,
@@ -315,7 +315,7 @@ def test_durable_streams_push_nothing(ds_server: Any, spark: Any) -> None:
     from pyspark.sql.datasource import EqualTo, GreaterThan
 
     from s2_spark.durable import DurableStreamsClient
-    from s2_spark.spark.durable_source import DurableStreamsDataSource
+    from s2_spark.spark.durable.source import DurableStreamsDataSource
 
     client = DurableStreamsClient(base_url=ds_server.url)
     path = f"/pushdown/{uuid.uuid4().hex[:12]}"

@@ -444,7 +444,7 @@ def _flaky_format() -> Any:
     from dataclasses import replace
 
     from s2_spark._option_spec import Option, OptionSet
-    from s2_spark.spark.s2_source import S2_OPTIONS, S2_READ_FORMAT
+    from s2_spark.spark.s2.source import S2_OPTIONS, S2_READ_FORMAT
 
     test_options = (Option("testMarker", "a path", "Test only.", roles=("read",)),
                     Option("testFailFrom", "a seq_num", "Test only.", roles=("read",)))

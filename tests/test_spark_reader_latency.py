@@ -14,7 +14,7 @@ from _versions import plan_all_available
 from test_spark_reader import Env, record, row, rows_of, wait_for
 
 from s2_spark.spark import S2DataSource
-from s2_spark.spark.planning import RangePartition
+from s2_spark.spark.partitions import RangePartition
 
 
 @pytest.fixture(scope="module")

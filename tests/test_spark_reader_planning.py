@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from s2_spark.backends.s2 import S2Backend, S2Settings
 from s2_spark.spark.options import parse_read_options as _parse_read_options
-from s2_spark.spark.planning import (
+from s2_spark.spark.partitions import (
     DEFAULT_MAX_STREAMS_PER_PARTITION,
     DEFAULT_PACK_RECORDS,
     RANGE_COST,
@@ -21,7 +21,7 @@ from s2_spark.spark.planning import (
     pack_ranges,
     split_ranges,
 )
-from s2_spark.spark.s2_source import S2_READ_FORMAT
+from s2_spark.spark.s2.source import S2_READ_FORMAT
 
 BACKEND = S2Backend(S2Settings(basin="unused-basin"))
 pending_maps = st.dictionaries(st.text("abcdef", min_size=1, max_size=3),

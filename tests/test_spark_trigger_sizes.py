@@ -273,7 +273,7 @@ def test_minimum_error_where_admission_control_is_missing(
 ) -> None:
     """The same check, on every PySpark, through the flag `_compat` sets."""
     from s2_spark.spark import options as options_module
-    from s2_spark.spark.s2_source import S2_READ_FORMAT
+    from s2_spark.spark.s2.source import S2_READ_FORMAT
 
     monkeypatch.setattr(options_module, "HAS_ADMISSION_CONTROL", False)
     for given, name in (({"minRecordsPerTrigger": "10"}, "minRecordsPerTrigger"),
@@ -290,7 +290,7 @@ def test_minimum_error_where_admission_control_is_missing(
 
 def test_defaults_and_values_reach_the_read_options() -> None:
     from s2_spark.spark.options import parse_read_options
-    from s2_spark.spark.s2_source import S2_READ_FORMAT
+    from s2_spark.spark.s2.source import S2_READ_FORMAT
 
     def parse(**opts: str) -> Any:
         return parse_read_options({"basin": "b", "stream": "s", **opts}, streaming=True,

@@ -450,8 +450,8 @@ def test_row_fallback_matches_arrow_input() -> None:
     from pyspark.sql import Row
 
     from s2_spark.backends.s2.sink import SinkSettings
-    from s2_spark.spark._s2_writer import rows_to_batches
-    from s2_spark.spark._s2_writer_options import InputLayout
+    from s2_spark.spark.s2._writer import rows_to_batches
+    from s2_spark.spark.s2._writer_options import InputLayout
 
     layout = InputLayout(body=0, headers=1, timestamp=2, stream=3,
                          names=("body", "headers", "timestamp", "stream"))

@@ -300,8 +300,8 @@ def test_arrow_slices_are_appended_once(env: tuple[Any, str, str]) -> None:
 
 def test_appends_in_flight_option() -> None:
     """The writer option `maxAppendsInFlight` sets the bound; out of range is named."""
-    from s2_spark.spark._s2_writer_options import parse_write_options
     from s2_spark.spark.options import OptionError
+    from s2_spark.spark.s2._writer_options import parse_write_options
 
     base = {"endpoint": "http://127.0.0.1:1", "basin": "b", "stream": "s"}
     assert parse_write_options(base).sink.max_inflight_appends == 64

@@ -6,8 +6,8 @@ Installing s2-spark registers both automatically through the top-level modules
 ``spark.dataSource.register(S2DataSource)`` (or ``DurableStreamsDataSource``).
 """
 
-from s2_spark.spark.durable_source import DurableStreamsDataSource
+from s2_spark.spark.durable.source import DurableStreamsDataSource
 from s2_spark.spark.options import OptionError
-from s2_spark.spark.s2_source import S2DataSource, read_schema
+from s2_spark.spark.s2.source import S2DataSource, read_schema
 
 __all__ = ["DurableStreamsDataSource", "OptionError", "S2DataSource", "read_schema"]

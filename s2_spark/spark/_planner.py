@@ -14,7 +14,7 @@ from s2_spark.backends.base import LOOKUPS_IN_FLIGHT, StreamBackend
 from s2_spark.errors import NotFoundError
 from s2_spark.spark._stream_position import StreamTimestamp
 from s2_spark.spark.options import BoundSpec, OptionError, ReadOptions
-from s2_spark.spark.planning import (
+from s2_spark.spark.partitions import (
     PackedPartition,
     RangePartition,
     pack_ranges,

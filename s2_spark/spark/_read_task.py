@@ -14,7 +14,7 @@ from s2_spark.backends.base import DataLossHandler, RangeRead, ReadSettings
 from s2_spark.errors import DataLossError
 from s2_spark.spark._planner import Backend, Position
 from s2_spark.spark.options import ReadOptions
-from s2_spark.spark.planning import PackedPartition, RangePartition
+from s2_spark.spark.partitions import PackedPartition, RangePartition
 
 __all__ = ["LOSS_HINT", "loss_handler", "read_partition"]
 

@@ -14,7 +14,7 @@ from s2_spark.spark._compat import PushFiltersSlot
 from s2_spark.spark._planner import Backend, Planner, Position, per_stream, plan_partitions
 from s2_spark.spark._read_task import read_partition
 from s2_spark.spark.options import BoundSpec, OptionError, ReadOptions
-from s2_spark.spark.planning import RangePartition
+from s2_spark.spark.partitions import RangePartition
 
 if TYPE_CHECKING:
     from pyspark.sql.datasource import Filter

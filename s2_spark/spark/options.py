@@ -25,7 +25,7 @@ from s2_spark.spark._stream_position import (
     position_json,
     stream_position,
 )
-from s2_spark.spark.planning import DEFAULT_MAX_STREAMS_PER_PARTITION
+from s2_spark.spark.partitions import DEFAULT_MAX_STREAMS_PER_PARTITION
 
 __all__ = [
     "BYTES",

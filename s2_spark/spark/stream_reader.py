@@ -22,7 +22,7 @@ from s2_spark.spark._planner import Backend, Planner, Position, per_stream, plan
 from s2_spark.spark._read_task import LOSS_HINT, read_partition
 from s2_spark.spark._trigger_hold import TriggerHold
 from s2_spark.spark.options import ReadOptions
-from s2_spark.spark.planning import fair_share
+from s2_spark.spark.partitions import fair_share
 
 __all__ = ["IDLE_WAIT", "UNWATCHED_PER_PLAN", "RangeStreamReader"]
 

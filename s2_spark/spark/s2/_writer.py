@@ -1,7 +1,7 @@
 """What the `s2` writers add to the shared ones (`spark.writer`): their options and
 target, checked on the driver, and Spark Rows as the Arrow columns the sink takes.
 
-`write_format` makes `S2_WRITE_FORMAT` (in `spark.s2_source`) of these. Each task appends its
+`write_format` makes `S2_WRITE_FORMAT` (in `spark.s2.source`) of these. Each task appends its
 partition through `s2_spark.backends.s2.sink`, which makes the appends exactly-once.
 """
 
@@ -14,8 +14,8 @@ import pyarrow as pa
 
 from s2_spark._option_spec import OptionSet
 from s2_spark.backends.s2.sink import InputLayout, S2SinkPlan, check_target
-from s2_spark.spark._s2_writer_options import WriteOptions, check_input, parse_write_options
 from s2_spark.spark._write_common import as_bytes, chunk_rows
+from s2_spark.spark.s2._writer_options import WriteOptions, check_input, parse_write_options
 from s2_spark.spark.writer import WriteFormat
 from s2_spark.wire.records import HEADER_TYPE
 

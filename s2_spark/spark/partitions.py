@@ -1,4 +1,5 @@
-"""Offsets, admission control and partitioning: pure functions over per-stream positions.
+"""A micro-batch's input partitions: stream ranges split and packed into them, and each
+stream's share of a read limit. Pure functions over per-stream positions.
 
 An offset is a JSON object mapping each stream to the backend's position for it (for S2,
 the next seq_num to read). Everything here is deterministic in its inputs, so a batch

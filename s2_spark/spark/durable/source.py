@@ -16,9 +16,9 @@ from s2_spark.backends.durable.options import (
     parse_durable_selection,
 )
 from s2_spark.errors import NotFoundError, OptionError
-from s2_spark.spark._durable_writer import write_format
-from s2_spark.spark._durable_writer_options import DURABLE_WRITE_OPTIONS
 from s2_spark.spark.datasource import RangeDataSource, document_options
+from s2_spark.spark.durable._writer import write_format
+from s2_spark.spark.durable._writer_options import DURABLE_WRITE_OPTIONS
 from s2_spark.spark.options import (
     BYTE_TRIGGER_OPTIONS,
     BYTES,

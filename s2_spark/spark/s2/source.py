@@ -23,8 +23,6 @@ from s2_spark.backends.s2.options import (
     parse_s2_connection,
     parse_s2_selection,
 )
-from s2_spark.spark._s2_writer import write_format
-from s2_spark.spark._s2_writer_options import S2_WRITE_OPTIONS
 from s2_spark.spark.datasource import RangeDataSource, document_options
 from s2_spark.spark.options import (
     BYTE_TRIGGER_OPTIONS,
@@ -32,6 +30,8 @@ from s2_spark.spark.options import (
     ReadFormat,
     ReadOptions,
 )
+from s2_spark.spark.s2._writer import write_format
+from s2_spark.spark.s2._writer_options import S2_WRITE_OPTIONS
 from s2_spark.spark.writer import WritingDataSource
 
 __all__ = ["S2_OPTIONS", "S2_READ_FORMAT", "S2_WRITE_FORMAT", "S2DataSource", "read_schema"]

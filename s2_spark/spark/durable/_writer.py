@@ -2,7 +2,7 @@
 options and fixed target, checked on the driver, and Spark Rows as the Arrow columns the
 sink takes.
 
-`write_format` makes `DURABLE_WRITE_FORMAT` (in `spark.durable_source`) of these. Each task appends
+`write_format` makes `DURABLE_WRITE_FORMAT` (in `spark.durable.source`) of these. Each task appends
 its partition through `s2_spark.backends.durable.sink`, which makes the appends
 exactly-once with the server's idempotent producers.
 """
@@ -18,12 +18,12 @@ from s2_spark._option_spec import OptionSet
 from s2_spark.backends.durable.sink import DurableInputLayout, DurableSinkPlan, check_target
 from s2_spark.backends.durable.stream_sink import StreamTarget, TargetError
 from s2_spark.errors import OptionError
-from s2_spark.spark._durable_writer_options import (
+from s2_spark.spark._write_common import as_bytes, chunk_rows
+from s2_spark.spark.durable._writer_options import (
     DurableWriteOptions,
     check_durable_input,
     parse_durable_write_options,
 )
-from s2_spark.spark._write_common import as_bytes, chunk_rows
 from s2_spark.spark.writer import WriteFormat
 
 __all__ = ["parse", "plan", "rows_to_batches", "write_format"]
