@@ -10,7 +10,9 @@ a temporary git worktree (its C accelerator built in place; the Durable Streams 
 side, the sides alternating (ABBA order, so drifting load falls on both alike), with this
 interpreter and its packages and each side's own `s2_spark` and `benchmarks/` first on
 `PYTHONPATH` (Spark's Python workers inherit it). Each side runs its own version of the
-benchmark with the same arguments.
+benchmark with the same arguments; with `--this-benchmarks`, both run this tree's (only
+the package differs: for an earlier commit whose API the benchmark still fits, to compare
+with what a newer benchmark measures).
 
 Benchmarks that can pin the server to its own CPU (`benchmarks/_pinning.py`) do so when
 both sides can; where one side cannot, both run unpinned (`--no-pin` is passed to the one
@@ -40,7 +42,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+#: A figure's number: not part of a word such as `p50` or of `1000x100`'s second half.
+NUMBER = re.compile(r"(?<![A-Za-z\d.])-?\d[\d,]*(?:\.\d+)?")
 MODE = re.compile(r"\s*\((?:pinned|unpinned)\)$")  # how a benchmark says it ran
 
 
@@ -74,18 +77,18 @@ def prepare(tree: Path) -> None:
         theirs.symlink_to(modules)
 
 
-def can_pin(tree: Path, script: str) -> bool:
-    """Whether that side's benchmark takes `--no-pin` (`benchmarks/_pinning.py`); a side
+def can_pin(benchmarks: Path, script: str) -> bool:
+    """Whether a side's benchmark takes `--no-pin` (`benchmarks/_pinning.py`); a side
     without the benchmark does not count."""
-    path = tree / "benchmarks" / script
+    path = benchmarks / script
     return not path.exists() or "add_pin_option" in path.read_text()
 
 
-def run(tree: Path, command: list[str], label: str, log: Path) -> list[str]:
-    """One run of `command` (a benchmark script and its arguments) in `tree`; its output
-    goes to `log`, and its summary lines are returned."""
+def run(tree: Path, command: list[str], label: str, log: Path, benchmarks: Path) -> list[str]:
+    """One run of `command` (a script in `benchmarks` and its arguments) with `tree`'s
+    package; its output goes to `log`, and its summary lines are returned."""
     script = command[0]
-    if not (tree / "benchmarks" / script).exists():
+    if not (benchmarks / script).exists():
         print(f"{label}: no benchmarks/{script} at this side")
         return []
     env = dict(os.environ)
@@ -96,7 +99,7 @@ def run(tree: Path, command: list[str], label: str, log: Path) -> list[str]:
     print(f"[{time.strftime('%H:%M:%S')}] load {load:.2f}: {label}: {shlex.join(command)}",
           flush=True)
     with log.open("w") as out:
-        done = subprocess.run([sys.executable, str(tree / "benchmarks" / script), *command[1:]],
+        done = subprocess.run([sys.executable, str(benchmarks / script), *command[1:]],
                               cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT)
     lines = log.read_text().splitlines()
     if done.returncode != 0:
@@ -157,6 +160,9 @@ def main() -> None:
                          'quoted word ("latency.py --duration 30")')
     ap.add_argument("--runs", type=int, default=3, help="runs of each benchmark per side")
     ap.add_argument("--no-pin", action="store_true", help="run every benchmark unpinned")
+    ap.add_argument("--this-benchmarks", action="store_true",
+                    help="both sides run this tree's benchmark scripts (only the package "
+                         "differs)")
     ap.add_argument("--logs", type=Path, default=None,
                     help="folder for each run's full output (default: a temporary one)")
     args = ap.parse_args()
@@ -167,19 +173,23 @@ def main() -> None:
     with worktree(args.commit) as old:
         prepare(old)
         trees = {"base": old, "this tree": ROOT}
+        scripts = {side: (ROOT if args.this_benchmarks else t) / "benchmarks"
+                   for side, t in trees.items()}
         for bench in args.benchmarks:
             command = shlex.split(bench)
-            pin = not args.no_pin and all(can_pin(t, command[0]) for t in trees.values())
-            commands = {side: command + ([] if pin or not can_pin(t, command[0])
-                                         or not (t / "benchmarks" / command[0]).exists()
-                                         else ["--no-pin"]) for side, t in trees.items()}
+            script = command[0]
+            pin = not args.no_pin and all(can_pin(b, script) for b in scripts.values())
+            commands = {side: command + ([] if pin or not (b / script).exists()
+                                         or not can_pin(b, script) else ["--no-pin"])
+                        for side, b in scripts.items()}
             print(f"\n{bench}: {'pinned' if pin else 'unpinned'}, {args.runs} runs per side")
             sides: dict[str, list[dict[str, float]]] = {side: [] for side in trees}
             for i in range(args.runs):
                 order = list(trees) if i % 2 == 0 else list(trees)[::-1]
                 for side in order:
                     log = logs / f"{Path(command[0]).stem}-{side.replace(' ', '-')}-{i + 1}.log"
-                    lines = run(trees[side], commands[side], f"{side} run {i + 1}", log)
+                    lines = run(trees[side], commands[side], f"{side} run {i + 1}", log,
+                                scripts[side])
                     sides[side].append(figures(lines))
             results[bench] = sides
     table(args.commit, results)
