@@ -120,7 +120,7 @@ def figures(lines: list[str]) -> dict[str, float]:
     out: dict[str, float] = {}
     for line in lines:
         lead, _, rest = MODE.sub("", line).partition(":")
-        for part in re.split(r"[,;]\s+", rest.strip()):
+        for part in re.split(r"[,;]\s+|\s+\(", rest.strip().rstrip(")")):
             match = NUMBER.search(part)
             if match is None:
                 continue
