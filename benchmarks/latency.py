@@ -36,6 +36,7 @@ Ends with: `latency: p50 <ms> ms, p99 <ms> ms, <ratio>x floor p50, <ratio>x floo
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import json
 import os
@@ -128,21 +129,21 @@ class FileDataSource(DataSource):
         return _FileReader(self.options["path"])
 
 
-@dataclass
 class Acks:
     """Appends acknowledged per query label: (ack time ns, stream, position after it)."""
 
-    by_label: dict[str, list[tuple[int, str, int]]] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    def __init__(self, labels: Sequence[str]) -> None:
+        self.by_label: dict[str, list[tuple[int, str, int]]] = {label: [] for label in labels}
+        self._lock = threading.Lock()
 
     def add(self, label: str, stream: str, end: int) -> None:
         now = time.time_ns()
-        with self.lock:
-            self.by_label.setdefault(label, []).append((now, stream, end))
+        with self._lock:
+            self.by_label[label].append((now, stream, end))
 
     def of(self, label: str) -> list[tuple[int, str, int]]:
-        with self.lock:
-            return list(self.by_label.get(label, []))
+        with self._lock:
+            return list(self.by_label[label])
 
 
 @dataclass
@@ -178,7 +179,7 @@ def s2_service(spark: SparkSession, counts: Sequence[int], placement: Placement
             b.create_streams(names)
             sets[streams_label(n)] = names
             print(f"{streams_label(n)}: {n:,} stream(s) created in {time.perf_counter() - t0:.1f}s")
-        acks = Acks()
+        acks = Acks(list(sets))
         rng = random.Random(7)
 
         def append(_ns: int) -> None:
@@ -325,6 +326,16 @@ def _epoch_ns(timestamp: str) -> int:
 _SLACK_NS = 5_000_000
 
 
+def _offsets(value: Any) -> dict[str, int]:
+    """A progress's source offset: JSON text (PySpark 4.0 shows the repr of a dict)."""
+    if not isinstance(value, str):
+        return dict(value)
+    try:
+        return dict(json.loads(value))
+    except json.JSONDecodeError:
+        return dict(ast.literal_eval(value))
+
+
 def _check_plans(progress: list[dict[str, Any]], acks: list[tuple[int, str, int]],
                  started: int, run: Run) -> None:
     """Count the micro-batches (trigger begun after `started`) whose end offsets leave out
@@ -333,7 +344,7 @@ def _check_plans(progress: list[dict[str, Any]], acks: list[tuple[int, str, int]
         began = _epoch_ns(p["timestamp"])
         if began < started:
             continue
-        end = json.loads(p["sources"][0]["endOffset"])
+        end = _offsets(p["sources"][0]["endOffset"])
         left = sum(1 for t, stream, pos in acks
                    if t < began - _SLACK_NS and pos > end.get(stream, 0))
         run.plans += 1
