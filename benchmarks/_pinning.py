@@ -217,7 +217,8 @@ class CpuMeter:
         """Seconds each side spent since `before` (processes new since count whole;
         sides without a process, such as Spark's in a benchmark without Spark, left out)."""
         now = self.sample()
-        return {side: sum(t - before.get(side, {}).get(p, 0.0) for p, t in pids.items())
+        return {side: max(0.0, sum(t - before.get(side, {}).get(p, 0.0)
+                                   for p, t in pids.items()))
                 for side, pids in now.items() if pids or before.get(side)}
 
     @contextlib.contextmanager

@@ -22,9 +22,10 @@ stamps on the driver and records `now - stamp` per row:
 * with `--rate`, for reference: Spark's JVM `rate` source, i.e. what a micro-batch costs
   without Python workers (compare its durationMs only: it makes new rows once a second).
 
-Records stamped in the first `--warmup` seconds of each run are left out. For the s2
-queries, each micro-batch's end offsets are checked against the appends acknowledged before
-its trigger began: any record left to a later micro-batch is counted ("left behind"),
+Records stamped in the first `--warmup` seconds of each run (`--streams-warmup` for N > 1
+streams) are left out. For the s2 queries, each micro-batch's end offsets are checked
+against the appends acknowledged before its trigger began: any record left to a later
+micro-batch is counted ("left behind"),
 which is how a planner that plans short of the tail shows (a stale tail made every other
 micro-batch hold one record). By default the server runs on a CPU of its own and each
 query's CPU seconds per side are printed (`_pinning`; `--no-pin` for the old behaviour).
@@ -368,9 +369,15 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def report(label: str, lat: list[float]) -> tuple[float, float]:
+def report(label: str, lat: list[float], *, required: bool = True) -> tuple[float, float]:
+    """Print the percentiles of `lat`; with none, exit (or, not `required`, say so and
+    give NaNs)."""
     if not lat:
-        sys.exit(f"{label}: no record was read after the warm-up; run longer (--duration)")
+        what = f"{label}: no record was read after the warm-up; run longer (--duration)"
+        if required:
+            sys.exit(what)
+        print(what)
+        return float("nan"), float("nan")
     p50, p99 = pct(lat, 0.5), pct(lat, 0.99)
     print(f"{label}: {len(lat)} records, p50 {p50:.0f} ms, p90 {pct(lat, 0.9):.0f} ms, "
           f"p99 {p99:.0f} ms, max {max(lat):.0f} ms")
@@ -390,15 +397,16 @@ def run_rounds(queries: dict[str, Callable[[], Any]], args: Any, cpu: CpuMeter,
     for i in range(args.rounds):
         for label in order if i % 2 == 0 else order[::-1]:
             part = args.duration / args.rounds
-            print(f"round {i + 1}: {label} for {part:.0f}s (+{args.warmup:.0f}s warm-up)")
+            warmup = args.streams_warmup if label.startswith("s2, ") else args.warmup
+            print(f"round {i + 1}: {label} for {part:.0f}s (+{warmup:.0f}s warm-up)")
             checked = acks is not None and label in acks.by_label
-            measure(queries[label](), part, args.warmup, runs[label], cpu,
+            measure(queries[label](), part, warmup, runs[label], cpu,
                     acked=(lambda label=label: acks.of(label)) if checked else None)
     results = {}
     for label, run in runs.items():
         if label == RATE:  # it makes new rows once a second: only its durationMs compare
             continue
-        results[label] = report(label, run.latencies)
+        results[label] = report(label, run.latencies, required=not label.startswith("s2, "))
         print(f"  CPU s over its rounds: {CpuMeter.format(run.cpu)}")
         if run.plans:
             print(f"  micro-batches that left acknowledged records behind: {run.behind} of "
@@ -421,6 +429,9 @@ def main() -> None:
                     help="the reader measured: format s2 or durable-streams")
     ap.add_argument("--streams", type=_ints, default=[1],
                     help="stream counts read by the s2 queries, e.g. 1,1000,10000 (S2 only)")
+    ap.add_argument("--streams-warmup", type=float, default=30.0,
+                    help="seconds left out per run of a query over N > 1 streams (its start "
+                         "resolves and watches every stream)")
     add_pin_option(ap)
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
