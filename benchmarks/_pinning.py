@@ -13,9 +13,7 @@ Affinity is inherited by the threads and processes made after it is set, so:
     ap = argparse.ArgumentParser()
     add_pin_option(ap)
     args = ap.parse_args()
-    placement = Placement.from_args(args)
-    placement.pin_rest()  # before Spark, or any peer process, starts
-    print(placement.describe())
+    placement = placed(args)  # this process pinned: before Spark or any peer starts
     with ServerProcess() as server:
         placement.pin_server(server.pid)  # every thread of the running server
         cpu = CpuMeter(server=server.pid)
@@ -37,7 +35,8 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-__all__ = ["CpuMeter", "Placement", "add_pin_option", "cpu_seconds", "python_workers"]
+__all__ = ["CpuMeter", "Placement", "add_pin_option", "cpu_seconds", "placed",
+           "python_workers"]
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -99,6 +98,15 @@ class Placement:
         """A running server process, every thread of it, on the server's CPUs."""
         if self.pinned and pid is not None:
             _pin_all_threads(pid, self.server_cpus)
+
+
+def placed(args: argparse.Namespace) -> Placement:
+    """The placement `--no-pin` asks for, with this process already on the rest's CPUs
+    (call it before Spark or any peer process starts) and the mode printed."""
+    placement = Placement.from_args(args)
+    placement.pin_rest()
+    print(placement.describe())
+    return placement
 
 
 def _cpus(cpus: Iterable[int]) -> str:

@@ -16,7 +16,7 @@ import uuid
 
 import pyarrow as pa
 from _peers import random_bodies, sdk_producer  # benchmarks/ is on sys.path
-from _pinning import CpuMeter, Placement, add_pin_option
+from _pinning import CpuMeter, add_pin_option, placed
 
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.testing import ServerProcess
@@ -31,9 +31,7 @@ def main() -> None:
     add_pin_option(ap)
     args = ap.parse_args()
     n = args.records
-    placement = Placement.from_args(args)
-    placement.pin_rest()
-    print(placement.describe())
+    placement = placed(args)
     data = random_bodies(n, RECORD)
     basin = f"bench-{uuid.uuid4().hex[:8]}"
     with ServerProcess() as server:

@@ -20,7 +20,7 @@ import time
 import uuid
 
 from _durable import DurableServer, messages, require_peer
-from _pinning import CpuMeter, Placement, add_pin_option
+from _pinning import CpuMeter, add_pin_option, placed
 
 from s2_spark.durable import DurableStreamsClient, IdempotentProducer
 
@@ -73,9 +73,7 @@ def main() -> None:
     add_pin_option(parser)
     args = parser.parse_args()
     require_peer()
-    placement = Placement.from_args(args)
-    placement.pin_rest()
-    print(placement.describe())
+    placement = placed(args)
     n = args.messages
     texts = messages(n)
     n_peer = min(n, args.peer_messages)

@@ -17,7 +17,7 @@ import uuid
 
 import httpx
 from _durable import DurableServer, messages, require_peer
-from _pinning import CpuMeter, Placement, add_pin_option
+from _pinning import CpuMeter, add_pin_option, placed
 
 from s2_spark.durable import DurableStreamsClient, IdempotentProducer
 
@@ -76,9 +76,7 @@ def main() -> None:
     add_pin_option(parser)
     args = parser.parse_args()
     require_peer()
-    placement = Placement.from_args(args)
-    placement.pin_rest()
-    print(placement.describe())
+    placement = placed(args)
     n = args.messages
     with DurableServer(long_poll_timeout=1.0) as server:
         placement.pin_server(server.pid)

@@ -40,7 +40,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 import pyarrow as pa
 from _durable import DurableServer, messages  # benchmarks/ is on sys.path
-from _pinning import CpuMeter, Placement, add_pin_option, cpu_seconds
+from _pinning import CpuMeter, add_pin_option, cpu_seconds, placed
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -145,9 +145,7 @@ def main() -> None:
     add_pin_option(ap)
     args = ap.parse_args()
     n = args.messages
-    placement = Placement.from_args(args)
-    placement.pin_rest()
-    print(placement.describe())
+    placement = placed(args)
 
     spark = (
         SparkSession.builder.master("local[2]")

@@ -28,7 +28,7 @@ import uuid
 from pathlib import Path
 
 from _durable import DurableServer, messages, require_peer  # benchmarks/ is on sys.path
-from _pinning import CpuMeter, Placement, add_pin_option
+from _pinning import CpuMeter, add_pin_option, placed
 from durable_append import count, peer
 
 from s2_spark.durable import DurableStreamsClient
@@ -97,9 +97,7 @@ def main() -> None:
     add_pin_option(ap)
     args = ap.parse_args()
     require_peer()
-    placement = Placement.from_args(args)
-    placement.pin_rest()
-    print(placement.describe())
+    placement = placed(args)
     n, per_batch = args.rows, args.rows_per_batch
     total = n + per_batch  # the first micro-batch is a warm-up
     texts = messages(total)

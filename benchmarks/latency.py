@@ -57,7 +57,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 import pyarrow as pa
 from _durable import DurableServer  # benchmarks/ is on sys.path
-from _pinning import CpuMeter, Placement, add_pin_option
+from _pinning import CpuMeter, Placement, add_pin_option, placed
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
@@ -436,9 +436,7 @@ def main() -> None:
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     counts = sorted(set(args.streams) | {1})
-    placement = Placement.from_args(args)
-    placement.pin_rest()
-    print(placement.describe())
+    placement = placed(args)
 
     spark = (
         SparkSession.builder.master("local[2]")

@@ -65,7 +65,7 @@ from typing import Any
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from _pinning import CpuMeter, Placement, add_pin_option
+from _pinning import CpuMeter, add_pin_option, placed
 from _streams import fill  # benchmarks/ is on sys.path
 from latency import Producer, report
 from pyspark.sql import SparkSession
@@ -439,9 +439,7 @@ def main() -> None:
     if args.skip - set(PARTS):
         ap.error(f"--skip takes {','.join(PARTS)}")
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    placement = Placement.from_args(args)
-    placement.pin_rest()
-    print(placement.describe())
+    placement = placed(args)
 
     spark = session()
     tag = uuid.uuid4().hex[:8]

@@ -18,7 +18,7 @@ import uuid
 
 import httpx
 import pyarrow as pa
-from _pinning import CpuMeter, Placement, add_pin_option
+from _pinning import CpuMeter, add_pin_option, placed
 
 from s2_spark.s2 import S2Client, S2Config
 from s2_spark.testing import ServerProcess
@@ -96,9 +96,7 @@ def main() -> None:
     add_pin_option(ap)
     args = ap.parse_args()
     n = args.records
-    placement = Placement.from_args(args)
-    placement.pin_rest()
-    print(placement.describe())
+    placement = placed(args)
     basin, stream = f"bench-{uuid.uuid4().hex[:8]}", "catchup"
     with ServerProcess(heartbeat_interval=5.0) as server:
         placement.pin_server(server.pid)

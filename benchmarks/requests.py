@@ -33,7 +33,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import httpx
-from _pinning import CpuMeter, Placement, add_pin_option  # benchmarks/ is on sys.path
+from _pinning import CpuMeter, add_pin_option, placed  # benchmarks/ is on sys.path
 
 from s2_spark._proto import s2_pb2
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
@@ -59,9 +59,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="rounds (the best counts)")
     add_pin_option(ap)
     args = ap.parse_args()
-    placement = Placement.from_args(args)
-    placement.pin_rest()
-    print(placement.describe())
+    placement = placed(args)
     basin, stream = f"bench-req-{uuid.uuid4().hex[:8]}", "s"
     with ServerProcess() as server, S2Client(S2Config(endpoint=server.url)) as client:
         placement.pin_server(server.pid)

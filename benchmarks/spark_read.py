@@ -40,7 +40,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 import pyarrow as pa
-from _pinning import CpuMeter, Placement, add_pin_option, python_workers
+from _pinning import CpuMeter, Placement, add_pin_option, placed, python_workers
 from _streams import fill  # benchmarks/ is on sys.path
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
@@ -225,9 +225,7 @@ def main() -> None:
     add_pin_option(ap)
     args = ap.parse_args()
     n = args.records
-    placement = Placement.from_args(args)
-    placement.pin_rest()
-    print(placement.describe())
+    placement = placed(args)
 
     spark = (
         SparkSession.builder.master("local[2]")

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from _peers import random_bodies, sdk_producer  # benchmarks/ is on sys.path
-from _pinning import CpuMeter, Placement, add_pin_option
+from _pinning import CpuMeter, add_pin_option, placed
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamArrowWriter,
@@ -127,9 +127,7 @@ def main() -> None:
     add_pin_option(ap)
     args = ap.parse_args()
     n = args.rows
-    placement = Placement.from_args(args)
-    placement.pin_rest()
-    print(placement.describe())
+    placement = placed(args)
     basin = f"bench-{uuid.uuid4().hex[:8]}"
     with ServerProcess() as server:
         placement.pin_server(server.pid)
