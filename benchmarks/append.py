@@ -2,8 +2,10 @@
 
 s2_spark's `append_many` (S2S append sessions over httpx, half-duplex) against s2-sdk's
 producer on the same server in the same run; also prints one-unary-request-per-batch
-and the Arrow path the Spark writer uses. Ends with one line:
-`append: <records/s> records/s, <ratio>x s2-sdk`.
+and the Arrow path the Spark writer uses. By default the server runs on a CPU of its own
+and each writer's CPU seconds (this process, the server) are printed (`_pinning`;
+`--no-pin` for the old behaviour). Ends with one line:
+`append: <records/s> records/s, <ratio>x s2-sdk (<pinned|unpinned>)`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import uuid
 
 import pyarrow as pa
 from _peers import random_bodies, sdk_producer  # benchmarks/ is on sys.path
+from _pinning import CpuMeter, add_pin_option, placed
 
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.testing import ServerProcess
@@ -25,10 +28,15 @@ RECORD = 100
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=500_000)
-    n = ap.parse_args().records
+    add_pin_option(ap)
+    args = ap.parse_args()
+    n = args.records
+    placement = placed(args)
     data = random_bodies(n, RECORD)
     basin = f"bench-{uuid.uuid4().hex[:8]}"
     with ServerProcess() as server:
+        placement.pin_server(server.pid)
+        cpu = CpuMeter(server=server.pid)
         with S2Client(S2Config(endpoint=server.url, compression="none")) as client:
             client.create_basin(basin)
             b = client.basin(basin)
@@ -36,9 +44,10 @@ def main() -> None:
                 b.create_stream(name)
 
             records = [AppendRecord(x) for x in data]
-            t0 = time.perf_counter()
-            ack = b.stream("many").append_many(records)
-            ours = time.perf_counter() - t0
+            with cpu.printed("append_many"):
+                t0 = time.perf_counter()
+                ack = b.stream("many").append_many(records)
+                ours = time.perf_counter() - t0
             assert ack.end.seq_num == n and b.stream("many").check_tail().seq_num == n
             print(f"s2_spark append_many (S2S sessions): {n / ours:,.0f} records/s ({ours:.2f}s)")
 
@@ -64,9 +73,10 @@ def main() -> None:
                 f"({arrow:.2f}s)"
             )
 
-        sdk = sdk_producer(server.url, basin, "sdk", data)
+        with cpu.printed("s2-sdk producer"):
+            sdk = sdk_producer(server.url, basin, "sdk", data)
         print(f"s2-sdk producer: {n / sdk:,.0f} records/s ({sdk:.2f}s)")
-    print(f"append: {n / ours:.0f} records/s, {sdk / ours:.2f}x s2-sdk")
+    print(f"append: {n / ours:.0f} records/s, {sdk / ours:.2f}x s2-sdk ({placement.mode})")
 
 
 if __name__ == "__main__":

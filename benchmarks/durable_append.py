@@ -5,9 +5,10 @@ with Producer-Id/Epoch/Seq so retries are exactly-once) with the append path of 
 `durable-streams` package from PyPI (`DurableStream.append`, whose batching merges the
 appends of concurrent callers into one request; driven by 64 threads, since one caller
 gets one request per message), in the same run. The peer sends fewer messages (it is
-~100x slower) and the rates are compared. Both results are read back and counted.
-Ends with one line:
-`durable_append: <msgs/s> msgs/s, <ratio>x durable-streams (PyPI)`.
+~100x slower) and the rates are compared. Both results are read back and counted. By
+default the server runs on a CPU of its own and each writer's CPU seconds (this process,
+the server) are printed (`_pinning`; `--no-pin` for the old behaviour). Ends with one line:
+`durable_append: <msgs/s> msgs/s, <ratio>x durable-streams (PyPI) (<pinned|unpinned>)`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 import uuid
 
 from _durable import DurableServer, messages, require_peer
+from _pinning import CpuMeter, add_pin_option, placed
 
 from s2_spark.durable import DurableStreamsClient, IdempotentProducer
 
@@ -68,22 +70,28 @@ def main() -> None:
         help="the peer sends at most this many (it takes ~0.5 ms a message); rates compare",
     )
     parser.add_argument("--rounds", type=int, default=2, help="best of N for each writer")
+    add_pin_option(parser)
     args = parser.parse_args()
     require_peer()
+    placement = placed(args)
     n = args.messages
     texts = messages(n)
     n_peer = min(n, args.peer_messages)
     values = [json.loads(t) for t in texts[:n_peer]]
     best: dict[str, float] = {}
     with DurableServer(long_poll_timeout=1.0) as server:
+        placement.pin_server(server.pid)
+        cpu = CpuMeter(server=server.pid)
         client = DurableStreamsClient(base_url=server.url)
         for _ in range(args.rounds):
             path = f"/ours-{uuid.uuid4().hex[:8]}"
-            seconds = ours(client, path, texts)
+            with cpu.printed(f"ours, {n} messages"):
+                seconds = ours(client, path, texts)
             assert count(client, path) == n
             best["ours"] = min(best.get("ours", seconds), seconds)
             path = f"/peer-{uuid.uuid4().hex[:8]}"
-            seconds = peer(server.url + path, values, args.threads)
+            with cpu.printed(f"peer, {n_peer} messages"):
+                seconds = peer(server.url + path, values, args.threads)
             assert count(client, path) == n_peer
             best["peer"] = min(best.get("peer", seconds), seconds)
         client.close()
@@ -92,7 +100,7 @@ def main() -> None:
         print(f"{name:5s} {sent} messages in {best[name]:.3f}s  {rate[name]:,.0f} msgs/s")
     print(
         f"durable_append: {rate['ours']:,.0f} msgs/s, {rate['ours'] / rate['peer']:.2f}x "
-        "durable-streams (PyPI)"
+        f"durable-streams (PyPI) ({placement.mode})"
     )
 
 

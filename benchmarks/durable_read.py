@@ -4,8 +4,9 @@ Compares s2_spark.durable (catch-up read, JSON body split into an Arrow string c
 no per-message Python objects) with the `durable-streams` package from PyPI reading the
 same stream with `iter_json` (uncompressed like ours, and with its gzip default), in the
 same run, and measures the server's ceiling with a client that only counts response bytes.
-Ends with one line:
-`durable_read: <msgs/s> msgs/s, <ratio>x durable-streams (PyPI)`.
+By default the server runs on a CPU of its own and each reader's CPU seconds (this process,
+the server) are printed (`_pinning`; `--no-pin` for the old behaviour). Ends with one line:
+`durable_read: <msgs/s> msgs/s, <ratio>x durable-streams (PyPI) (<pinned|unpinned>)`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import uuid
 
 import httpx
 from _durable import DurableServer, messages, require_peer
+from _pinning import CpuMeter, add_pin_option, placed
 
 from s2_spark.durable import DurableStreamsClient, IdempotentProducer
 
@@ -71,10 +73,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3, help="best of N for each reader")
+    add_pin_option(parser)
     args = parser.parse_args()
     require_peer()
+    placement = placed(args)
     n = args.messages
     with DurableServer(long_poll_timeout=1.0) as server:
+        placement.pin_server(server.pid)
+        cpu = CpuMeter(server=server.pid)
         client = DurableStreamsClient(base_url=server.url)
         path = f"/bench-{uuid.uuid4().hex[:8]}"
         t0 = time.perf_counter()
@@ -89,7 +95,8 @@ def main() -> None:
                 ("peer", lambda: peer(url)),
                 ("peer-gzip", lambda: peer(url, identity=False)),
             ):
-                seconds, count = run()
+                with cpu.printed(name):
+                    seconds, count = run()
                 if name != "ceiling":
                     assert count == n, f"{name} read {count} of {n} messages"
                 best[name] = min(best.get(name, seconds), seconds)
@@ -101,7 +108,7 @@ def main() -> None:
     print(f"bound on any client vs peer (ceiling/peer): {best['peer'] / best['ceiling']:.2f}x")
     print(
         f"durable_read: {n / best['ours']:,.0f} msgs/s, {best['peer'] / best['ours']:.2f}x "
-        "durable-streams (PyPI)"
+        f"durable-streams (PyPI) ({placement.mode})"
     )
 
 

@@ -15,9 +15,11 @@ Rates use `durationMs.triggerExecution` of the micro-batches with rows, so plann
 of `--repeat` runs counts. Each durable-streams run also prints the reference server's CPU
 seconds (utime + stime of its `node` process) per million messages read, beside the same
 for a plain catch-up read of the stream by `s2_spark.durable`'s client (no Spark), the
-lowest of each counting: the same figure means every message left the server once. Ends
-with one line: `durable_spark_read: <rows/s> rows/s, <ratio>x in-memory Arrow source,
-server <s> CPU s per 1M messages`.
+lowest of each counting: the same figure means every message left the server once. By
+default the server runs on a CPU of its own, and each run prints the CPU seconds of each
+side (`_pinning`; `--no-pin` for the old behaviour). Ends with one line:
+`durable_spark_read: <rows/s> rows/s, <ratio>x in-memory Arrow source, server <s> CPU s
+per 1M messages (<pinned|unpinned>)`.
 """
 
 from __future__ import annotations
@@ -38,10 +40,11 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 import pyarrow as pa
 from _durable import DurableServer, messages  # benchmarks/ is on sys.path
+from _pinning import CpuMeter, add_pin_option, cpu_seconds, placed
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
-from spark_read import cpu_seconds, run
+from spark_read import run
 
 from s2_spark.backends.durable.backend import read_schema_for
 from s2_spark.durable import DurableStreamsClient
@@ -139,8 +142,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=2, help="runs of each query (best counts)")
+    add_pin_option(ap)
     args = ap.parse_args()
     n = args.messages
+    placement = placed(args)
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -155,7 +160,9 @@ def main() -> None:
     with DurableServer(long_poll_timeout=1.0) as server:
         took = fill(server.url, n)
         print(f"filled {n:,} JSON messages of ~100 B in {took:.1f}s")
-        pid = server._proc.pid if server._proc else None  # the `node` process itself
+        pid = server.pid  # the `node` process itself
+        placement.pin_server(pid)
+        meter = CpuMeter(server=pid)
         ours_df = spark.readStream.format("durable-streams").option(
             "url", server.url + STREAM).load()
         memory = spark.readStream.format("durable_bench_memory").option("rows", str(n)).load()
@@ -164,11 +171,15 @@ def main() -> None:
         ceiling = ours = 0.0
         server_cpu = plain = float("inf")  # CPU s per 1M messages, the lowest of the runs
         for _ in range(args.repeat):
+            before = meter.sample()
             ceiling = max(ceiling, run(memory, "in-memory Arrow source", n, "triggerExecution"))
+            print(f"  CPU s: {meter.format(meter.since(before))}")
             plain_now = plain_read_cpu(server.url, pid, n)
-            cpu0 = cpu_seconds(pid)
+            before = meter.sample()
             ours = max(ours, run(ours_df, "durable-streams reader", n, "triggerExecution"))
-            per_million = (cpu_seconds(pid) - cpu0) * 1e6 / n
+            spent = meter.since(before)
+            print(f"  CPU s: {meter.format(spent)}")
+            per_million = spent["server"] * 1e6 / n
             print(f"  reference server CPU s per 1M messages: {per_million:.2f} for the query, "
                   f"{plain_now:.2f} for a plain catch-up read")
             server_cpu, plain = min(server_cpu, per_million), min(plain, plain_now)
@@ -176,7 +187,7 @@ def main() -> None:
               f"{server_cpu / plain if plain else float('nan'):.2f}x a plain catch-up read")
     spark.stop()
     print(f"durable_spark_read: {ours:.0f} rows/s, {ours / ceiling:.2f}x in-memory Arrow source, "
-          f"server {server_cpu:.2f} CPU s per 1M messages")
+          f"server {server_cpu:.2f} CPU s per 1M messages ({placement.mode})")
 
 
 if __name__ == "__main__":

@@ -10,8 +10,10 @@ warm-up micro-batch; in the same run the
 so it sends the first `--peer-messages` of them and the rates are compared). The Spark
 figure is rows / time of the micro-batches after the warm-up (from the query's progress
 reports, so JVM start, Python worker start and imports are left out; the all-in figure is
-printed too). Both streams are read back and counted. Ends with one line:
-`durable_spark_write: <rows/s> rows/s, <ratio>x durable-streams (PyPI)`.
+printed too). Both streams are read back and counted. By default the server runs on a
+CPU of its own, and the CPU seconds of each side are printed for the query and for the
+peer (`_pinning`; `--no-pin` for the old behaviour). Ends with one line:
+`durable_spark_write: <rows/s> rows/s, <ratio>x durable-streams (PyPI) (<pinned|unpinned>)`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import uuid
 from pathlib import Path
 
 from _durable import DurableServer, messages, require_peer  # benchmarks/ is on sys.path
+from _pinning import CpuMeter, add_pin_option, placed
 from durable_append import count, peer
 
 from s2_spark.durable import DurableStreamsClient
@@ -42,7 +45,7 @@ def write_files(texts: list[str], per_file: int) -> str:
     return str(folder)
 
 
-def spark_write(url: str, path: str, folder: str, rows: int, per_batch: int
+def spark_write(url: str, path: str, folder: str, rows: int, per_batch: int, cpu: CpuMeter
                 ) -> tuple[float, float, float, int]:
     """Seconds the micro-batches after the first (warm-up) take to write `rows` rows, wall
     seconds of the whole query from start, seconds of the warm-up batch, and partitions
@@ -56,12 +59,14 @@ def spark_write(url: str, path: str, folder: str, rows: int, per_batch: int
     spark.sparkContext.setLogLevel("ERROR")
     df = spark.readStream.format("text").option("maxFilesPerTrigger", "1").load(folder)
     ckpt = tempfile.mkdtemp(prefix="ds-write-bench-ckpt-")
+    before = cpu.sample()
     t0 = time.perf_counter()
     q = (df.writeStream.format("durable-streams").option("baseUrl", url)
          .option("stream", path).option("checkpointLocation", ckpt)
          .trigger(availableNow=True).start())
     q.awaitTermination(1800)
     wall = time.perf_counter() - t0
+    print(f"  CPU s, the whole query: {cpu.format(cpu.since(before))}")
     if q.exception() is not None:
         raise RuntimeError(str(q.exception()))
     progress = q.recentProgress
@@ -89,17 +94,22 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=64, help="peer's concurrent callers")
     ap.add_argument("--peer-messages", type=int, default=20_000,
                     help="the peer sends the first N messages (it is much slower)")
+    add_pin_option(ap)
     args = ap.parse_args()
     require_peer()
+    placement = placed(args)
     n, per_batch = args.rows, args.rows_per_batch
     total = n + per_batch  # the first micro-batch is a warm-up
     texts = messages(total)
     folder = write_files(texts, per_batch)
     with DurableServer(long_poll_timeout=1.0) as server:
+        placement.pin_server(server.pid)
+        cpu = CpuMeter(server=server.pid, here="this process (driver, peer)")
         client = DurableStreamsClient(base_url=server.url)
         path = f"/spark-{uuid.uuid4().hex[:8]}"
         client.stream(path).create("application/json")
-        spark_s, wall, first_s, parts = spark_write(server.url, path, folder, n, per_batch)
+        spark_s, wall, first_s, parts = spark_write(server.url, path, folder, n, per_batch,
+                                                     cpu)
         got = count(client, path)
         assert got == total, f"{got} messages in the stream, {total} written"
         print(f"spark writeStream durable-streams: {n / spark_s:,.0f} rows/s over {n} rows "
@@ -109,14 +119,17 @@ def main() -> None:
               f"({wall:.1f}s); read back {got} messages")
         n_peer = min(n, args.peer_messages)
         peer_path = f"/peer-{uuid.uuid4().hex[:8]}"
+        before = cpu.sample()
         peer_s = peer(server.url + peer_path, [json.loads(t) for t in texts[:n_peer]],
                       args.threads)
+        print(f"  CPU s, the peer: {cpu.format(cpu.since(before))}")
         assert count(client, peer_path) == n_peer
         client.close()
     ours, theirs = n / spark_s, n_peer / peer_s
     print(f"durable-streams (PyPI) append, {args.threads} threads: {theirs:,.0f} msgs/s "
           f"({n_peer} messages in {peer_s:.2f}s)")
-    print(f"durable_spark_write: {ours:.0f} rows/s, {ours / theirs:.2f}x durable-streams (PyPI)")
+    print(f"durable_spark_write: {ours:.0f} rows/s, {ours / theirs:.2f}x durable-streams (PyPI) "
+          f"({placement.mode})")
 
 
 if __name__ == "__main__":

@@ -35,9 +35,11 @@ against a single stream measured in the same run:
   The same is measured for one stream (latency.py's single-stream query: option `stream`,
   startingPosition latest) in the same run; ratio: many p50 / single p50 (lower is better).
 
-Streams to read are created and filled by concurrent requests before any timing. Ends
-with: `many_streams: read <r>x single at <N>x<R>, ...; write <w>x single at <N>x<R>, ...;
-idle <q> req/s per stream, p50 <x>x single`.
+Streams to read are created and filled by concurrent requests before any timing. By
+default the server runs on a CPU of its own, and every read, write and idle window prints
+the CPU seconds of each side (`_pinning`; `--no-pin` for the old behaviour). Ends with:
+`many_streams: read <r>x single at <N>x<R>, ...; write <w>x single at <N>x<R>, ...; idle
+<q> req/s per stream, p50 <x>x single (<pinned|unpinned>)`.
 For a smoke run: `--streams 100,200 --records 10,5 --idle-streams 100 --window 5
 --duration 5 --repeat 1`; `--skip read,write,idle` leaves parts out (printed as n/a).
 """
@@ -63,6 +65,7 @@ from typing import Any
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
+from _pinning import CpuMeter, add_pin_option, placed
 from _streams import fill  # benchmarks/ is on sys.path
 from latency import Producer, report
 from pyspark.sql import SparkSession
@@ -155,24 +158,26 @@ def _durations(progress: list[dict[str, Any]]) -> str:
     return ", ".join(f"{k} {v / 1000:.2f}s" for k, v in sums.items())
 
 
-def read_once(df: Any, label: str, expected: int) -> float:
+def read_once(df: Any, label: str, expected: int, cpu: CpuMeter) -> float:
     """Run an AvailableNow query into noop; return its wall time from `start()` to its end
     (what a user waits for, as the issue measured it). The seconds of its triggers
     (`durationMs.triggerExecution` summed: listing, tails, planning, reading, without the
     query's start-up) are printed too."""
     with tempfile.TemporaryDirectory() as ckpt:
+        before = cpu.sample()
         t0 = time.perf_counter()
         q = (df.writeStream.format("noop").option("checkpointLocation", ckpt)
              .trigger(availableNow=True).start())
         q.awaitTermination()
         wall = time.perf_counter() - t0
+        spent = cpu.since(before)
         progress = q.recentProgress
     rows = sum(p["numInputRows"] for p in progress)
     assert rows == expected, f"{label}: read {rows} rows, expected {expected}"
     batches = sum(1 for p in progress if p["numInputRows"])
     busy = sum(p["durationMs"].get("triggerExecution", 0) for p in progress) / 1000
     print(f"  {label}: {rows:,} rows in {busy:.2f}s of triggers, {wall:.2f}s wall incl. "
-          f"start-up ({batches} batch(es); {_durations(progress)})")
+          f"start-up ({batches} batch(es); {_durations(progress)}); CPU s: {cpu.format(spent)}")
     return wall
 
 
@@ -187,7 +192,7 @@ def best_of(repeat: int, runs: dict[str, Callable[[], float]]) -> dict[str, floa
 
 
 def bench_read(spark: Any, client: S2Client, url: str, tag: str, n: int, r: int,
-               args: argparse.Namespace) -> float:
+               args: argparse.Namespace, cpu: CpuMeter) -> float:
     """AvailableNow reads of n streams of r records against one stream of n*r, queried
     at `url` (through the delay proxy with --rtt-ms); see the top."""
     basin = f"bench-many-r{n}-{tag}"
@@ -199,9 +204,9 @@ def bench_read(spark: Any, client: S2Client, url: str, tag: str, n: int, r: int,
     print(f"  one stream of {n * r:,} records filled in {took:.1f}s")
     best = best_of(args.repeat, {
         "many": lambda: read_once(source(spark, url, basin, prefix="s-"),
-                                  f"{n:,} streams (streamPrefix)", n * r),
+                                  f"{n:,} streams (streamPrefix)", n * r, cpu),
         "single": lambda: read_once(source(spark, url, basin, stream="single"),
-                                    "one stream", n * r),
+                                    "one stream", n * r, cpu),
     })
     ratio = best["single"] / best["many"]
     print(f"read at {n:,} streams: {best['many']:.2f}s, one stream {best['single']:.2f}s "
@@ -210,7 +215,7 @@ def bench_read(spark: Any, client: S2Client, url: str, tag: str, n: int, r: int,
 
 
 def bench_write(spark: Any, client: S2Client, url: str, tag: str, n: int, r: int,
-                args: argparse.Namespace) -> float:
+                args: argparse.Namespace, cpu: CpuMeter) -> float:
     """Routed batch writes that create their streams (`createStreams`), each run to new
     ones, against the same rows to one new stream; see the top."""
     basin = f"bench-many-w{n}-{tag}"
@@ -236,10 +241,11 @@ def bench_write(spark: Any, client: S2Client, url: str, tag: str, n: int, r: int
                   .option("createStreams", "true").mode("append"))
         if single:
             writer = writer.option("stream", f"{prefix}single")
+        before = cpu.sample()
         t0 = time.perf_counter()
         writer.save()
         wall = time.perf_counter() - t0
-        print(f"  {label}: {total:,} rows in {wall:.2f}s")
+        print(f"  {label}: {total:,} rows in {wall:.2f}s; CPU s: {cpu.format(cpu.since(before))}")
         if not single:
             # Each stream holds its rows and one fence per task that wrote it, at least.
             landed = tails(client, basin, names(prefix, streams), args.workers)
@@ -309,7 +315,7 @@ def _epoch(timestamp: str) -> float:
 
 
 def follow(spark: Any, server: ServerProcess, basin: str, streams: Sequence[str], df: Any,
-           label: str, args: argparse.Namespace) -> Followed:
+           label: str, args: argparse.Namespace, cpu: CpuMeter) -> Followed:
     """Run `df` (column `ns`) into foreachBatch: idle window, then appends; see the top."""
     latencies: list[float] = []
     seen = [0]
@@ -334,9 +340,9 @@ def follow(spark: Any, server: ServerProcess, basin: str, streams: Sequence[str]
                     raise RuntimeError(f"{label}: the query did not start: {q.exception()}")
                 time.sleep(0.2)
             time.sleep(args.settle)
-            before, t0 = server.request_counts(), time.time()
+            before, t0, cpu0 = server.request_counts(), time.time(), cpu.sample()
             time.sleep(args.window)
-            after, t1 = server.request_counts(), time.time()
+            after, t1, spent = server.request_counts(), time.time(), cpu.since(cpu0)
             if q.exception() is not None:
                 raise RuntimeError(f"{label}: the query failed: {q.exception()}")
             delta = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
@@ -349,7 +355,8 @@ def follow(spark: Any, server: ServerProcess, basin: str, streams: Sequence[str]
             latest = statistics.median(idle) if idle else float("nan")
             per_stream = total / (t1 - t0) / len(streams)
             print(f"{label}, idle {t1 - t0:.1f}s: {len(idle)} triggers, latestOffset median "
-                  f"{latest:.0f} ms; {total} requests ({per_stream:.3f}/s per stream): {delta}")
+                  f"{latest:.0f} ms; {total} requests ({per_stream:.3f}/s per stream): {delta}; "
+                  f"CPU s: {cpu.format(spent)}")
 
             with S2Client(S2Config(endpoint=server.url)) as client:
                 producer = Producer(random_appender(client, basin, streams), None,
@@ -381,7 +388,7 @@ def follow(spark: Any, server: ServerProcess, basin: str, streams: Sequence[str]
 
 
 def bench_idle(spark: Any, client: S2Client, server: ServerProcess, tag: str, n: int,
-               args: argparse.Namespace) -> tuple[Followed, Followed]:
+               args: argparse.Namespace, cpu: CpuMeter) -> tuple[Followed, Followed]:
     basin = f"bench-many-idle-{tag}"
     many = names("i-", n)
     took = create_streams(client, basin, [*many, "single"], 0, args.workers)
@@ -389,10 +396,10 @@ def bench_idle(spark: Any, client: S2Client, server: ServerProcess, tag: str, n:
     url = server.url
     ours = follow(spark, server, basin, many,
                   source(spark, url, basin, prefix="i-", latest=True).selectExpr(STAMP),
-                  f"{n:,} streams", args)
+                  f"{n:,} streams", args, cpu)
     single = follow(spark, server, basin, ["single"],
                     source(spark, url, basin, stream="single", latest=True).selectExpr(STAMP),
-                    "one stream", args)
+                    "one stream", args, cpu)
     print(f"idle latestOffset median: {ours.latest_offset_ms:.0f} ms at {n:,} streams, "
           f"{single.latest_offset_ms:.0f} ms at one; requests/s per stream "
           f"{ours.requests_per_s:.3f} vs {single.requests_per_s:.3f}")
@@ -425,12 +432,14 @@ def main() -> None:
     ap.add_argument("--rtt-ms", type=float, default=0.0,
                     help="round trip the reads and writes see: their queries reach the server "
                          "through s2_spark.testing.DelayProxy (filling and checks do not)")
+    add_pin_option(ap)
     args = ap.parse_args()
     if len(args.streams) != len(args.records):
         ap.error("--streams and --records need as many values each")
     if args.skip - set(PARTS):
         ap.error(f"--skip takes {','.join(PARTS)}")
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    placement = placed(args)
 
     spark = session()
     tag = uuid.uuid4().hex[:8]
@@ -439,6 +448,8 @@ def main() -> None:
     idle: tuple[Followed, Followed] | None = None
     with (ServerProcess() as server, S2Client(S2Config(endpoint=server.url)) as client,
           contextlib.ExitStack() as stack):
+        placement.pin_server(server.pid)
+        cpu = CpuMeter(server=server.pid, here="this process (driver, proxy, producer)")
         url = server.url
         if args.rtt_ms:
             url = stack.enter_context(DelayProxy(server.url, rtt_ms=args.rtt_ms)).url
@@ -448,15 +459,16 @@ def main() -> None:
             basin = f"bench-many-warm-{tag}"
             create_streams(client, basin, names("s-", 10), 10, args.workers)
             fill(server.url, basin, "single", 100, RECORD)
-            read_once(source(spark, url, basin, prefix="s-"), "warm-up, 10 streams", 100)
-            read_once(source(spark, url, basin, stream="single"), "warm-up, one stream", 100)
+            read_once(source(spark, url, basin, prefix="s-"), "warm-up, 10 streams", 100, cpu)
+            read_once(source(spark, url, basin, stream="single"), "warm-up, one stream", 100,
+                      cpu)
         for n, r in zip(args.streams, args.records, strict=True):
             if "read" not in args.skip:
-                reads.append(bench_read(spark, client, url, tag, n, r, args))
+                reads.append(bench_read(spark, client, url, tag, n, r, args, cpu))
             if "write" not in args.skip:
-                writes.append(bench_write(spark, client, url, tag, n, r, args))
+                writes.append(bench_write(spark, client, url, tag, n, r, args, cpu))
         if "idle" not in args.skip:
-            idle = bench_idle(spark, client, server, tag, args.idle_streams, args)
+            idle = bench_idle(spark, client, server, tag, args.idle_streams, args, cpu)
     spark.stop()
 
     def fmt(x: float) -> str:
@@ -470,7 +482,7 @@ def main() -> None:
     x = float("nan") if idle is None else idle[0].p50 / idle[1].p50
     rtt = f" ({args.rtt_ms:g} ms round trip)" if args.rtt_ms else ""
     print(f"many_streams{rtt}: read {each(reads)}; write {each(writes)}; idle {q} req/s per "
-          f"stream, p50 {fmt(x)}x single")
+          f"stream, p50 {fmt(x)}x single ({placement.mode})")
 
 
 if __name__ == "__main__":

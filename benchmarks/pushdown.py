@@ -17,7 +17,10 @@ SQL metrics.
 What bounds the ratio: the same query shape over an in-memory Python data source that
 yields just the 1% (pre-built Arrow rows, no I/O) is timed in the same rounds. No
 pushdown can beat that floor, so the reachable ratio is `without / in-memory`, printed
-before the last line. Ends with one line: `pushdown: <ratio>x faster, <n> records read`.
+before the last line. By default the server runs on a CPU of its own, and each case's CPU
+seconds per side over its measured rounds are printed (`_pinning`; `--no-pin` for the old
+behaviour). Ends with one line: `pushdown: <ratio>x faster, <n> records read
+(<pinned|unpinned>)`.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 import pyarrow as pa
+from _pinning import CpuMeter, add_pin_option, placed
 from _streams import fill  # benchmarks/ is on sys.path
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -108,9 +112,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3, help="rounds (best counts)")
+    add_pin_option(ap)
     args = ap.parse_args()
     n = args.records
     first = n - n // 100  # the last 1%
+    placement = placed(args)
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -128,6 +134,8 @@ def main() -> None:
     basin = f"bench-pushdown-{uuid.uuid4().hex[:8]}"
     where = f"timestamp >= timestamp_millis({T0 + first})"
     with ServerProcess() as server:
+        placement.pin_server(server.pid)
+        cpu = CpuMeter(server=server.pid)
         took = fill(server.url, basin, "bench", n, RECORD, timestamp_base=T0)
         print(f"filled {n:,} records of {RECORD} B, one per ms, in {took:.1f}s")
 
@@ -154,19 +162,25 @@ def main() -> None:
             run(spark, make, enabled, expected)
         best = dict.fromkeys(cases, float("inf"))
         read = dict.fromkeys(cases, 0)
+        spent: dict[str, dict[str, float]] = {label: {} for label in cases}
         for _ in range(args.repeat):
             for label, (make, enabled) in cases.items():
+                before = cpu.sample()
                 took, rows = run(spark, make, enabled, expected)
+                for side, t in cpu.since(before).items():
+                    spent[label][side] = spent[label].get(side, 0.0) + t
                 best[label] = min(best[label], took)
                 read[label] = rows
         for label in cases:
-            print(f"{label:16}: {best[label]:.3f}s, {read[label]:,} records read")
+            print(f"{label:16}: {best[label]:.3f}s, {read[label]:,} records read; CPU s over "
+                  f"{args.repeat} runs: {cpu.format(spent[label])}")
         spark.conf.unset(CONF)
     spark.stop()
     without, pushed = best["without pushdown"], best["with pushdown"]
     print(f"reachable: {without / best['in-memory floor']:.1f}x (without pushdown / in-memory "
           f"floor); with pushdown is {pushed / best['in-memory floor']:.2f}x the floor")
-    print(f"pushdown: {without / pushed:.1f}x faster, {read['with pushdown']} records read")
+    print(f"pushdown: {without / pushed:.1f}x faster, {read['with pushdown']} records read "
+          f"({placement.mode})")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 
 Compares s2_spark's S2S read session (httpx, frames -> Arrow) with s2-sdk's read_session
 on the same stream in the same run, and measures the server's ceiling with a client that
-only counts the response bytes. Ends with one line:
-`read_session: <records/s> records/s, <ratio>x s2-sdk`.
+only counts the response bytes. By default the server runs on a CPU of its own and each
+reader's CPU seconds (this process, the server) are printed (`_pinning`; `--no-pin` for the
+old behaviour). Ends with one line:
+`read_session: <records/s> records/s, <ratio>x s2-sdk (<pinned|unpinned>)`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import uuid
 
 import httpx
 import pyarrow as pa
+from _pinning import CpuMeter, add_pin_option, placed
 
 from s2_spark.s2 import S2Client, S2Config
 from s2_spark.testing import ServerProcess
@@ -90,10 +93,14 @@ def sdk(url: str, basin: str, stream: str, n: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1_000_000)
+    add_pin_option(ap)
     args = ap.parse_args()
     n = args.records
+    placement = placed(args)
     basin, stream = f"bench-{uuid.uuid4().hex[:8]}", "catchup"
     with ServerProcess(heartbeat_interval=5.0) as server:
+        placement.pin_server(server.pid)
+        cpu = CpuMeter(server=server.pid)
         zstd = S2Config(endpoint=server.url, request_timeout=120, compression="zstd")
         with S2Client(zstd) as client:
             client.create_basin(basin)
@@ -106,20 +113,24 @@ def main() -> None:
                     f"server ceiling ({enc or 'uncompressed'}): {n / secs:,.0f} records/s, "
                     f"{total / secs / 1e6:.1f} MB/s on the wire ({secs:.2f}s)"
                 )
-            zstd_s = min(ours(client, basin, stream, n) for _ in range(2))
+            with cpu.printed("s2_spark read_session, zstd, 2 reads"):
+                zstd_s = min(ours(client, basin, stream, n) for _ in range(2))
             print(
                 f"s2_spark read_session -> Arrow, zstd: {n / zstd_s:,.0f} records/s ({zstd_s:.2f}s)"
             )
         plain = S2Config(endpoint=server.url, request_timeout=120, compression="none")
         with S2Client(plain) as client:
-            ours_s = min(ours(client, basin, stream, n) for _ in range(2))
+            with cpu.printed("s2_spark read_session, uncompressed, 2 reads"):
+                ours_s = min(ours(client, basin, stream, n) for _ in range(2))
             print(
                 f"s2_spark read_session -> Arrow, uncompressed: {n / ours_s:,.0f} records/s "
                 f"({ours_s:.2f}s)"
             )
-        sdk_s = sdk(server.url, basin, stream, n)
+        with cpu.printed("s2-sdk read_session"):
+            sdk_s = sdk(server.url, basin, stream, n)
         print(f"s2-sdk read_session: {n / sdk_s:,.0f} records/s ({sdk_s:.2f}s)")
-    print(f"read_session: {n / ours_s:.0f} records/s, {sdk_s / ours_s:.2f}x s2-sdk")
+    print(f"read_session: {n / ours_s:.0f} records/s, {sdk_s / ours_s:.2f}x s2-sdk "
+          f"({placement.mode})")
 
 
 if __name__ == "__main__":

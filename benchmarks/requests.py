@@ -15,8 +15,11 @@ The peers send the same method, path, headers and body, and parse the answer as 
 as the operation needs (JSON for the tail, protobuf for the read and the append's ack).
 Each is timed by `time.process_time()` over `--requests` requests (after a warm-up),
 best of `--repeat` rounds taken in turn. Ratio: connector CPU per request / `http.client`
-CPU per request (lower is better; the target is 2x or less). Ends with:
-`requests: tail <t>x http.client, read <r>x, append <a>x (httpx Client <h>x)`.
+CPU per request (lower is better; the target is 2x or less). By default the server runs
+on a CPU of its own (`_pinning`; `--no-pin` for the old behaviour), and the CPU seconds of
+this process and the server over the measured rounds are printed. Ends with:
+`requests: tail <t>x http.client, read <r>x, append <a>x (httpx Client <h>x)
+(<pinned|unpinned>)`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import httpx
+from _pinning import CpuMeter, add_pin_option, placed  # benchmarks/ is on sys.path
 
 from s2_spark._proto import s2_pb2
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
@@ -53,9 +57,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=3000, help="requests per round")
     ap.add_argument("--repeat", type=int, default=5, help="rounds (the best counts)")
+    add_pin_option(ap)
     args = ap.parse_args()
+    placement = placed(args)
     basin, stream = f"bench-req-{uuid.uuid4().hex[:8]}", "s"
     with ServerProcess() as server, S2Client(S2Config(endpoint=server.url)) as client:
+        placement.pin_server(server.pid)
+        cpu = CpuMeter(server=server.pid)
         client.create_basin(basin)
         b = client.basin(basin)
         b.create_stream(stream)
@@ -109,9 +117,11 @@ def main() -> None:
         for fn in runs.values():
             cpu_per_call(fn, 300)  # warm-up: connections, caches
         best = dict.fromkeys(runs, float("inf"))
-        for _ in range(args.repeat):
-            for key, fn in runs.items():
-                best[key] = min(best[key], cpu_per_call(fn, args.requests))
+        with cpu.printed(f"all measured rounds ({args.repeat * len(runs) * args.requests} "
+                         "requests)"):
+            for _ in range(args.repeat):
+                for key, fn in runs.items():
+                    best[key] = min(best[key], cpu_per_call(fn, args.requests))
         payload = hx.request("GET", server.url + requests["read"][1],
                              headers={**headers, "accept": proto["accept"]}).content
         decode = min(cpu_per_call(lambda: decode_read_batch(payload, stream), args.requests)
@@ -132,7 +142,7 @@ def main() -> None:
           f"{(best[('read', 'connector')] - decode) / best[('read', 'http.client')]:.2f}x")
     httpx_ratio = max(best[(op, "httpx Client")] / best[(op, "http.client")] for op in ours)
     print(f"requests: tail {ratios['tail']:.2f}x http.client, read {ratios['read']:.2f}x, "
-          f"append {ratios['append']:.2f}x (httpx Client {httpx_ratio:.2f}x)")
+          f"append {ratios['append']:.2f}x (httpx Client {httpx_ratio:.2f}x) ({placement.mode})")
 
 
 if __name__ == "__main__":

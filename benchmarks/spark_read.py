@@ -14,9 +14,14 @@ Both run at 1 and at 2 partitions (`minPartitions`); the scaling figure is our g
 micro-batches' execution time (`durationMs.addBatch`), so query start-up is left out;
 the queries alternate and the best of `--repeat` runs counts. With `--rss`, the peak RSS
 (VmHWM) of the Python workers is taken over the s2 runs and over one read of a stream
-4x as long, to show that a task's memory does not grow with its range. Ends with one line:
-`spark_read: <rows/s> rows/s, <ratio>x in-memory ceiling, scaling <r>x of ceiling's gain`
-(rows/s and ratio at 2 partitions).
+4x as long, to show that a task's memory does not grow with its range. Each run prints
+the CPU seconds of each side (the JVM, the Python workers, the server, this process;
+`_pinning.CpuMeter`), and the summary the Python workers' CPU per row against the
+in-memory source's. By default the server runs on a CPU of its own (`_pinning`;
+`--no-pin` for the old behaviour). Ends with one line:
+`spark_read: <rows/s> rows/s, <ratio>x in-memory ceiling, <r1>x at 1 partition, scaling
+<r>x of ceiling's gain, worker CPU per row <c>x (<pinned|unpinned>)` (rows/s, ratio and
+CPU at 2 partitions).
 """
 
 from __future__ import annotations
@@ -28,12 +33,14 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 import pyarrow as pa
+from _pinning import CpuMeter, Placement, add_pin_option, placed, python_workers
 from _streams import fill  # benchmarks/ is on sys.path
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
@@ -125,16 +132,6 @@ class MemoryDataSource(DataSource):
                              int(opts.get("batch", COALESCE_ROWS)))
 
 
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU time of a process (Linux /proc), 0 where unavailable."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
-
 def run(df: Any, label: str, expected: int, timer: str = "addBatch") -> float:
     """Run an AvailableNow query into noop; return the rows/s over its batches' `timer`
     (a `durationMs` entry: addBatch, or triggerExecution to include planning)."""
@@ -154,45 +151,6 @@ def run(df: Any, label: str, expected: int, timer: str = "addBatch") -> float:
     return rate
 
 
-def _children() -> dict[int, list[int]]:
-    """Parent pid -> child pids, from /proc."""
-    tree: dict[int, list[int]] = {}
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        tree.setdefault(ppid, []).append(int(entry))
-    return tree
-
-
-def _descendants() -> list[tuple[int, list[bytes]]]:
-    """This process's descendants (pid, argv): our JVM and its Python workers, not those
-    of other Spark sessions on the machine."""
-    tree, todo = _children(), [os.getpid()]
-    out: list[tuple[int, list[bytes]]] = []
-    while todo:
-        for pid in tree.get(todo.pop(), []):
-            todo.append(pid)
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    out.append((pid, f.read().split(b"\0")))
-            except OSError:
-                continue
-    return out
-
-
-def _python_workers() -> list[int]:
-    """Pids of our Spark's Python processes (daemons, their forked workers, planners)."""
-    return [pid for pid, argv in _descendants()
-            if b"python" in argv[0] and any(a.startswith(b"pyspark.") for a in argv[1:])]
-
-
-def _jvm_pids() -> list[int]:
-    return [pid for pid, argv in _descendants() if argv[0].endswith(b"/java")]
-
-
 def _status_kib(pid: int, field: str) -> int:
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -209,7 +167,7 @@ class PeakRss:
     high-water mark (VmHWM) is reset through /proc/<pid>/clear_refs (Linux 4.0+)."""
 
     def reset(self) -> None:
-        for pid in _python_workers():
+        for pid in python_workers():
             try:
                 with open(f"/proc/{pid}/clear_refs", "w") as f:
                     f.write("5")
@@ -217,25 +175,7 @@ class PeakRss:
                 pass
 
     def peak_mib(self) -> float:
-        return max((_status_kib(p, "VmHWM") for p in _python_workers()), default=0) / 1024
-
-
-class CpuSplit:
-    """CPU seconds of the JVM, the Python workers and the local server over one run:
-    what a run costs beyond its wall time, and who paid (workers are reused, so their
-    counters persist across runs)."""
-
-    def __init__(self, server_pid: int | None) -> None:
-        self.groups = {"jvm": _jvm_pids, "python workers": _python_workers,
-                       "server": lambda: [] if server_pid is None else [server_pid]}
-
-    def sample(self) -> dict[str, dict[int, float]]:
-        return {g: {p: cpu_seconds(p) for p in pids()} for g, pids in self.groups.items()}
-
-    def since(self, before: dict[str, dict[int, float]]) -> str:
-        now = self.sample()
-        spent = {g: sum(t - before[g].get(p, 0.0) for p, t in now[g].items()) for g in now}
-        return ", ".join(f"{g} {t:.2f}s" for g, t in spent.items())
+        return max((_status_kib(p, "VmHWM") for p in python_workers()), default=0) / 1024
 
 
 def s2_query(spark: Any, url: str, basin: str, stream: str, parts: int) -> Any:
@@ -250,13 +190,28 @@ def memory_query(spark: Any, rows: int, parts: int, batch: int) -> Any:
             .option("parts", str(parts)).option("batch", str(batch)).load())
 
 
-def measured(df: Any, label: str, rows: int, cpu: CpuSplit, rss: PeakRss) -> tuple[float, float]:
-    """`run` plus its CPU split; returns rows/s and the peak worker RSS (MiB)."""
+@dataclass
+class Best:
+    """Per source and width: the best rate of the runs, the least CPU per side."""
+
+    rate: float = 0.0
+    cpu: dict[str, float] = field(default_factory=dict)
+
+    def add(self, rate: float, cpu: dict[str, float]) -> None:
+        self.rate = max(self.rate, rate)
+        self.cpu = {k: min(v, self.cpu.get(k, v)) for k, v in cpu.items()}
+
+
+def measured(df: Any, label: str, rows: int, cpu: CpuMeter, rss: PeakRss,
+             best: Best) -> float:
+    """`run` plus its CPU split, kept in `best`; returns the peak worker RSS (MiB)."""
     rss.reset()
     before = cpu.sample()
     rate = run(df, label, rows)
-    print(f"  CPU: {cpu.since(before)}")
-    return rate, rss.peak_mib()
+    spent = cpu.since(before)
+    print(f"  CPU s: {cpu.format(spent)}")
+    best.add(rate, spent)
+    return rss.peak_mib()
 
 
 def main() -> None:
@@ -267,8 +222,10 @@ def main() -> None:
                     help="rows per batch of the in-memory source (default: the reader's)")
     ap.add_argument("--rss", action="store_true",
                     help="also read a stream of 4x the records, to compare worker peak RSS")
+    add_pin_option(ap)
     args = ap.parse_args()
     n = args.records
+    placement = placed(args)
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -284,6 +241,7 @@ def main() -> None:
     basin = f"bench-read-{uuid.uuid4().hex[:8]}"
     rss = PeakRss()
     with ServerProcess() as server:
+        placement.pin_server(server.pid)
         took = fill(server.url, basin, "bench", n, RECORD)
         print(f"filled {n:,} records of {RECORD} B in {took:.1f}s")
         if args.rss:
@@ -294,39 +252,49 @@ def main() -> None:
         for parts in PARTITIONS:
             run(memory_query(spark, warm, parts, args.ceiling_batch), "warm-up", warm)
             run(s2_query(spark, server.url, basin, "warm", parts), "warm-up", warm)
-        cpu = CpuSplit(server.pid)
+        cpu = CpuMeter(server=server.pid)
         # Alternate the two, best of `--repeat` each: the machine's load varies run to run.
-        ceiling = dict.fromkeys(PARTITIONS, 0.0)
-        ours = dict.fromkeys(PARTITIONS, 0.0)
+        ceiling = {parts: Best() for parts in PARTITIONS}
+        ours = {parts: Best() for parts in PARTITIONS}
         peak = 0.0
         for _ in range(args.repeat):
             for parts in PARTITIONS:
-                rate, _ = measured(memory_query(spark, n, parts, args.ceiling_batch),
-                                   f"in-memory Arrow source (ceiling), {parts} partition(s)",
-                                   n, cpu, rss)
-                ceiling[parts] = max(ceiling[parts], rate)
-                rate, mib = measured(s2_query(spark, server.url, basin, "bench", parts),
-                                     f"s2 reader, {parts} partition(s)", n, cpu, rss)
-                ours[parts], peak = max(ours[parts], rate), max(peak, mib)
+                measured(memory_query(spark, n, parts, args.ceiling_batch),
+                         f"in-memory Arrow source (ceiling), {parts} partition(s)",
+                         n, cpu, rss, ceiling[parts])
+                mib = measured(s2_query(spark, server.url, basin, "bench", parts),
+                               f"s2 reader, {parts} partition(s)", n, cpu, rss, ours[parts])
+                peak = max(peak, mib)
         if args.rss:
-            _, peak4 = measured(s2_query(spark, server.url, basin, "bench-4x", PARTITIONS[-1]),
-                                "s2 reader, 4x records", 4 * n, cpu, rss)
+            peak4 = measured(s2_query(spark, server.url, basin, "bench-4x", PARTITIONS[-1]),
+                             "s2 reader, 4x records", 4 * n, cpu, rss, Best())
     spark.stop()
     if args.rss:
         print(f"peak Python worker RSS in the s2 runs: {peak:.0f} MiB reading {n:,} records, "
               f"{peak4:.0f} MiB reading {4 * n:,} ({peak4 / peak:.2f}x)")
-    report(ours, ceiling)
+    report(ours, ceiling, n, placement)
 
 
-def report(ours: dict[int, float], ceiling: dict[int, float]) -> None:
+def report(ours: dict[int, Best], ceiling: dict[int, Best], rows: int,
+           placement: Placement) -> None:
     for parts in PARTITIONS:
-        print(f"{parts} partition(s): s2 {ours[parts]:,.0f} rows/s, in-memory "
-              f"{ceiling[parts]:,.0f} rows/s ({ours[parts] / ceiling[parts]:.2f}x)")
-    ours_gain = ours[2] / ours[1]
-    ceiling_gain = ceiling[2] / ceiling[1]
+        o, c = ours[parts], ceiling[parts]
+        print(f"{parts} partition(s): s2 {o.rate:,.0f} rows/s, in-memory "
+              f"{c.rate:,.0f} rows/s ({o.rate / c.rate:.2f}x); least CPU s per run, s2: "
+              f"{CpuMeter.format(o.cpu)}; in-memory: {CpuMeter.format(c.cpu)}")
+    worker = "Python workers"
+    for parts in PARTITIONS:
+        o, c = ours[parts].cpu[worker], ceiling[parts].cpu[worker]
+        print(f"Python worker CPU per row, {parts} partition(s): s2 {o / rows * 1e9:.0f} ns, "
+              f"in-memory {c / rows * 1e9:.0f} ns ({o / c if c else float('nan'):.2f}x)")
+    ours_gain = ours[2].rate / ours[1].rate
+    ceiling_gain = ceiling[2].rate / ceiling[1].rate
     print(f"1 -> 2 partitions: s2 gains {ours_gain:.2f}x, in-memory {ceiling_gain:.2f}x")
-    print(f"spark_read: {ours[2]:.0f} rows/s, {ours[2] / ceiling[2]:.2f}x in-memory ceiling, "
-          f"scaling {ours_gain / ceiling_gain:.2f}x of ceiling's gain")
+    w2 = ours[2].cpu[worker] / ceiling[2].cpu[worker] if ceiling[2].cpu[worker] else float("nan")
+    print(f"spark_read: {ours[2].rate:.0f} rows/s, {ours[2].rate / ceiling[2].rate:.2f}x "
+          f"in-memory ceiling, {ours[1].rate / ceiling[1].rate:.2f}x at 1 partition, "
+          f"scaling {ours_gain / ceiling_gain:.2f}x of ceiling's gain, worker CPU per row "
+          f"{w2:.2f}x ({placement.mode})")
 
 
 if __name__ == "__main__":

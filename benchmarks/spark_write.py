@@ -7,8 +7,10 @@ query into a Python Arrow stream writer that discards its input (Spark's own cos
 s2-sdk's producer appending the same number of 100 B records from one process. The Spark
 figures are rows / time of the micro-batches after the warm-up (from the query's progress
 reports, so JVM start, Python worker start and imports are left out; the all-in figure is
-printed too). Ends with one line:
-`spark_write: <rows/s> rows/s, <r1>x discard writer, <r2>x s2-sdk producer`.
+printed too). By default the server runs on a CPU of its own, and the CPU seconds of each
+side are printed for each query and for the producer (`_pinning`; `--no-pin` for the old
+behaviour). Ends with one line: `spark_write: <rows/s> rows/s, <r1>x discard writer,
+<r2>x s2-sdk producer (<pinned|unpinned>)`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from _peers import random_bodies, sdk_producer  # benchmarks/ is on sys.path
+from _pinning import CpuMeter, add_pin_option, placed
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamArrowWriter,
@@ -73,14 +76,15 @@ def session() -> Any:
     return spark
 
 
-def run_query(spark: Any, fmt: str, options: dict[str, str], rows: int, per_batch: int,
-              partitions: int) -> tuple[float, float, float]:
+def run_query(spark: Any, cpu: CpuMeter, fmt: str, options: dict[str, str], rows: int,
+              per_batch: int, partitions: int) -> tuple[float, float, float]:
     """Seconds the micro-batches after the first (warm-up) take to write `rows` rows, wall
     seconds of the whole query from start, seconds of the warm-up batch."""
     df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", per_batch)
           .option("numPartitions", partitions).load()
           .selectExpr(f"CAST(lpad(CAST(value AS STRING), {RECORD}, 'x') AS BINARY) AS body"))
     ckpt = tempfile.mkdtemp(prefix="s2-write-bench-")
+    before = cpu.sample()
     t0 = time.perf_counter()
     q = (df.writeStream.format(fmt).options(**options).option("checkpointLocation", ckpt)
          .start())
@@ -97,6 +101,7 @@ def run_query(spark: Any, fmt: str, options: dict[str, str], rows: int, per_batc
                 raise RuntimeError(f"only {done} of {rows} rows written in time")
             time.sleep(0.2)
         wall = time.perf_counter() - t0
+        print(f"  {fmt} CPU s, the whole query: {cpu.format(cpu.since(before))}")
     finally:
         # Stopping interrupts the micro-batch in flight; Spark logs that abort as an error.
         spark.sparkContext.setLogLevel("OFF")
@@ -119,19 +124,23 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--rows-per-batch", type=int, default=250_000)
     ap.add_argument("--partitions", type=int, default=2)
+    add_pin_option(ap)
     args = ap.parse_args()
     n = args.rows
+    placement = placed(args)
     basin = f"bench-{uuid.uuid4().hex[:8]}"
     with ServerProcess() as server:
+        placement.pin_server(server.pid)
+        cpu = CpuMeter(server=server.pid, here="this process (driver, producer)")
         with S2Client(S2Config(endpoint=server.url)) as client:
             client.create_basin(basin)
             client.basin(basin).create_stream("spark")
             client.basin(basin).create_stream("sdk")
             spark = session()
             shape = (n, args.rows_per_batch, args.partitions)
-            discard_s, _, _ = run_query(spark, "discard-bench", {}, *shape)
+            discard_s, _, _ = run_query(spark, cpu, "discard-bench", {}, *shape)
             s2_opts = {"endpoint": server.url, "basin": basin, "stream": "spark"}
-            spark_s, wall, first_s = run_query(spark, "s2", s2_opts, *shape)
+            spark_s, wall, first_s = run_query(spark, cpu, "s2", s2_opts, *shape)
             spark.stop()
             tail = client.basin(basin).stream("spark").check_tail().seq_num
         total = n + args.rows_per_batch
@@ -139,12 +148,15 @@ def main() -> None:
               f"micro-batch ({spark_s:.2f}s); warm-up batch {first_s:.1f}s (Python workers "
               f"start); {total / wall:,.0f} rows/s for all {total} rows including query start "
               f"({wall:.1f}s); stream tail {tail} (data + fence records)")
-        sdk = sdk_producer(server.url, basin, "sdk", random_bodies(n, RECORD))
+        bodies = random_bodies(n, RECORD)
+        before = cpu.sample()
+        sdk = sdk_producer(server.url, basin, "sdk", bodies)
+        print(f"s2-sdk producer CPU s: {cpu.format(cpu.since(before))}")
         print(f"discard writer (Python Arrow stream writer): {n / discard_s:,.0f} rows/s "
               f"({discard_s:.2f}s)")
         print(f"s2-sdk producer: {n / sdk:,.0f} records/s ({sdk:.2f}s)")
     print(f"spark_write: {n / spark_s:.0f} rows/s, {discard_s / spark_s:.2f}x discard writer, "
-          f"{sdk / spark_s:.2f}x s2-sdk producer")
+          f"{sdk / spark_s:.2f}x s2-sdk producer ({placement.mode})")
 
 
 if __name__ == "__main__":

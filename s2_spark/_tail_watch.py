@@ -14,6 +14,14 @@ may still be on its way; it is reported when it arrives). A stream that got data
 watched yet is not quiet: the caller looks it up itself and then watches it again from
 where it planned.
 
+News that comes with the stream's tail is *followed*: a poll waits at that tail at once,
+and while it waits the tail is exact (`news_tails`), so the caller plans up to it without
+asking; watching the stream from that tail then keeps the same poll, so a stream that got
+one append costs one answered poll and no lookup. If that poll answers with data too, the
+stream is busy and its tail is dropped: the caller asks (a tail told once and kept would
+be overtaken by every record after the first, and a plan made from it would leave those
+for the next micro-batch).
+
 This module holds no protocol: a subclass says how to long-poll one stream at one
 position and what the answer means (an `Answer`); see `s2_spark.s2._watch` (S2) and
 `s2_spark.durable._watch` (Durable Streams). No pyspark here either.
@@ -82,8 +90,9 @@ class Answer(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class News(Generic[P]):
-    """`Answer.NEWS`, with the stream's tail as the answer told it: the caller may plan up
-    to it without asking the stream again (see `LongPollWatch.news_tails`)."""
+    """`Answer.NEWS`, with the stream's tail as the answer told it: the watch follows it
+    (polls there), and while nothing comes after it the caller may plan up to it without
+    asking the stream again (see `LongPollWatch.news_tails`)."""
 
     tail: P
 
@@ -164,7 +173,7 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         self._want: dict[str, P] = {}  # stream -> position to watch from
         self._quiet: dict[str, P] = {}  # stream -> position a poll is waiting at
         self._changed: set[str] = set()  # got data since the caller last watched it
-        self._tails: dict[str, P] = {}  # the tail news came with, if it came with one
+        self._tails: dict[str, P] = {}  # the tail news came with, while a poll waits there
         self._pending: set[str] = set()  # touched by `watch`, not yet seen by `_sync`
         self._said_over = False
         self._closed = False
@@ -230,12 +239,22 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
                 del self._want[stream]
                 self._forget_news(stream)
             for stream, pos in wanted.items():
-                if self._want.get(stream) != pos or stream in self._changed:
+                if self._tails.get(stream) == pos:
+                    self._adopt(stream, pos)
+                elif self._want.get(stream) != pos or stream in self._changed:
                     self._want[stream] = pos
                     self._forget_news(stream)
                     touched.append(stream)
             self._schedule(touched)
         return set(over)
+
+    def _adopt(self, stream: str, pos: P) -> None:
+        """(Under the lock) `stream` is watched from the tail its news came with, where a
+        poll already waits: that poll is the watch's, and the stream is quiet there."""
+        self._want[stream] = pos
+        self._changed.discard(stream)
+        del self._tails[stream]
+        self._quiet[stream] = pos
 
     def _forget_news(self, stream: str) -> None:
         """(Under the lock) what is known of `stream` is out of date."""
@@ -252,8 +271,9 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
             self._loop.call_soon_threadsafe(self._sync)
 
     def news_tails(self, streams: Iterable[str]) -> dict[str, P]:
-        """Of these streams, those whose news came with their tail, and that tail: a
-        position to plan up to without asking (records may have come after it since)."""
+        """Of these streams, those whose news came with their tail, and that tail, while a
+        poll waits there (nothing came after it): a position to plan up to without asking.
+        Watching a stream from its tail keeps that poll."""
         with self._lock:
             return {s: self._tails[s] for s in streams if s in self._tails}
 
@@ -277,6 +297,7 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
             self._closed = True
             self._want.clear()
             self._quiet.clear()
+            self._tails.clear()
             self._news.notify_all()
             self._loop.call_soon_threadsafe(self._sync)
         self._thread.join(timeout=5.0)
@@ -358,33 +379,65 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
             if entry is not None and entry[1] is asyncio.current_task():
                 with self._news:  # a stream no poll waits on is never quiet
                     self._quiet.pop(stream, None)
-                    if self._want.get(stream) == pos:
+                    if self._tails.get(stream) == entry[0]:
+                        del self._tails[stream]
+                    if self._want.get(stream) == entry[0]:
                         self._changed.add(stream)  # polled again once watched again
                     self._news.notify_all()
 
     async def _poll_until_news(self, stream: str, pos: P) -> None:
-        """Long-poll `stream` at `pos` until data arrives there (see `Answer`). A failure
-        makes the stream not quiet until a later poll, after a pause, waits again: a
-        deleted stream keeps failing, slowly."""
+        """Long-poll `stream` at `pos` until data arrives there (see `Answer`); news that
+        came with the tail is followed (`_follow`), and once the caller watches from that
+        tail, polling goes on there. A failure makes the stream not quiet until a later
+        poll, after a pause, waits again: a deleted stream keeps failing, slowly."""
         poll = self._poller(stream, pos)
         failures = 0
-        while self._arm(stream, pos):
-            answer = await self._ask(stream, poll)
-            if isinstance(answer, News):
-                self._report(stream, pos, final=True, tail=answer.tail)
-                return
-            if answer is Answer.NOTHING:
+        answer: Answer | News[Any] | None = None  # one in hand: a followed poll's
+        while answer is not None or self._arm(stream, pos):
+            if answer is None:
+                answer = await self._ask(stream, poll)
+            got, answer = answer, None
+            if isinstance(got, News):
+                if not self._report(stream, pos, final=True, tail=got.tail):
+                    return
+                adopted, answer = await self._follow(stream, got.tail)
+                if not adopted:
+                    return
+                pos, poll, failures = got.tail, self._poller(stream, got.tail), 0
+                continue
+            if got is Answer.NOTHING:
                 failures = 0
                 if self._repoll_pause > 0:
                     await asyncio.sleep(random.uniform(0, self._repoll_pause))
                 continue
-            if answer is Answer.ENDED:
+            if got is Answer.ENDED:
                 await asyncio.Event().wait()  # quiet for good, until `_sync` cancels it
-            self._report(stream, pos, final=answer is Answer.NEWS)
-            if answer is Answer.NEWS:
+            self._report(stream, pos, final=got is Answer.NEWS)
+            if got is Answer.NEWS:
                 return  # the caller looks it up and watches it again from its plan
             failures += 1
             await asyncio.sleep(_RETRY_DELAYS[min(failures, len(_RETRY_DELAYS)) - 1])
+
+    async def _follow(self, stream: str, tail: P) -> tuple[bool, Answer | News[Any] | None]:
+        """(The stream's task) poll at the tail news came with while `news_tails` gives
+        it. Once the caller watches from it (`_adopt`), this is the stream's poll at its
+        watched position: (True, the answer of the poll out then, if one was). (False,
+        None) when the caller moved on, or the stream got more data first (the tail is
+        dropped: the caller asks)."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks[stream] = (tail, task)  # where it polls now, for `_sync` and `_poll`
+        poll = self._poller(stream, tail)
+        answer: Answer | News[Any] | None = None
+        while True:
+            with self._lock:
+                if self._tails.get(stream) != tail:
+                    adopted = self._want.get(stream) == tail and stream not in self._changed
+                    return adopted, answer if adopted else None
+                if answer is not None and answer is not Answer.NOTHING:
+                    del self._tails[stream]
+                    return False, None
+            answer = await self._ask(stream, poll)
 
     async def _ask(self, stream: str, poll: Poll) -> Answer | News[Any]:
         """One poll; transport failures and malformed answers are `FAILED` (the type of
@@ -404,16 +457,17 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
             self._quiet[stream] = pos
             return True
 
-    def _report(self, stream: str, pos: P, *, final: bool, tail: P | None = None) -> None:
+    def _report(self, stream: str, pos: P, *, final: bool, tail: P | None = None) -> bool:
         """`stream` is not quiet at `pos` any more; `final`: stop polling it until the
-        caller watches it again (`tail`: where the answer put its tail). Dropped when the
-        caller has moved on from `pos`."""
+        caller watches it again (`tail`: where the answer put its tail, to follow). False,
+        and nothing done, when the caller has moved on from `pos`."""
         with self._news:
             if self._want.get(stream) != pos:
-                return
+                return False
             self._quiet.pop(stream, None)
             if final:
                 self._changed.add(stream)
                 if tail is not None:
                     self._tails[stream] = tail
             self._news.notify_all()
+            return True

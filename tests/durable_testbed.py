@@ -46,6 +46,11 @@ class DurableServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The running server's process id (None when not started)."""
+        return None if self._proc is None else self._proc.pid
+
     def start(self, timeout: float = 30.0) -> DurableServer:
         if not (SERVER_DIR / "node_modules" / "@durable-streams" / "server").is_dir():
             raise RuntimeError(

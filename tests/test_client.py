@@ -225,6 +225,26 @@ def test_append_many_orders_and_chains(stream: StreamClient) -> None:
     assert (ack.start.seq_num, ack.end.seq_num) == (2500, 2505)
 
 
+def test_a_session_with_batch_bytes_decodes_frames_together(stream: StreamClient) -> None:
+    """`batch_bytes` joins consecutive frames into one batch each (the same records, in
+    order, in fewer batches); it holds frames back, so `wait` and heartbeats refuse it."""
+    records = [AppendRecord(b"%06d" % i * 20) for i in range(5000)]
+    stream.append_many(records, match_seq_num=0)
+    one = list(stream.read_session(seq_num=0, count=5000))
+    joined = list(stream.read_session(seq_num=0, count=5000, batch_bytes=300_000))
+    bodies = [r.body for r in records]
+    assert [b for d in one for b in d.batch.column("body").to_pylist()] == bodies
+    assert [b for d in joined for b in d.batch.column("body").to_pylist()] == bodies
+    assert len(joined) < len(one)
+    assert [d.last_seq_num for d in joined][-1] == 4999
+    assert sum(d.count for d in joined) == 5000
+    small = list(stream.read_session(seq_num=4990, count=10, batch_bytes=1 << 20))
+    assert [d.count for d in small] == [10]  # the end flushes what is held
+    for kw in ({"wait": 5}, {"heartbeats": True}):
+        with pytest.raises(ValueError, match="batch_bytes"):
+            stream.read_session(seq_num=0, batch_bytes=1 << 20, **kw)  # type: ignore[arg-type]
+
+
 def test_append_payload(stream: StreamClient) -> None:
     from s2_spark.wire.appends import encode_records
 

@@ -122,3 +122,40 @@ def test_the_watch_raises_the_open_files_limit_and_keeps_a_reserve() -> None:
                          check=True).stdout.split()
     limit, soft, reserve = (int(x) for x in out)
     assert (soft, limit) == (hard, hard - reserve)
+
+
+def test_news_with_its_tail_is_followed_while_nothing_comes_after_it(
+    s2_server: Any, basin: BasinClient,
+) -> None:
+    """A poll answered with the tail is followed there at once: while that poll waits the
+    tail is exact (`news_tails`), and watching from it keeps that poll (no new request).
+    More data before that drops the tail: a plan made from it would miss the rest."""
+    basin.create_stream("s")
+    stream = basin.stream("s")
+
+    def polls() -> int:
+        return int(s2_server.request_counts().get("read_wait", 0))
+
+    before = polls()
+    watch = basin.watch_tails(wait=5)
+    try:
+        watch.watch({"s": 0})
+        until(lambda: polls() == before + 1, "a poll waits at 0")  # at the server
+        stream.append([AppendRecord(b"1")])
+        until(lambda: watch.news_tails({"s"}) == {"s": 1}, "the news tells the tail")
+        until(lambda: polls() == before + 2, "the tail is followed")
+        assert watch.quiet({"s": 0}) == set()
+        watch.watch({"s": 1})  # planned up to the told tail
+        assert watch.quiet({"s": 1}) == {"s"}  # the follow-up poll is the watch's now
+        assert watch.news_tails({"s"}) == {}
+        stream.append([AppendRecord(b"2")])
+        until(lambda: watch.news_tails({"s"}) == {"s": 2}, "news at the adopted poll")
+        until(lambda: polls() == before + 3, "followed again")
+        stream.append([AppendRecord(b"3")])  # a busy stream: the tail it told is stale
+        until(lambda: watch.news_tails({"s"}) == {}, "the stale tail is dropped")
+        assert watch.quiet({"s": 1}) == set()
+        watch.watch({"s": 3})
+        until(lambda: watch.quiet({"s": 3}) == {"s"}, "s is quiet at its new end")
+        until(lambda: polls() == before + 4, "one new poll, at 3")
+    finally:
+        watch.close()

@@ -174,6 +174,27 @@ def test_a_read_session_cut_every_few_frames_finishes(
     assert proxy.cuts >= 3 and session.reconnects >= 3
 
 
+def test_a_read_session_holding_frames_for_its_batches_loses_none_to_cuts(
+    proxy_to: Callable[..., TcpProxy], filled: str
+) -> None:
+    """With `batch_bytes`, frames held for a batch when the connection is cut were never
+    delivered: the next attempt reads them again, so every record comes exactly once."""
+    with S2Client(S2Config(endpoint=proxy_to().url)) as c:
+        c.basin(filled).create_stream("held")
+        c.basin(filled).stream("held").append_many(
+            AppendRecord(b"%010d" % i) for i in range(6000))
+    proxy = proxy_to(cut_after=(40_000, 60_000))  # frames of 1000 records are ~20 KB
+    retry = RetryPolicy(timeout=30, initial_backoff=0.01, max_backoff=0.05)
+    with S2Client(S2Config(endpoint=proxy.url, retry=retry)) as c:
+        session = c.basin(filled).stream("held").read_session(
+            seq_num=0, count=6000, batch_bytes=30_000)  # two frames a batch
+        batches = list(session)
+    assert [n for b in batches for n in b.batch.column("body").to_pylist()] == [
+        b"%010d" % i for i in range(6000)]
+    assert max(b.count for b in batches) == 2000
+    assert proxy.cuts >= 3 and session.reconnects >= 3
+
+
 # -- pooled connections that died while idle ------------------------------------------------
 
 

@@ -282,6 +282,25 @@ def test_protobuf_semantics_unknown_fields_order_and_merge() -> None:
     check(varint(1 << 3) + varint(3) + ld(2, b""))
 
 
+def test_joined_payloads_decode_as_one_batch_of_all_their_records() -> None:
+    """A catch-up read decodes consecutive frames' payloads joined (`batch_bytes`): the
+    ReadBatch they make holds every record in order and the last tail, in both decoders,
+    with counts and metered bytes over all of them."""
+    hs = [(b"k", b"v")]
+    parts = [
+        make_batch([(0, 10, [], b"a"), (1, 11, hs, b"b")]),
+        make_batch([(2, 12, [(b"", b"fence")], b"")], tail=(3, 12)),  # a command record
+        make_batch([(3, 13, [], b"c" * 300)], tail=(4, 13)),
+    ]
+    for kept in (True, False):
+        alone = [check(p, include_command_records=kept)[0] for p in parts]
+        joined = check(b"".join(parts), include_command_records=kept)[0]
+        assert joined.batch.to_pylist() == [r for a in alone for r in a.batch.to_pylist()]
+        assert joined.tail == Position(4, 13)
+        assert (joined.count, joined.first_seq_num, joined.last_seq_num) == (4, 0, 3)
+        assert joined.metered_bytes == sum(a.metered_bytes for a in alone)
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 def test_values_arrow_cannot_hold_raise_frame_error(impl: str) -> None:
     with pytest.raises(FrameError, match="seq_num"):

@@ -100,7 +100,9 @@ def fill_many(client: S2Client, basin: str, stream: str, n: int) -> None:
 
 
 def test_long_range_in_coalesced_batches(basin: tuple[S2Client, str, S2Backend]) -> None:
-    """Many 1000-record ReadBatches come out as fewer, bigger batches: same rows, in order."""
+    """Many 1000-record ReadBatches come out as fewer, bigger batches: same rows, in order
+    (small records: frames up to `BATCH_BYTES` are decoded together, more rows than
+    `COALESCE_ROWS` in one batch)."""
     client, name, backend = basin
     fill_many(client, name, "long", 3 * COALESCE_ROWS + 500)
     start, end = 7, 3 * COALESCE_ROWS + 123
@@ -108,7 +110,7 @@ def test_long_range_in_coalesced_batches(basin: tuple[S2Client, str, S2Backend])
     assert [n for b in batches for n in b.column("seq_num").to_pylist()] == list(range(start, end))
     assert batches[0].column("body")[0].as_py() == b"r7"
     assert all(b.num_rows >= COALESCE_ROWS for b in batches[:-1])
-    assert len(batches) == 3
+    assert len(batches) <= 3
 
 
 def test_split_ranges_read_each_record_once(basin: tuple[S2Client, str, S2Backend]) -> None:

@@ -65,6 +65,24 @@ def test_idle_planner_waits_for_records_and_plans_exactly_them(env: Env) -> None
     assert list(reader.partitions(end, latest)) == [RangePartition("idle", 2, 3)]
 
 
+def test_a_plan_after_news_plans_every_record_appended_before_it(env: Env) -> None:
+    """A busy stream's poll answers at the first record after a plan, telling the tail
+    then; records appended after that are planned too (a tail kept from that news once
+    left them to the next micro-batch, so every other micro-batch held one record)."""
+    env.fill("news", 1)
+    reader = S2DataSource(env.options(stream="news")).streamReader(None)  # type: ignore[arg-type]
+    end = plan_all_available(reader, reader.initialOffset())
+    assert end == {"news": 1}
+    watch = reader._watch
+    wait_for(lambda: watch.quiet(end) == {"news"}, "the watch waits at 1")
+    env.fill("news", 1, create=False)
+    wait_for(lambda: watch.quiet(end) == set(), "news of record 1")
+    env.fill("news", 2, create=False)
+    wait_for(lambda: watch.news_tails({"news"}) == {}, "no tail to plan from without asking")
+    assert plan_all_available(reader, end) == {"news": 4}
+    reader.stop()
+
+
 @pytest.mark.spark
 def test_default_trigger_from_latest_while_appending(env: Env) -> None:
     """A default-trigger query started at `latest` while records arrive one by one: many

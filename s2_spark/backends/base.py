@@ -83,8 +83,9 @@ class StreamWatch(Protocol):
     up itself. `quiet` says which of the others certainly have nothing at or after those
     positions (a record appended a moment ago may still be on its way: it shows at a
     later plan); `news_tails` gives, for streams that got records, the tail their news
-    came with where it came with one (the caller may plan up to it without asking);
-    `wait` returns when one of `streams` stops being quiet, or after `timeout` seconds.
+    came with where it came with one and nothing came after it since (the caller may plan
+    up to it without asking); `wait` returns when one of `streams` stops being quiet, or
+    after `timeout` seconds.
     """
 
     def watch(self, positions: Mapping[str, Any]) -> set[str]: ...

@@ -1,6 +1,9 @@
 """S2S read sessions over a streamed GET, with transparent reconnects.
 
-Each data frame becomes one DecodedBatch. Progress (next seq_num, records and metered bytes
+Each data frame becomes one DecodedBatch, or, with `batch_bytes`, consecutive data frames
+up to that many payload bytes become one: a ReadBatch's fields repeat, so the frames'
+payloads joined are one ReadBatch holding all their records (and the last tail), decoded
+in one pass into one Arrow batch. Progress (next seq_num, records and metered bytes
 delivered) is tracked per frame, so a reconnect resumes at the first undelivered record
 with count/bytes reduced by what was delivered: every record is delivered exactly once.
 Silence longer than `session_idle_timeout` (no data, no heartbeat) is a dead session; like
@@ -65,8 +68,13 @@ class ReadSession(ResumableRead["DecodedBatch"]):
         include_command_records: bool,
         include_headers: bool,
         heartbeats: bool,
+        batch_bytes: int | None = None,
     ) -> None:
+        if batch_bytes is not None and (wait is not None or heartbeats):
+            raise ValueError("batch_bytes holds frames back: it is for reads without "
+                             "`wait` or heartbeats")
         self._t = transport
+        self._batch_bytes = batch_bytes or 0
         self.basin = basin
         self.stream = stream
         self._params = params
@@ -185,35 +193,61 @@ class ReadSession(ResumableRead["DecodedBatch"]):
     def _frames(
         self, resp: Response, loop: RetryLoop
     ) -> Generator[DecodedBatch, None, AttemptOutcome | Literal["ended"]]:
-        """Deliver one response's data frames; "ended" when the server ended the body."""
-        from s2_spark.wire.records import decode_read_batch
-
+        """Deliver one response's data frames (held until `batch_bytes` of them are
+        here); "ended" when the server ended the body. Frames held when the connection
+        fails were not delivered: the next attempt reads them again."""
         decoder = FrameDecoder()
+        held: list[bytes] = []
+        size = 0
         for chunk in resp.iter_raw():
             for frame in decoder.feed(chunk):
                 if not isinstance(frame, Message):
+                    if held:
+                        yield from self._deliver(held, advised=False)
                     return error_from_status(frame.status, frame.error(), self._target)
                 loop.progressed()
-                decoded = decode_read_batch(
-                    frame.body,
-                    self.stream,
-                    include_command_records=self._include_command_records,
-                    include_headers=self._include_headers,
-                )
-                heartbeat = self._account(decoded)
-                if not heartbeat:
-                    self._last_progress = time.monotonic()
-                advised = frame.reconnect_advised and self._advice_taken()
-                if not heartbeat or self._heartbeats:
-                    yield decoded
-                if self._done():
-                    return "done"
-                if advised:
-                    self.reconnects += 1
-                    log.debug("read session of %s reconnecting on server advice", self._target)
-                    return "reconnect"
+                held.append(frame.body)
+                size += len(frame.body)
+                if size < self._batch_bytes and not frame.reconnect_advised:
+                    continue
+                outcome = yield from self._deliver(held, advised=frame.reconnect_advised)
+                held, size = [], 0
+                if outcome is not None:
+                    return outcome
         decoder.finish()
+        if held:
+            outcome = yield from self._deliver(held, advised=False)
+            if outcome is not None:
+                return outcome
         return "ended"
+
+    def _deliver(
+        self, bodies: list[bytes], *, advised: bool
+    ) -> Generator[DecodedBatch, None, AttemptOutcome | None]:
+        """Decode the payloads of consecutive frames as one ReadBatch, account for it and
+        yield it (a heartbeat only with `heartbeats`); "done" at the session's bounds,
+        "reconnect" after a frame advising it, else None."""
+        from s2_spark.wire.records import decode_read_batch
+
+        decoded = decode_read_batch(
+            bodies[0] if len(bodies) == 1 else b"".join(bodies),
+            self.stream,
+            include_command_records=self._include_command_records,
+            include_headers=self._include_headers,
+        )
+        heartbeat = self._account(decoded)
+        if not heartbeat:
+            self._last_progress = time.monotonic()
+        advised = advised and self._advice_taken()
+        if not heartbeat or self._heartbeats:
+            yield decoded
+        if self._done():
+            return "done"
+        if advised:
+            self.reconnects += 1
+            log.debug("read session of %s reconnecting on server advice", self._target)
+            return "reconnect"
+        return None
 
     def _advice_taken(self) -> bool:
         """At most one advised reconnect a minute, as S2's SDKs do, so a server flagging

@@ -134,12 +134,17 @@ class StreamClient:
         include_command_records: bool = True,
         include_headers: bool = True,
         heartbeats: bool = False,
+        batch_bytes: int | None = None,
     ) -> ReadSession:
         """A streaming read (S2S) yielding one DecodedBatch per data frame.
 
         Ends when count/bytes/until is reached or the server ends the session (for example
         after `wait` seconds without records); reconnects transparently otherwise. With
         `heartbeats=True` heartbeat frames are yielded too, as batches of 0 rows with `tail`.
+        With `batch_bytes`, consecutive data frames are decoded together into one
+        DecodedBatch of about that many payload bytes (one Arrow batch, one decode, for a
+        catch-up read's frames that come back to back); frames are held until then, so it
+        is for reads without `wait` or heartbeats.
         """
         params = read_params(
             seq_num=seq_num,
@@ -160,6 +165,7 @@ class StreamClient:
             include_command_records=include_command_records,
             include_headers=include_headers,
             heartbeats=heartbeats,
+            batch_bytes=batch_bytes,
         )
 
     # -- appends ----------------------------------------------------------------------------

@@ -150,22 +150,37 @@ class FrameDecoder:
         return self._pending
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Message | Terminal]:
-        """Consume `data`; return every frame it completes, in order."""
+        """Consume `data`; return every frame it completes, in order. Of `data`, only a
+        frame begun in earlier input is copied to be whole (the rest is read in place)."""
         if self._terminated:
             if data:
                 raise FrameError("S2S data received after the terminal frame")
             return []
         if not data:
             return []
+        frames: list[Message | Terminal] = []
         if self._chunks:
-            self._chunks.append(bytes(data))
-            self._pending += len(data)
-            if self._pending < self._needed:
+            if self._needed == 0:  # not even its length yet: a few bytes are held
+                data = b"".join([*self._chunks, data])
+            elif self._pending + len(data) < self._needed:
+                self._chunks.append(bytes(data))
+                self._pending += len(data)
                 return []
-            data = b"".join(self._chunks)
+            else:
+                view = memoryview(data)
+                take = self._needed - self._pending
+                self._frames(b"".join([*self._chunks, view[:take]]), frames)
+                data = view[take:]
             self._chunks.clear()
             self._pending = self._needed = 0
-        frames: list[Message | Terminal] = []
+        self._frames(data, frames)
+        return frames
+
+    def _frames(self, data: bytes | bytearray | memoryview,
+                frames: list[Message | Terminal]) -> None:
+        """Append the whole frames at the start of `data` to `frames`; hold the rest."""
+        if self._terminated and data:
+            raise FrameError("S2S data received after the terminal frame")
         pos, size = 0, len(data)
         with memoryview(data) as view:
             while size - pos >= 3:
@@ -191,7 +206,6 @@ class FrameDecoder:
             if pos < size:
                 self._chunks.append(view[pos:].tobytes())
                 self._pending = size - pos
-        return frames
 
     def finish(self) -> None:
         """Declare end of input; raise if a partial frame is left over."""

@@ -42,6 +42,10 @@ UNARY_RECORDS = 1000
 #: Small ranges whose reads go out together, at most this many and this many records.
 WINDOW_RANGES = 256
 WINDOW_RECORDS = 64_000
+#: Payload bytes of consecutive ReadBatches a catch-up read decodes together into one
+#: Arrow batch: about `COALESCE_ROWS` records of 100 B, which `coalesced` then hands on
+#: as they are (one decode and no concatenation per 8 frames: a third of the read's CPU).
+BATCH_BYTES = 1 << 20
 
 
 def seq_num_position(value: object) -> int:
@@ -223,7 +227,8 @@ class S2Backend(StreamBackend[int]):
         kept = {"include_command_records": settings.include_command_records,
                 "include_headers": settings.include_headers}
         if end - start > UNARY_RECORDS:
-            with s.read_session(seq_num=start, count=end - start, **kept) as session:
+            with s.read_session(seq_num=start, count=end - start, batch_bytes=BATCH_BYTES,
+                                **kept) as session:
                 yield from session
             return
         while start < end:
