@@ -10,8 +10,8 @@ same query into one stream, measured in the same run (one local server process,
   `maxRecordsPerTrigger=--rows-per-batch`, `trigger(availableNow=True)`, routed by a
   `stream` column `u/<user>` into `writeStream.format("s2")` with `createStreams=true`
   (a new target basin per run, so micro-batch 0 creates the streams; the rest is the
-  steady state); with `--repartition`, `repartition(partitions, "stream")` and a sort
-  within partitions first (each user's events in one task);
+  steady state); with `--repartition`, `repartition(partitions, "stream")` first (each
+  user's events in one task);
 * peer: the same query into one stream (option `stream`, which overrides the column).
 
 Printed per `--users` value: rows/s of each and the ratio (fan-out / one stream, higher
@@ -22,7 +22,9 @@ and micro-batch, the create requests per stream, and appends per (task, stream) 
 events: the (micro-batch, partition,
 user) triples of the source layout, or (micro-batch, user) pairs after --repartition.
 The queries alternate over `--repeat` rounds; the best run counts. `--rtt-ms`: the
-queries reach the server through `s2_spark.testing.DelayProxy`. Ends with
+queries reach the server through `s2_spark.testing.DelayProxy`. The server runs on a CPU
+of its own and everything else on the others (`_pinning`; `--no-pin`: all on all), and
+each run prints the CPU seconds of each side (JVM, Python workers, server, driver). Ends with
 `fanout: <r>x one stream at <U> users (<s> s a micro-batch, <a> appends per task and
 stream), ...`.
 """
@@ -43,6 +45,7 @@ from typing import Any
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
+from _pinning import CpuMeter, add_pin_option, placed  # benchmarks/ is on sys.path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -99,20 +102,22 @@ def session() -> Any:
 
 @dataclass
 class Run:
-    """One query run: wall seconds, micro-batch seconds, and the server's append counts."""
+    """One query run: wall seconds, micro-batch seconds, the server's append counts, and
+    the CPU seconds of each side (`CpuMeter`)."""
 
     seconds: float
     batches: list[float]
     landed: int
     refused: int
     creates: int
+    cpu: dict[str, float]
 
     def rows_per_s(self, rows: int) -> float:
         return rows / self.seconds
 
 
-def run_query(spark: Any, server: ServerProcess, url: str, src: str, args: argparse.Namespace,
-              users: int, *, single: bool) -> Run:
+def run_query(spark: Any, server: ServerProcess, cpu: CpuMeter, url: str, src: str,
+              args: argparse.Namespace, users: int, *, single: bool) -> Run:
     """The fan-out (or, `single`, the same into one stream) into a new basin, to the end."""
     dst = f"fan-dst-{uuid.uuid4().hex[:10]}"
     with S2Client(S2Config(endpoint=server.url)) as client:
@@ -125,9 +130,10 @@ def run_query(spark: Any, server: ServerProcess, url: str, src: str, args: argpa
         F.concat(F.lit("u/"), F.substring(F.col("body").cast("string"), 1, 5)).alias("stream"),
         "body")
     if args.repartition and not single:
-        routed = routed.repartition(args.partitions, "stream").sortWithinPartitions("body")
+        routed = routed.repartition(args.partitions, "stream")
     before = _append_counts(server)
     creates_before = server.request_counts().get("create_stream", 0)
+    cpu_before = cpu.sample()
     with tempfile.TemporaryDirectory() as ckpt:
         w = (routed.writeStream.format("s2").option("endpoint", url).option("basin", dst)
              .option("createStreams", "true").option("checkpointLocation", ckpt)
@@ -141,13 +147,14 @@ def run_query(spark: Any, server: ServerProcess, url: str, src: str, args: argpa
         if q.exception() is not None:
             raise RuntimeError(str(q.exception()))
         progress = [p for p in q.recentProgress if p["numInputRows"]]
+    spent = cpu.since(cpu_before)
     after = _append_counts(server)
     creates = server.request_counts().get("create_stream", 0) - creates_before
     rows = sum(p["numInputRows"] for p in progress)
     assert rows == args.events, f"read {rows} rows, expected {args.events}"
     return Run(seconds, [p["durationMs"]["triggerExecution"] / 1000 for p in progress],
                after.get("landed", 0) - before.get("landed", 0),
-               after.get("refused", 0) - before.get("refused", 0), creates)
+               after.get("refused", 0) - before.get("refused", 0), creates, spent)
 
 
 def _append_counts(server: ServerProcess) -> dict[str, int]:
@@ -162,7 +169,7 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def bench(spark: Any, server: ServerProcess, url: str, users: int,
+def bench(spark: Any, server: ServerProcess, cpu: CpuMeter, url: str, users: int,
           args: argparse.Namespace) -> tuple[float, float, float]:
     """(ratio, steady micro-batch p50 s, appends per task and stream) for `users`."""
     src = f"fan-src-{users}-{uuid.uuid4().hex[:8]}"
@@ -172,13 +179,13 @@ def bench(spark: Any, server: ServerProcess, url: str, users: int,
     for k in range(args.repeat):
         for single in ((False, True) if k % 2 == 0 else (True, False)):
             label = "one stream" if single else f"{users:,} user streams"
-            r = run_query(spark, server, url, src, args, users, single=single)
+            r = run_query(spark, server, cpu, url, src, args, users, single=single)
             steady = r.batches[1:] or r.batches
             print(f"  {label}: {args.events:,} rows in {r.seconds:.2f}s "
                   f"({r.rows_per_s(args.events):,.0f} rows/s); micro-batch p50 "
                   f"{statistics.median(steady):.2f}s p99 {pct(steady, 0.99):.2f}s (steady), "
                   f"first {r.batches[0]:.2f}s; appends {r.landed:,} landed, {r.refused:,} "
-                  f"refused; {r.creates:,} create requests")
+                  f"refused; {r.creates:,} create requests\n    CPU s: {cpu.format(r.cpu)}")
             key = "single" if single else "many"
             if key not in best or r.seconds < best[key].seconds:
                 best[key] = r
@@ -208,15 +215,19 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=2,
                     help="minPartitions of the read (and partitions after --repartition)")
     ap.add_argument("--repartition", action="store_true",
-                    help="repartition by stream (and sort) before writing")
+                    help="repartition by stream before writing")
     ap.add_argument("--rtt-ms", type=float, default=0.0,
                     help="round trip the queries see (s2_spark.testing.DelayProxy)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each query (best counts)")
+    add_pin_option(ap)
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    placement = placed(args)  # before Spark starts
     spark = session()
     out = []
     with ServerProcess() as server, contextlib.ExitStack() as stack:
+        placement.pin_server(server.pid)
+        cpu = CpuMeter(server=server.pid, here="this process (driver)")
         url = server.url
         if args.rtt_ms:
             url = stack.enter_context(DelayProxy(server.url, rtt_ms=args.rtt_ms)).url
@@ -226,16 +237,16 @@ def main() -> None:
         src = f"fan-warm-{uuid.uuid4().hex[:8]}"
         with S2Client(S2Config(endpoint=server.url)) as client:
             fill_events(client, src, warm.events, 50)
-        run_query(spark, server, url, src, warm, 50, single=False)
+        run_query(spark, server, cpu, url, src, warm, 50, single=False)
         for users in args.users:
-            ratio, steady, per_pair = bench(spark, server, url, users, args)
+            ratio, steady, per_pair = bench(spark, server, cpu, url, users, args)
             out.append(f"{ratio:.2f}x one stream at {users:,} users ({steady:.2f}s a "
                        f"micro-batch, {per_pair:.2f} appends per task and stream)")
     spark.stop()
     shape = (f"{args.events:,} events, {args.rows_per_batch:,} a micro-batch, "
              f"{args.partitions} partitions{', repartitioned' if args.repartition else ''}"
              f"{f', {args.rtt_ms:g} ms round trip' if args.rtt_ms else ''}")
-    print(f"fanout ({shape}): {'; '.join(out)}")
+    print(f"fanout ({shape}): {'; '.join(out)} ({placement.mode})")
 
 
 if __name__ == "__main__":

@@ -154,9 +154,10 @@ def _child(name: str, seconds: int, runs: int, leaks: bool) -> int:
         _load_extensions(Path(ext_dir))
     import fuzz_targets
 
+    from s2_spark._http import _h1
     from s2_spark.wire import appends, durable, frames, records
 
-    _instrument(atheris, (appends, durable, frames, records))
+    _instrument(atheris, (appends, durable, frames, records, _h1))
     if ext_dir:  # the sanitized build, not the package's
         for module in (records._fastwire, appends._fastwire, durable._fastjson):
             assert Path(module.__file__).parent == Path(ext_dir), module.__file__

@@ -5,7 +5,8 @@ the same function and raises `Disagreement` when they give different rows or dif
 typed errors; any other exception (an `IndexError`, a crash) is a fault of its own. The
 only exceptions a decoder may raise on bad input are its typed ones: `FrameError` for S2,
 `MalformedResponseError` for Durable Streams, `ValueError`/`TypeError` for bad arguments to
-the append encoder.
+the append encoder, `httpx.RemoteProtocolError` for an HTTP/1.1 answer (`h1_response`, the
+reader the tail watch and the fan-out parse answers with, checked against h11).
 
 `scripts/fuzz.py` runs them coverage-guided (atheris); `tests/test_fuzz.py` replays the
 corpus in `tests/data/fuzz/<target>/` (seeds, and every input that ever failed) on each
@@ -21,9 +22,12 @@ import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import h11
+import httpx
 import numpy as np
 import pyarrow as pa
 
+from s2_spark._http._h1 import ResponseReader
 from s2_spark._proto import s2_pb2
 from s2_spark.errors import FrameError, MalformedResponseError
 from s2_spark.wire import appends, durable, frames, records
@@ -409,6 +413,77 @@ def sse(data: bytes) -> None:
         _outcome(lambda e=event: durable.decode_base64_data(e.data), bad)
 
 
+# -- HTTP/1.1 responses (the watch's and the fan-out's reader) -----------------------------
+
+
+def _h1_read(pieces: list[bytes], flags: int) -> Any:
+    reader = ResponseReader(head_request=bool(flags & 1), head_only=64 if flags & 2 else None)
+    for piece in pieces:
+        if piece:  # a connection never delivers nothing: b"" means it closed
+            reader.feed(piece)
+        if reader.done:
+            break
+    if not reader.done:
+        reader.feed(b"")  # the connection closes after the bytes
+    body = reader.body[:64] if flags & 2 else reader.body  # at least the first 64: enough
+    return (reader.status, reader.headers, body, reader.keep_alive, reader.done)
+
+
+def _h11_read(data: bytes, head_request: bool) -> Any:
+    """What h11 makes of a whole response (None where it does not finish one)."""
+    conn = h11.Connection(h11.CLIENT)
+    conn.send(h11.Request(method=b"HEAD" if head_request else b"GET", target=b"/",
+                          headers=[(b"host", b"x")]))
+    conn.send(h11.EndOfMessage())
+    conn.receive_data(data)
+    conn.receive_data(b"")
+    head, body = None, b""
+    while True:
+        event = conn.next_event()
+        if isinstance(event, h11.Response):
+            head = event
+        elif isinstance(event, h11.Data):
+            body += bytes(event.data)
+        elif isinstance(event, h11.EndOfMessage) and head is not None:
+            return head.status_code, [(k, v) for k, v in head.headers], body
+        elif event is h11.NEED_DATA or isinstance(event, h11.ConnectionClosed):
+            return None
+
+
+def _as_h11_keeps(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """Header fields as h11 keeps them: a transfer coding lower-cased, a repeated
+    Content-Length once."""
+    out, lengths = [], 0
+    for name, value in headers:
+        if name == b"content-length":
+            lengths += 1
+            if lengths > 1:
+                continue
+        out.append((name, value.lower() if name == b"transfer-encoding" else value))
+    return out
+
+
+def h1_response(data: bytes) -> None:
+    """`ResponseReader` fed a response in pieces against fed at once (the same answer or
+    the same refusal); where it reads a whole response that h11 reads too, both give the
+    same status, headers and body."""
+    if len(data) < 2:
+        return
+    flags, body = data[1], data[2:]
+    bad = (httpx.RemoteProtocolError,)
+    got = _outcome(lambda: _h1_read(_cuts(body, data[0]), flags), bad)
+    _agree("ResponseReader pieces", got, _outcome(lambda: _h1_read([body], flags), bad))
+    if got[0] != "ok" or flags & 2 or not got[1][4]:
+        return
+    try:
+        theirs = _h11_read(body, bool(flags & 1))
+    except h11.ProtocolError:
+        return
+    if theirs is not None:
+        status, headers, content = got[1][:3]
+        _agree("ResponseReader against h11", (status, _as_h11_keeps(headers), content), theirs)
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "read_batch": read_batch,
     "encode_records": encode_records,
@@ -417,5 +492,6 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "append_columns": append_columns,
     "s2s_frames": s2s_frames,
     "sse": sse,
+    "h1_response": h1_response,
 }
 """Every fuzz target by name; the first four call one C entry point each."""

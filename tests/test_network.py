@@ -241,8 +241,9 @@ def tls_server(certs: Certs) -> Iterator[LocalS2Server]:
 
 
 def round_trip(url: str, basin: str, tls: TlsConfig | None, **kw: Any) -> list[bytes]:
-    """Appends, a read session and a unary read; then the tail watch's long-polls (their
-    own connections) see the stream quiet, and see a record appended to it."""
+    """Appends, a read session, a unary read and a tail lookup on the fan-out; then the
+    tail watch's long-polls (their own connections) see the stream quiet, and see a record
+    appended to it."""
     with S2Client(S2Config(endpoint=url, tls=tls, **kw)) as c:
         c.ensure_basin(basin)
         c.basin(basin).ensure_stream("s")
@@ -251,6 +252,7 @@ def round_trip(url: str, basin: str, tls: TlsConfig | None, **kw: Any) -> list[b
         out = [b for x in s.read_session(seq_num=0, count=1500)
                for b in x.batch.column("body").to_pylist()]
         assert s.read(seq_num=0, count=10).count == 10
+        assert c.basin(basin).check_tails(["s"])["s"].seq_num == 1500  # the fan-out
         watched_news(c.basin(basin), s, 1500)
         return out
 

@@ -3,7 +3,8 @@
 * `HttpClient`: prebuilt requests onto httpcore's connection pools (the transport under
   httpx), with proxies and CAs from the standard environment and the settings of a
   `TlsConfig`; `Origin` names a base URL once; `Response` is what comes back.
-* `AsyncConnection`: HTTP/1.1 on asyncio, one request at a time: each watched stream's
+* `AsyncConnection`: HTTP/1.1 on an asyncio protocol, one request at a time, its
+  messages framed by `_h1` (a response parser fuzzed against h11): each watched stream's
   long-polls, and the connections of a `Fanout` (many small requests at once).
 * `Fanout`: the calls of a batch sent together from threaded code, on one event loop.
 * `Exchange`: what one request did on the wire (sent whole? on a reused connection?),

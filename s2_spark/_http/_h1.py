@@ -1,0 +1,261 @@
+"""HTTP/1.1 for a client that sends one request at a time on a connection: the request's
+head as bytes, and an incremental reader of the response (no I/O).
+
+What `AsyncConnection` speaks for the tail watch's long-polls and the fan-out's small
+requests, thousands a second: h11 does the same with events, state machines and header
+validation on both directions, about half of such a request's client CPU. This reads what
+a client needs of RFC 9112: a status line, header fields, and a body framed by
+`Transfer-Encoding: chunked`, by `Content-Length` or by the connection's close; informational
+(1xx) answers skipped; no body for HEAD, 204 and 304. Anything else is refused with
+`httpx.RemoteProtocolError`, the error h11 raises through httpx, and the connection is then
+dropped: a malformed answer never leaves a connection in doubt.
+"""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+
+__all__ = ["MAX_HEAD_BYTES", "ResponseReader", "request_head"]
+
+#: The most a response's head (status line and header fields) may take.
+MAX_HEAD_BYTES = 64 * 1024
+_MAX_CHUNK_LINE = 4096
+#: A control character in a head, or a CR or LF not in a CRLF: h11 takes a bare LF as a
+#: line's end, where a reader that did not would see one line where h11 sees two.
+_BAD_HEAD_BYTE = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?!\n)|(?<!\r)\n")
+_TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz"
+                   b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def request_head(method: bytes, target: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
+    """The request line and header fields, ready to send before the body. Names and values
+    come from the clients' own code (never from a response), so only line breaks are
+    refused: they would end the head early."""
+    lines = [method + b" " + target + b" HTTP/1.1"]
+    for name, value in headers:
+        if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name:
+            raise ValueError(f"header {name!r} holds a line break")
+        lines.append(name + b": " + value)
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+def _error(what: str) -> httpx.RemoteProtocolError:
+    return httpx.RemoteProtocolError(f"malformed HTTP/1.1 response: {what}")
+
+
+class ResponseReader:
+    """One response, fed as it arrives (`feed`); `done` once it is whole.
+
+    `head_request`: the request was HEAD (no body follows). `head_only`: the body's first
+    `head_only` bytes are enough (the connection is then not reused). After `done`:
+    `status`, `headers` (as they came, names lower-case), `body`, and `keep_alive`
+    (whether the connection may carry the next request), and `leftover`: bytes after the
+    response, which a server may not send before the next request (the caller drops the
+    connection when there are any).
+    """
+
+    __slots__ = ("_buf", "_chunked", "_head_only", "_head_request", "_left", "_parts",
+                 "_size", "_state", "body", "done", "headers", "keep_alive", "leftover",
+                 "status")
+
+    def __init__(self, *, head_request: bool = False, head_only: int | None = None) -> None:
+        self._head_request = head_request
+        self._head_only = head_only
+        self._buf = bytearray()
+        self._state = "head"  # head, length, chunk-size, chunk-data, chunk-end, trailers, eof
+        self._left = 0  # bytes of body (or of the chunk) still to come
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._chunked = False
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.keep_alive = False
+        self.body = b""
+        self.leftover = b""
+        self.done = False
+
+    def feed(self, data: bytes) -> None:
+        """Take the next bytes of the connection (b"" when it closed)."""
+        if self.done:
+            self.leftover += data
+            return
+        if not data:
+            self._closed()
+            return
+        self._buf += data
+        while not self.done and self._step():
+            pass
+
+    def _closed(self) -> None:
+        if self._state == "eof":
+            self._finish(keep_alive=False)
+            return
+        raise _error("the connection closed before the response ended")
+
+    def _step(self) -> bool:
+        """One step of the state machine; whether it made progress."""
+        state = self._state
+        if state == "head":
+            return self._read_head()
+        if state in ("length", "chunk-data", "eof"):
+            return self._read_body()
+        if state == "chunk-size":
+            return self._read_chunk_size()
+        if state == "chunk-end":
+            return self._read_chunk_end()
+        return self._read_trailers()
+
+    def _line(self, limit: int) -> bytes | None:
+        """The next CRLF-terminated line, without its CRLF (None: not all here yet)."""
+        end = self._buf.find(b"\r\n", 0, limit + 2)
+        if end < 0:
+            if len(self._buf) > limit:
+                raise _error("a line is too long")
+            return None
+        line = bytes(self._buf[:end])
+        del self._buf[:end + 2]
+        return line
+
+    def _read_head(self) -> bool:
+        end = self._buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self._buf) > MAX_HEAD_BYTES:
+                raise _error("the head is too long")
+            return False
+        if end + 4 > MAX_HEAD_BYTES:
+            raise _error("the head is too long")
+        head = bytes(self._buf[:end])
+        del self._buf[:end + 4]
+        bad = _BAD_HEAD_BYTE.search(head)
+        if bad:
+            raise _error(f"byte {bad.group()!r} in the head at {bad.start()}")
+        lines = head.split(b"\r\n")
+        version, status = _status_line(lines[0])
+        headers = [_field(line) for line in lines[1:]]
+        if 100 <= status < 200:
+            if status == 101:
+                raise _error("a protocol switch was not asked for")
+            return True  # informational: the real response follows
+        self.status, self.headers = status, headers
+        self.keep_alive = version == b"1.1" and not _has_token(headers, b"connection", b"close")
+        self._frame_body(headers)
+        return True
+
+    def _frame_body(self, headers: list[tuple[bytes, bytes]]) -> None:
+        """How the body is delimited (RFC 9112 section 6.3)."""
+        status = self.status
+        if self._head_request or status in (204, 304):
+            self._finish(self.keep_alive)
+            return
+        codings = [v for k, v in headers if k == b"transfer-encoding"]
+        if codings:
+            last = b",".join(codings).split(b",")[-1].strip().lower()
+            if last != b"chunked":
+                self._state = "eof"  # not chunked last: the body runs to the close
+                self.keep_alive = False
+                return
+            self._chunked = True
+            self._state = "chunk-size"
+            return
+        lengths = {v.strip() for k, v in headers if k == b"content-length"}
+        if lengths:
+            if len(lengths) != 1:
+                raise _error("Content-Length values differ")
+            raw = lengths.pop()
+            if not raw.isdigit() or len(raw) > 18:
+                raise _error(f"Content-Length {raw[:20]!r} is not a length")
+            self._left = int(raw)
+            self._state = "length"
+            if self._left == 0:
+                self._finish(self.keep_alive)
+            return
+        self._state = "eof"
+        self.keep_alive = False
+
+    def _read_body(self) -> bool:
+        if not self._buf:
+            return False
+        take = len(self._buf) if self._state == "eof" else min(self._left, len(self._buf))
+        self._take(bytes(self._buf[:take]))
+        del self._buf[:take]
+        if self.done:
+            return False
+        if self._state == "eof":
+            return False
+        self._left -= take
+        if self._left:
+            return False
+        if self._state == "length":
+            self._finish(self.keep_alive)
+            return False
+        self._state = "chunk-end"
+        return True
+
+    def _take(self, part: bytes) -> None:
+        if part:
+            self._parts.append(part)
+            self._size += len(part)
+        if self._head_only is not None and self._size >= self._head_only:
+            self._finish(keep_alive=False)
+
+    def _read_chunk_size(self) -> bool:
+        line = self._line(_MAX_CHUNK_LINE)
+        if line is None:
+            return False
+        size = line.split(b";", 1)[0].strip()
+        if not size or len(size) > 15 or any(c not in b"0123456789abcdefABCDEF" for c in size):
+            raise _error(f"chunk size {size[:20]!r} is not hexadecimal")
+        self._left = int(size, 16)
+        self._state = "chunk-data" if self._left else "trailers"
+        return True
+
+    def _read_chunk_end(self) -> bool:
+        if len(self._buf) < 2:
+            return False
+        if self._buf[:2] != b"\r\n":
+            raise _error("a chunk does not end with CRLF")
+        del self._buf[:2]
+        self._state = "chunk-size"
+        return True
+
+    def _read_trailers(self) -> bool:
+        line = self._line(MAX_HEAD_BYTES)
+        if line is None:
+            return False
+        if line:
+            _field(line)  # a trailer field: checked, then ignored
+            return True
+        self._finish(self.keep_alive)
+        return False
+
+    def _finish(self, keep_alive: bool) -> None:
+        self.keep_alive = keep_alive
+        self.body = b"".join(self._parts) if len(self._parts) != 1 else self._parts[0]
+        self.leftover = bytes(self._buf)
+        self._buf.clear()
+        self.done = True
+
+
+def _status_line(line: bytes) -> tuple[bytes, int]:
+    """(version, status) of `HTTP/1.x NNN reason`."""
+    if not line.startswith(b"HTTP/1.") or len(line) < 12 or line[8:9] != b" ":
+        raise _error(f"status line {line[:40]!r}")
+    version, code = line[5:8], line[9:12]
+    if version not in (b"1.0", b"1.1") or not code.isdigit() or line[12:13] not in (b"", b" "):
+        raise _error(f"status line {line[:40]!r}")
+    return version, int(code)
+
+
+def _field(line: bytes) -> tuple[bytes, bytes]:
+    """A header field line as (lower-case name, value without surrounding spaces)."""
+    name, colon, value = line.partition(b":")
+    if not colon or not name or any(c not in _TOKEN for c in name):
+        raise _error(f"header field {line[:40]!r}")
+    return name.lower(), value.strip(b" \t")
+
+
+def _has_token(headers: list[tuple[bytes, bytes]], name: bytes, token: bytes) -> bool:
+    return any(token in (t.strip().lower() for t in v.split(b","))
+               for k, v in headers if k == name)
