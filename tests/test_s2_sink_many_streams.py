@@ -491,3 +491,24 @@ def test_two_attempts_racing_over_many_streams(basin: Any, unique: Callable[[str
     assert all(o is None or isinstance(o, WriterFencedError) for o in outcomes), outcomes
     assert sum(o is None for o in outcomes) >= 2  # partition 1, and one attempt of 0
     _check_partitions(basin, plans)
+
+
+def test_basin_creating_streams_on_append(s2_server: Any, unique: Callable[[str], str]) -> None:
+    """In a basin with S2's `create_stream_on_append`, two partitions writing 30 missing
+    streams (10 shared) with createStreams: no create request (no append was answered
+    404), every row once,
+    each partition's rows in input order."""
+    with S2Client(S2Config(endpoint=s2_server.url)) as client:
+        name = unique("auto")
+        client.create_basin(name, config={"create_stream_on_append": True})
+        basin = client.basin(name)
+        names = [unique(f"a{k:02d}") for k in range(30)]
+        mine = [names[:20], names[10:][::-1]]
+        plans = [[(f"p{p}-{i}".encode(), [], s) for i in range(3) for s in mine[p]]
+                 for p in (0, 1)]
+        before = s2_server.request_counts()
+        _run_partitions(basin, plans, SinkSettings(create_streams=True), [1000])
+        after = s2_server.request_counts()
+        _check_partitions(basin, plans)
+        assert after.get("create_stream", 0) == before.get("create_stream", 0)
+        assert sorted(s.name for s in basin.list_streams()) == sorted(names)
