@@ -4,7 +4,8 @@ progress report.
 Spark gives every Python data source the same description (its class name and a hash:
 `...python.PythonMicroBatchStream@1a2b3c`), so a source is taken for ours when that
 description names a Python stream and its offsets have our shape: `{stream: next_seq_num}`
-for S2, `{stream: {"offset", "skip"[, "closed"]}}` for Durable Streams. A progress holds,
+for S2, `{stream: {"offset", "skip"[, "closed"]}}` for Durable Streams, either of them in
+the compact form of offsets over many streams (`s2_spark._offset_codec`). A progress holds,
 per source, the end of the micro-batch it reports (`endOffset`) and, on PySpark 4.2+, the
 tails the plan saw (`latestOffset`, the reader's `reportLatestOffset()`); the lag is the
 gap between them. Before 4.2 there is no `latestOffset` for Python sources, and the lag is
@@ -21,6 +22,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from s2_spark._offset_codec import decode_offset
 
 __all__ = ["NO_LATEST_OFFSET", "QueryLag", "SourceLag", "StreamLag", "lag_of"]
 
@@ -158,9 +161,10 @@ def _field(obj: Any, name: str) -> Any:
 
 
 def _offsets(value: Any) -> dict[str, Any] | None:
-    """A source offset as a dict; None when absent. Progresses carry offsets as JSON text
-    (PySpark 4.0's `lastProgress`: the repr of a dict; a listener on 4.0/4.1: "None" for
-    an absent one) or, parsed, as dicts. Raises ValueError on anything else."""
+    """A source offset as `{stream: position}`; None when absent. Progresses carry offsets
+    as JSON text (PySpark 4.0's `lastProgress`: the repr of a dict; a listener on 4.0/4.1:
+    "None" for an absent one) or, parsed, as dicts; a compact offset is decoded. Raises
+    ValueError on anything else."""
     if value is None or value in ("", "null", "None"):
         return None
     if isinstance(value, str):
@@ -173,7 +177,7 @@ def _offsets(value: Any) -> dict[str, Any] | None:
                 raise ValueError(f"not an offset: {value[:80]!r}") from None
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise ValueError(f"not a map of streams: {str(value)[:80]!r}")
-    return dict(value)
+    return decode_offset(value)
 
 
 def _is_count(value: Any) -> bool:

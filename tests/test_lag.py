@@ -100,6 +100,23 @@ def test_every_offset_form_reads_alike(form: str) -> None:
     assert (s2.index, ds.index) == (0, 1)
 
 
+def test_compact_offsets_over_many_streams_read_alike() -> None:
+    """Offsets over more than COMPACT_ABOVE streams are compact; lag decodes them."""
+    from s2_spark._offset_codec import COMPACT_ABOVE, encode_offset
+
+    n = COMPACT_ABOVE + 5
+    ends = {f"u/{i:05d}": i for i in range(n)}
+    tails = {**ends, "u/00003": 10, "u/00007": 9}
+    ds_end = {f"/d/{i}": {"offset": "-1", "skip": 2} for i in range(n)}
+    ds_tail = {**ds_end, "/d/4": {"offset": "-1", "skip": 6}}
+    lag = lag_of(progress(source(encode_offset(ends), encode_offset(tails)),
+                          source(encode_offset(ds_end), encode_offset(ds_tail))))
+    s2, ds = lag.sources
+    assert (s2.format, s2.total, s2.behind, len(s2.streams)) == ("s2", 9, 2, n)
+    assert [str(x) for x in s2.worst()] == ["u/00003=7", "u/00007=2"]
+    assert (ds.format, ds.total, ds.behind, len(ds.streams)) == ("durable-streams", 4, 1, n)
+
+
 def test_progress_as_json_text_and_as_an_object() -> None:
     p = progress(source({"a": 1}, {"a": 4}))
     assert lag_of(json.dumps(p)) == lag_of(p)

@@ -33,8 +33,9 @@ class AdmittedStreamReader(RangeStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # type: ignore[override]
         max_units = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         everything = isinstance(limit, ReadAllAvailable) or self._available_now
-        return self._plan(start, max_units=max_units,
-                          hold=None if everything else self._hold)
+        end = self._plan(self._codec.decode(start), max_units=max_units,
+                         hold=None if everything else self._hold)
+        return self._codec.encode(end)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         options = self._options

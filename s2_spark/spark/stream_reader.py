@@ -1,4 +1,5 @@
-"""The streaming reader: micro-batches over positions, offsets {stream: next position}.
+"""The streaming reader: micro-batches over positions, offsets {stream: next position}
+(compact over more than `COMPACT_ABOVE` streams: `s2_spark._offset_codec`).
 
 The driver plans (tails, admission, the tail watch, discovery); each task reads exactly one
 planned partition (`_read_task`). Reader state kept on the driver (AvailableNow target,
@@ -15,6 +16,7 @@ from typing import Any, Literal
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from s2_spark._offset_codec import OffsetCodec
 from s2_spark.backends.base import StreamWatch
 from s2_spark.errors import DataLossError
 from s2_spark.spark._discovery import Discovery
@@ -61,6 +63,8 @@ class RangeStreamReader(DataSourceStreamReader):
         self._idle = False  # the last plan found nothing new
         # Streams the watch cannot hold, in the order they are looked up in turn.
         self._unwatched: list[str] = []
+        # Offsets as Spark stores them: compact over many streams.
+        self._codec = OffsetCodec()
         # minRecordsPerTrigger (PySpark 4.2+): whether a trigger waits for more records.
         minimum = options.min_units_per_trigger
         self._hold = None if minimum is None else TriggerHold(
@@ -68,7 +72,7 @@ class RangeStreamReader(DataSourceStreamReader):
 
     #: What the driver keeps for planning: positions of every stream, the watch.
     _DRIVER_ONLY = frozenset({"_target", "_reported", "_planned", "_initial", "_watch",
-                              "_discovered", "_unwatched", "_hold"})
+                              "_discovered", "_unwatched", "_hold", "_codec"})
 
     def __getstate__(self) -> dict[str, Any]:
         """All but the driver's planning state, which pickled into every task made each
@@ -106,7 +110,7 @@ class RangeStreamReader(DataSourceStreamReader):
                 lambda stream: planner.resolve(self._options.starting, stream, default="earliest"),
                 planner.discover(),
             )
-        return dict(self._initial)
+        return self._codec.encode(self._initial)
 
     def latestOffset(self) -> dict[str, Any]:  # type: ignore[override]
         """PySpark < 4.2: from the last end planned. A new query's first call comes before
@@ -114,7 +118,7 @@ class RangeStreamReader(DataSourceStreamReader):
         Spark takes from its checkpoint, plans to the tails either way)."""
         if self._initial is None:
             self.initialOffset()
-        return self._plan(self._planned, max_units=None)
+        return self._codec.encode(self._plan(self._planned, max_units=None))
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = True
@@ -300,9 +304,10 @@ class RangeStreamReader(DataSourceStreamReader):
         log.warning("failOnDataLoss=false: %s; %s", what, going_on)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        return self._reported
+        return None if self._reported is None else self._codec.encode(self._reported)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        start, end = self._codec.decode(start), self._codec.decode(end)
         self._planned = dict(end)
         backend = self._backend
         origin = backend.origin()
