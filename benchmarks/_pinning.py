@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 __all__ = ["CpuMeter", "Placement", "add_pin_option", "cpu_seconds", "placed",
-           "python_workers"]
+           "python_workers", "resident"]
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -184,6 +184,41 @@ def python_workers() -> list[int]:
     """Pids of this process's Spark Python processes that run tasks (the daemon and the
     workers it forks)."""
     return [pid for pid, argv in _descendants(os.getpid()) if _python_kind(argv) == "workers"]
+
+
+def _status_kib(pid: int, field: bytes) -> int:
+    """A `/proc/<pid>/status` field in KiB (VmRSS: resident now; VmHWM: its peak); 0 when
+    the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(field + b":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _memory_side(argv: list[bytes]) -> str | None:
+    if _is_jvm(argv):
+        return "JVM"
+    if any(a.endswith(b"python_streaming_source_runner") for a in argv):
+        return "streaming reader"  # a query's driver-side reader: its plans and offsets
+    kind = _python_kind(argv)
+    return None if kind is None else f"Python {kind}"
+
+
+def resident() -> dict[str, tuple[float, float]]:
+    """MiB resident now and at peak of the largest process of each side: the Spark JVM,
+    the streaming queries' driver-side readers, the other Python planners, the Python
+    workers and this process (the driver's Python side)."""
+    largest: dict[str, tuple[float, float]] = {}
+    sides = [(pid, _memory_side(argv)) for pid, argv in _descendants(os.getpid())]
+    for pid, side in [*sides, (os.getpid(), "this process")]:
+        if side is not None:
+            now = _status_kib(pid, b"VmRSS") / 1024, _status_kib(pid, b"VmHWM") / 1024
+            largest[side] = max(largest.get(side, (0.0, 0.0)), now)
+    return largest
 
 
 #: One sample: side -> pid -> CPU seconds so far.

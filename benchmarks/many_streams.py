@@ -35,7 +35,15 @@ against a single stream measured in the same run:
   The same is measured for one stream (latency.py's single-stream query: option `stream`,
   startingPosition latest) in the same run; ratio: many p50 / single p50 (lower is better).
 
-Streams to read are created and filled by concurrent requests before any timing. By
+Each read and the idle query also print their checkpoint's offset log (`offsets/<batch>`
+files: how many, median and largest size; offsets over more than 1000 streams are
+compact), and the idle query the memory of each side while idle (`_pinning.resident`:
+resident MiB now and at peak of the largest process of each: the JVM, the query's
+driver-side reader, this process).
+
+Streams to read are created and filled before any timing, in a basin that creates a
+stream on its first append, by requests sent together (100,000 streams take about a
+minute); for `--streams 100000 --records 1 --skip write` and `--idle-streams 100000`. By
 default the server runs on a CPU of its own, and every read, write and idle window prints
 the CPU seconds of each side (`_pinning`; `--no-pin` for the old behaviour). Ends with:
 `many_streams: read <r>x single at <N>x<R>, ...; write <w>x single at <N>x<R>, ...; idle
@@ -60,19 +68,23 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from _pinning import CpuMeter, add_pin_option, placed
+from _pinning import CpuMeter, add_pin_option, placed, resident
 from _streams import fill  # benchmarks/ is on sys.path
 from latency import Producer, report
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
-from s2_spark.s2 import AppendRecord, S2Client, S2Config
+from s2_spark.s2 import AppendAck, AppendRecord, S2Client, S2Config, SingleAppend
 from s2_spark.testing import DelayProxy, ServerProcess
+from s2_spark.wire.appends import encode_append_batches
 
 try:  # an idle stream's long-poll lasts this long: a window as long sees each re-armed once
     from s2_spark.s2._watch import WATCH_WAIT
@@ -80,6 +92,8 @@ except ImportError:  # no tail watch: requests come at least every few seconds
     WATCH_WAIT = 0
 
 RECORD = 100
+#: Streams whose set-up requests go out together at a time (see `create_streams`).
+SETUP_CHUNK = 5000
 STAMP = "CAST(CAST(body AS STRING) AS BIGINT) AS ns"
 PARTS = ("read", "write", "idle")
 
@@ -96,32 +110,56 @@ def names(prefix: str, n: int) -> list[str]:
 def create_streams(client: S2Client, basin: str, streams: Sequence[str], records: int,
                    workers: int) -> float:
     """Create `basin` and `streams` in it, each with `records` records of RECORD random
-    bytes, `workers` requests at a time; return the seconds it took."""
+    bytes; return the seconds it took. The basin creates a stream on its first append
+    (S2's `create_stream_on_append`), and the appends (creations, for empty streams) go
+    out together on the client's fan-out, `SETUP_CHUNK` at a time: about 0.3 ms of the
+    server's CPU a stream instead of a creation's 6 ms, so 100,000 streams take a minute.
+    Streams of more than 1000 records are filled one by one, `workers` at a time."""
     body = os.urandom(RECORD)
     t0 = time.perf_counter()
-    client.ensure_basin(basin)
+    client.ensure_basin(basin, config={"create_stream_on_append": True})
     b = client.basin(basin)
+    if records > 1000:
+        def one(name: str) -> None:
+            b.stream(name).append_many([AppendRecord(body)] * records)
 
-    def one(name: str) -> None:
-        b.create_stream(name)
-        if records:
-            batch = [AppendRecord(body)] * records
-            s = b.stream(name)
-            if records <= 1000:
-                s.append(batch)  # one request
-            else:
-                s.append_many(batch)
-
-    with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(one, streams))
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(one, streams))
+    elif records:
+        batch = encode_append_batches(pa.array([body] * records, pa.binary()))[0]
+        for i in range(0, len(streams), SETUP_CHUNK):
+            acks = b.append_each([SingleAppend(s, batch) for s in streams[i:i + SETUP_CHUNK]])
+            failed = [a for a in acks if not isinstance(a, AppendAck)]
+            if failed:
+                raise failed[0]
+    else:
+        for i in range(0, len(streams), SETUP_CHUNK):
+            b.create_streams(streams[i:i + SETUP_CHUNK])
     return time.perf_counter() - t0
 
 
-def tails(client: S2Client, basin: str, streams: Sequence[str], workers: int) -> int:
+def tails(client: S2Client, basin: str, streams: Sequence[str]) -> int:
     """The sum of the streams' tails (records and command records appended)."""
-    b = client.basin(basin)
-    with ThreadPoolExecutor(workers) as pool:
-        return sum(pool.map(lambda s: b.stream(s).check_tail().seq_num, streams))
+    found = client.basin(basin).check_tails(streams)
+    assert None not in found.values(), "a stream is missing"
+    return sum(t.seq_num for t in found.values() if t is not None)
+
+
+def offset_log(ckpt: str) -> list[int]:
+    """Bytes of each entry of a checkpoint's offset log (`offsets/<batch>`), in order."""
+    entries = [p for p in Path(ckpt, "offsets").iterdir() if p.name.isdigit()]
+    return [p.stat().st_size for p in sorted(entries, key=lambda p: int(p.name))]
+
+
+def _kb(sizes: Sequence[int]) -> str:
+    return "none" if not sizes else (f"{len(sizes)} entries, median "
+                                     f"{statistics.median(sizes) / 1024:,.1f} KB, largest "
+                                     f"{max(sizes) / 1024:,.1f} KB")
+
+
+def _mib(sides: dict[str, tuple[float, float]]) -> str:
+    return ", ".join(f"{side} {now:,.0f} MiB (peak {peak:,.0f})"
+                     for side, (now, peak) in sides.items())
 
 
 def session() -> Any:
@@ -172,12 +210,14 @@ def read_once(df: Any, label: str, expected: int, cpu: CpuMeter) -> float:
         wall = time.perf_counter() - t0
         spent = cpu.since(before)
         progress = q.recentProgress
+        log = offset_log(ckpt)
     rows = sum(p["numInputRows"] for p in progress)
     assert rows == expected, f"{label}: read {rows} rows, expected {expected}"
     batches = sum(1 for p in progress if p["numInputRows"])
     busy = sum(p["durationMs"].get("triggerExecution", 0) for p in progress) / 1000
     print(f"  {label}: {rows:,} rows in {busy:.2f}s of triggers, {wall:.2f}s wall incl. "
           f"start-up ({batches} batch(es); {_durations(progress)}); CPU s: {cpu.format(spent)}")
+    print(f"    offset log: {_kb(log)}")
     return wall
 
 
@@ -248,7 +288,7 @@ def bench_write(spark: Any, client: S2Client, url: str, tag: str, n: int, r: int
         print(f"  {label}: {total:,} rows in {wall:.2f}s; CPU s: {cpu.format(cpu.since(before))}")
         if not single:
             # Each stream holds its rows and one fence per task that wrote it, at least.
-            landed = tails(client, basin, names(prefix, streams), args.workers)
+            landed = tails(client, basin, names(prefix, streams))
             assert landed >= total + streams, f"{label}: only {landed} records landed"
         return wall
 
@@ -308,6 +348,8 @@ class Followed:
     requests_per_s: float  # requests reaching the server, per second and per stream
     p50: float
     p99: float
+    offset_log: list[int]  # bytes of each offset-log entry
+    memory: dict[str, tuple[float, float]]  # side -> MiB resident (now, peak), while idle
 
 
 def _epoch(timestamp: str) -> float:
@@ -343,6 +385,7 @@ def follow(spark: Any, server: ServerProcess, basin: str, streams: Sequence[str]
             before, t0, cpu0 = server.request_counts(), time.time(), cpu.sample()
             time.sleep(args.window)
             after, t1, spent = server.request_counts(), time.time(), cpu.since(cpu0)
+            memory = resident()
             if q.exception() is not None:
                 raise RuntimeError(f"{label}: the query failed: {q.exception()}")
             delta = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
@@ -357,6 +400,7 @@ def follow(spark: Any, server: ServerProcess, basin: str, streams: Sequence[str]
             print(f"{label}, idle {t1 - t0:.1f}s: {len(idle)} triggers, latestOffset median "
                   f"{latest:.0f} ms; {total} requests ({per_stream:.3f}/s per stream): {delta}; "
                   f"CPU s: {cpu.format(spent)}")
+            print(f"  {label}, memory while idle: {_mib(memory)}")
 
             with S2Client(S2Config(endpoint=server.url)) as client:
                 producer = Producer(random_appender(client, basin, streams), None,
@@ -373,6 +417,7 @@ def follow(spark: Any, server: ServerProcess, basin: str, streams: Sequence[str]
         finally:
             q.stop()
             spark.streams.removeListener(progress)
+        log = offset_log(ckpt)
     busy = [d for _, rows, d in progress.events if rows]
     stamps = sorted(w for w, rows, _ in progress.events if rows)
     gaps = [b - a for a, b in itertools.pairwise(stamps)]
@@ -383,8 +428,9 @@ def follow(spark: Any, server: ServerProcess, basin: str, streams: Sequence[str]
     medians = {k: statistics.median(d.get(k, 0) for d in busy) for k in keys} if busy else {}
     print(f"  {producer.sent} records appended, {seen[0]} seen; {len(busy)} batches, median "
           f"ms: {medians}")
+    print(f"  offset log: {_kb(log)}")
     p50, p99 = report(f"{label}, append-to-visible", latencies)
-    return Followed(latest, len(idle), per_stream, p50, p99)
+    return Followed(latest, len(idle), per_stream, p50, p99, log, memory)
 
 
 def bench_idle(spark: Any, client: S2Client, server: ServerProcess, tag: str, n: int,
@@ -406,6 +452,10 @@ def bench_idle(spark: Any, client: S2Client, server: ServerProcess, tag: str, n:
     print(f"append-to-visible p50 {ours.p50:.0f} ms vs {single.p50:.0f} ms one stream "
           f"({ours.p50 / single.p50:.2f}x), p99 {ours.p99:.0f} ms vs {single.p99:.0f} ms "
           f"({ours.p99 / single.p99:.2f}x)")
+    print(f"offset-log entry at {n:,} streams: median "
+          f"{statistics.median(ours.offset_log or [0]) / 1024:,.1f} KB "
+          f"(one stream {statistics.median(single.offset_log or [0]) / 1024:,.1f} KB); "
+          f"idle at {n:,} streams: {_mib(ours.memory)}")
     return ours, single
 
 

@@ -148,7 +148,9 @@ class RangeStreamReader(DataSourceStreamReader):
                               plan_began: float) -> dict[str, Position]:
         """Before a prefix plan reports nothing new, the streams a listing made now finds
         that it has not seen: `processAllAvailable()` and idle queries see a stream
-        created a moment ago, while busy plans list only every discoveryIntervalMs."""
+        created a moment ago, while busy plans list only every discoveryIntervalMs. Where
+        listing takes long (tens of thousands of streams), the listing is left to the
+        background and the plan takes what it finds (`Discovery.now_if_quick`)."""
         backend = self._backend
         listed_at = self._discovery().listed_at
         if (self._options.selection.prefix is None or self._target is not None
@@ -156,7 +158,10 @@ class RangeStreamReader(DataSourceStreamReader):
                 or any(s not in start or backend.is_after(t, start[s])
                        for s, t in tails.items())):
             return {}
-        new = [s for s in self._discovery().now() if s not in start and s not in tails]
+        listed = self._discovery().now_if_quick()
+        if listed is None:
+            return {}
+        new = [s for s in listed if s not in start and s not in tails]
         found = self._backend.latest_many(new)
         return {s: tail for s, tail in found.items() if tail is not None}
 
