@@ -512,3 +512,18 @@ def test_basin_creating_streams_on_append(s2_server: Any, unique: Callable[[str]
         _check_partitions(basin, plans)
         assert after.get("create_stream", 0) == before.get("create_stream", 0)
         assert sorted(s.name for s in basin.list_streams()) == sorted(names)
+
+
+def test_a_write_creating_many_streams_creates_each_once(
+    s2_server: Any, basin: Any, unique: Callable[[str], str]
+) -> None:
+    """One partition writing 40 missing streams (createStreams) in a basin without
+    create_stream_on_append: one create request per stream, no more (the fan-out creates
+    a stream when its append is answered 404, then sends the append again), every row once."""
+    names = [unique(f"c{k:02d}") for k in range(40)]
+    plan: Plan = [(f"p0-{i}".encode(), [], names[i % 40]) for i in range(120)]
+    before = s2_server.request_counts()
+    _run_partitions(basin, [plan], SinkSettings(create_streams=True), [1000])
+    after = s2_server.request_counts()
+    _check_partitions(basin, [plan])
+    assert after.get("create_stream", 0) - before.get("create_stream", 0) == 40
