@@ -110,8 +110,10 @@ def split_ranges(
     size, and `minPartitions` spreads extra partitions across streams in proportion to
     their sizes (like Kafka's minPartitions).
     """
-    sizes = {s: backend.distance(a, b) for s, (a, b, _) in ranges.items()}
-    total = sum(n for n in sizes.values() if n)
+    distance = backend.distance
+    sizes = {s: distance(a, b) for s, (a, b, _) in ranges.items()}
+    total = sum(n for n in sizes.values() if n) if min_partitions else 0
+    cap = max_records_per_partition or math.inf
     out: list[RangePartition] = []
     for stream in sorted(sizes):
         start, end, from_origin = ranges[stream]
@@ -121,6 +123,9 @@ def split_ranges(
                 out.append(RangePartition(stream, start, end, from_origin))
             continue
         if size == 0:
+            continue
+        if size <= cap and not total:  # most streams, and every one without the options
+            out.append(RangePartition(stream, start, end, from_origin))
             continue
         parts = 1
         if max_records_per_partition:

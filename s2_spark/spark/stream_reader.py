@@ -188,8 +188,9 @@ class RangeStreamReader(DataSourceStreamReader):
         watch = self._tail_watch()
         kept: dict[str, Position] = {}
         if watch is not None:
-            known = {s: held[s] if s in held else start[s]
-                     for s in streams if s in held or s in start}
+            known = {s: start[s] for s in streams if s in start}
+            if held:
+                known.update((s, held[s]) for s in streams if s in held)
             quiet = watch.quiet(known)
             if self._idle:
                 held_for = hold.remaining() if hold is not None and held else IDLE_WAIT
