@@ -332,9 +332,9 @@ def test_a_plan_that_finds_nothing_new_lists_the_prefix_again(env: Env) -> None:
 def test_an_idle_plan_leaves_a_long_listing_to_the_background(
     env: Env, s2_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Where listing the prefix takes longer than QUICK_LISTING (tens of thousands of
-    streams), a plan that finds nothing new does not list it again itself: the listing
-    keeps to its cadence (here ten minutes, so the new stream waits); a quick one does."""
+    """Where the prefix holds more than QUICK_LISTING streams (tens of thousands take as
+    many pages), a plan that finds nothing new does not list it again itself: the listing
+    keeps to its cadence (here ten minutes, so the new stream waits); a short one does."""
     import s2_spark.spark._discovery as discovery
 
     env.fill("slow-", [2])
@@ -344,11 +344,11 @@ def test_an_idle_plan_leaves_a_long_listing_to_the_background(
         end = plan_all_available(reader, reader.initialOffset())
         env.client.basin(env.basin).create_stream("slow-new")
         env.append("slow-new", b"first")
-        monkeypatch.setattr(discovery, "QUICK_LISTING", -1.0)  # every listing is long
+        monkeypatch.setattr(discovery, "QUICK_LISTING", 0)  # every listing is long
         before = s2_server.request_counts().get("list_streams", 0)
         assert plan_all_available(reader, end) == end
         assert s2_server.request_counts().get("list_streams", 0) == before
-        monkeypatch.setattr(discovery, "QUICK_LISTING", 0.25)
+        monkeypatch.setattr(discovery, "QUICK_LISTING", 1)
         assert plan_all_available(reader, end) == {**end, "slow-new": 1}
     finally:
         reader.stop()

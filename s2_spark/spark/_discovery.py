@@ -9,9 +9,10 @@ waits at least 20 times as long as the last took): a listing costs the service a
 driver in proportion to the streams, and a new stream is read from its beginning when it
 is found, so finding it a little later loses nothing. A plan that needs the streams as
 they are now (the first, or one that would otherwise report nothing new) lists them
-itself, while a listing is quick (`QUICK_LISTING`, a page or two); a longer one (25,000
+itself, while a listing is short (`QUICK_LISTING`: up to two pages); a longer one (25,000
 streams are 25 pages, seconds against a busy server) it leaves to the background, on the
-same cadence, so idle plans over many streams do not each list them all.
+same cadence, so idle plans over many streams do not each list them all. (Counted in
+streams, not seconds: what a plan does must not depend on the machine's load.)
 
 Driver only; no protocol here.
 """
@@ -27,8 +28,8 @@ __all__ = ["LISTING_SHARE", "QUICK_LISTING", "Discovery"]
 
 #: A listing waits at least this many times as long as the last one took.
 LISTING_SHARE = 20
-#: Seconds a listing may take for a plan to make one itself (`Discovery.now_if_quick`).
-QUICK_LISTING = 0.25
+#: Streams the last listing found at most for a plan to list itself (`now_if_quick`).
+QUICK_LISTING = 2000
 
 log = logging.getLogger("s2_spark.spark")
 
@@ -43,7 +44,6 @@ class Discovery:
         self._lock = threading.Lock()
         self._last: tuple[float, list[str]] | None = None  # (when the listing began, names)
         self._gap = interval  # seconds from one listing to the next, at least
-        self._took = 0.0  # seconds the last listing took
         self._error: BaseException | None = None
         self._refreshing = False
 
@@ -59,16 +59,16 @@ class Discovery:
         names = self._list()
         took = time.monotonic() - began
         with self._lock:
-            self._took = took
             self._gap = max(self._interval, LISTING_SHARE * took)
             if self._last is None or self._last[0] <= began:
                 self._last = (began, names)
         return names
 
     def now_if_quick(self) -> list[str] | None:
-        """A listing made now, if the last one took at most `QUICK_LISTING`; else None:
-        the next is made in the background when it is due (`recent`)."""
-        return self.now() if self._last is None or self._took <= QUICK_LISTING else None
+        """A listing made now, if the last one found at most `QUICK_LISTING` streams; else
+        None: the next is made in the background when it is due (`recent`)."""
+        last = self._last
+        return self.now() if last is None or len(last[1]) <= QUICK_LISTING else None
 
     def recent(self) -> list[str]:
         """The last listing (made now if there is none); one older than the interval is

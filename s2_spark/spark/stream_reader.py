@@ -148,9 +148,9 @@ class RangeStreamReader(DataSourceStreamReader):
                               plan_began: float) -> dict[str, Position]:
         """Before a prefix plan reports nothing new, the streams a listing made now finds
         that it has not seen: `processAllAvailable()` and idle queries see a stream
-        created a moment ago, while busy plans list only every discoveryIntervalMs. Where
-        listing takes long (tens of thousands of streams), the listing is left to the
-        background and the plan takes what it finds (`Discovery.now_if_quick`)."""
+        created a moment ago, while busy plans list only every discoveryIntervalMs. Over
+        many streams (more than `QUICK_LISTING`), the listing is left to the background
+        and the plan takes what it finds (`Discovery.now_if_quick`)."""
         backend = self._backend
         listed_at = self._discovery().listed_at
         if (self._options.selection.prefix is None or self._target is not None
