@@ -102,6 +102,34 @@ def test_many_streams_share_one_http2_connection_and_each_is_seen(
         watch.close()
 
 
+def test_a_dropped_connection_is_polled_again_on_a_new_one_and_no_news_is_lost(
+    s2_server: Any, basin: BasinClient,
+) -> None:
+    from s2_spark.testing import TcpProxy
+
+    names = ["a", "b", "c"]
+    for name in names:
+        basin.create_stream(name)
+    with TcpProxy(s2_server.url) as proxy, \
+            S2Client(S2Config(endpoint=proxy.url)) as client:
+        watch = client.basin(basin.name).watch_tails(wait=30)
+        try:
+            positions = dict.fromkeys(names, 0)
+            watch.watch(positions)
+            until(lambda: proxy.connections == 1 and watch.quiet(positions) == set(names),
+                  "all quiet on one connection")
+            proxy.sever()  # mid-wait: every poll on it fails
+            basin.stream("b").append([AppendRecord(b"news")])
+            until(lambda: proxy.connections == 2, "polled again on a new connection")
+            until(lambda: watch.quiet(positions) == {"a", "c"}, "a, c quiet; b has news")
+            positions["b"] = 1
+            watch.watch(positions)
+            until(lambda: watch.quiet(positions) == set(names), "b quiet at its new tail")
+            assert watch.connections() == {"h2": 1, "http/1.1": 0}
+        finally:
+            watch.close()
+
+
 #: A child process whose open-files limit (soft and hard) is below the streams it
 #: watches: each stream's news is still seen, over two HTTP/2 connections (the local
 #: server takes 1,000 streams per connection, of which the watch uses 900).
