@@ -31,7 +31,7 @@ import httpx
 
 from ._h1 import ResponseReader, request_head
 from ._response import Response
-from ._routes import route_for
+from ._routes import Endpoint
 
 __all__ = ["AsyncConnection", "AsyncTimeouts", "open_tunnel"]
 
@@ -109,19 +109,13 @@ class AsyncConnection:
     opened again after a failure or a server's close. Loop thread only."""
 
     def __init__(self, base_url: str, ssl_context: Callable[[], ssl.SSLContext]) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http:// or https:// URL: {base_url!r}")
-        self._tls = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port or (443 if self._tls else 80)
-        default = self._port == (443 if self._tls else 80)
-        shown = f"[{self._host}]" if ":" in self._host else self._host
-        self._authority = f"{shown}:{self._port}"
-        self._host_header = (shown if default else self._authority).encode()
-        self._origin = f"{parts.scheme}://{self._host_header.decode()}"
-        self._prefix = parts.path.rstrip("/")
-        self._proxy = route_for(parts.scheme, self._host, self._port).proxy
+        end = Endpoint.of(base_url)
+        self._tls, self._host, self._port = end.tls, end.host, end.port
+        self._authority = end.authority
+        self._host_header = end.host_header.encode()
+        self._origin = f"{end.scheme}://{end.host_header}"
+        self._prefix = end.prefix
+        self._proxy = end.proxy
         self._ssl_context = ssl_context
         self._wire: _Wire | None = None
 

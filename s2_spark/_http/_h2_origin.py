@@ -16,14 +16,13 @@ import asyncio
 import ssl
 import threading
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 import httpx
 
 from ._async_connection import HEAD_BYTES, AsyncTimeouts, open_tunnel
 from ._h2_connection import H2Connection, NotHttp2, Unprocessed
 from ._response import Response
-from ._routes import route_for
+from ._routes import Endpoint
 
 __all__ = ["Http2Origin", "NotHttp2", "alpn_context"]
 
@@ -49,18 +48,13 @@ class Http2Origin:
     gives the TLS context with ALPN (`alpn_context`). Loop thread only."""
 
     def __init__(self, base_url: str, ssl_context: Callable[[], ssl.SSLContext]) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http:// or https:// URL: {base_url!r}")
-        self._tls = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port or (443 if self._tls else 80)
-        shown = f"[{self._host}]" if ":" in self._host else self._host
-        self._authority = f"{shown}:{self._port}"
-        self._scheme = parts.scheme.encode()
-        self._prefix = parts.path.rstrip("/")
-        self._proxy = route_for(parts.scheme, self._host, self._port).proxy
-        self._key = f"{parts.scheme}://{self._authority} via {self._proxy}"
+        end = Endpoint.of(base_url)
+        self._tls, self._host, self._port = end.tls, end.host, end.port
+        self._authority = end.authority
+        self._scheme = end.scheme.encode()
+        self._prefix = end.prefix
+        self._proxy = end.proxy
+        self._key = f"{end.scheme}://{end.authority} via {end.proxy}"
         if self._proxy is not None and not self._tls:
             self._remember(False)  # a forwarding proxy: HTTP/1.1, absolute-form requests
         self._ssl_context = ssl_context
