@@ -12,6 +12,7 @@ says it never looked at (a GOAWAY past it, or REFUSED_STREAM): safe to send agai
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import h2.config
@@ -38,6 +39,28 @@ HEADROOM = 0.9
 _HOP_BY_HOP = frozenset({b"connection", b"host", b"keep-alive", b"proxy-connection",
                          b"transfer-encoding", b"upgrade", b"te"})
 _CONFIG = h2.config.H2Configuration(client_side=True, header_encoding=None)
+#: New requests between two of h2's own counts of its open streams (see `_Counted`).
+SWEEP = 1024
+
+
+class _Counted(h2.connection.H2Connection):
+    """h2's connection, told how many requests are open by its owner: h2 counts them, on
+    every new request, by looking at every stream it holds, which at hundreds of
+    long-polls a connection cost more CPU than all the rest of a poll. h2's own count
+    (which also forgets closed streams) runs once every `SWEEP` requests."""
+
+    def __init__(self, open_requests: Callable[[], int]) -> None:
+        super().__init__(config=_CONFIG)
+        self._open_requests = open_requests
+        self._unswept = 0
+
+    @property
+    def open_outbound_streams(self) -> int:
+        self._unswept += 1
+        if self._unswept < SWEEP:
+            return self._open_requests()
+        self._unswept = 0
+        return int(super().open_outbound_streams)
 
 
 class NotHttp2(Exception):
@@ -66,7 +89,7 @@ class H2Connection(asyncio.Protocol):
     thread only."""
 
     def __init__(self) -> None:
-        self._h2 = h2.connection.H2Connection(config=_CONFIG)
+        self._h2 = _Counted(lambda: len(self._exchanges))
         self._h2.initiate_connection()
         self._h2.update_settings({h2.settings.SettingCodes.ENABLE_PUSH: 0,
                                   h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW})
@@ -112,17 +135,18 @@ class H2Connection(asyncio.Protocol):
         head = [(b":method", method), (b":scheme", scheme), (b":authority", authority),
                 (b":path", path)]
         head += [(k.lower(), v) for k, v in headers if k.lower() not in _HOP_BY_HOP]
+        try:
+            self._h2.send_headers(sid, head, end_stream=True)  # counts `_exchanges`: first
+        except h2.exceptions.ProtocolError as exc:
+            raise httpx.LocalProtocolError(f"{type(exc).__name__}: {exc}") from exc
         exchange = _Exchange(asyncio.get_running_loop().create_future(), head_only)
         self._exchanges[sid] = exchange
+        self._flush()
         try:
-            self._h2.send_headers(sid, head, end_stream=True)
-            self._flush()
             async with asyncio.timeout(read_timeout):
                 await exchange.done
         except TimeoutError as exc:
             raise httpx.ReadTimeout("no answer in time") from exc
-        except h2.exceptions.ProtocolError as exc:
-            raise httpx.LocalProtocolError(f"{type(exc).__name__}: {exc}") from exc
         finally:
             if self._exchanges.pop(sid, None) is not None:
                 self._reset(sid)  # given up on (timeout, cancelled) or cut short
