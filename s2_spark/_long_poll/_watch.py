@@ -88,9 +88,10 @@ Poll = Callable[[], Awaitable["Answer | News[Any]"]]
 
 
 def jittered_wait(wait: int) -> int:
-    """A long-poll wait in [wait/2, wait] whole seconds: polls started together would
-    otherwise all end, and be sent again, at the same moment every `wait` seconds."""
-    return random.randint(max(1, wait // 2), max(1, wait))
+    """A long-poll wait in [3/4 wait, wait] whole seconds: polls started together would
+    otherwise all end, and be sent again, at the same moment every `wait` seconds (a
+    quarter of 60 s spreads them over 15 s, and an idle stream costs a poll per 52 s)."""
+    return random.randint(max(1, wait * 3 // 4), max(1, wait))
 
 
 class LongPollWatch(Closeable, ABC, Generic[P]):

@@ -30,8 +30,8 @@ from ._transport import Transport
 __all__ = ["WATCH_WAIT", "TailWatch", "watch_limit"]
 
 #: Seconds a long-poll waits server-side at most (S2 allows up to 60, its OpenAPI's
-#: `wait`); each waits between half that and that, so an idle stream costs about one
-#: request per 45 s.
+#: `wait`); each waits between three quarters of that and that (`jittered_wait`), so an
+#: idle stream costs about one request per 52 s.
 WATCH_WAIT = 60
 
 
