@@ -28,9 +28,17 @@ SPARK_HOME = Path(pyspark.__file__).parent
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free ports: all held at once while asked for, so that daemons started
+    together (a master and its workers bind only seconds later) never get the same one."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 def wait_until(what: str, check: Callable[[], bool], deadline_s: float,
@@ -129,7 +137,7 @@ class StandaloneCluster:
     def __init__(self, work: Path, workers: int = 2) -> None:
         self.work = work
         self.env = spark_env(work)
-        self.port, self.ui_port = free_port(), free_port()
+        self.port, self.ui_port, *self._worker_ports = free_ports(2 + 2 * workers)
         self.master_url = f"spark://127.0.0.1:{self.port}"
         self.daemons: list[Daemon] = []
         self.workers: list[Daemon] = []
@@ -149,9 +157,9 @@ class StandaloneCluster:
                 work_dir.mkdir()
                 worker = Daemon(f"worker-{i}", [
                     spark_class, "org.apache.spark.deploy.worker.Worker", self.master_url,
-                    "--host", "127.0.0.1", "--port", str(free_port()),
-                    "--webui-port", str(free_port()), "--cores", "1", "--memory", "1g",
-                    "--work-dir", str(work_dir),
+                    "--host", "127.0.0.1", "--port", str(self._worker_ports[2 * i]),
+                    "--webui-port", str(self._worker_ports[2 * i + 1]),
+                    "--cores", "1", "--memory", "1g", "--work-dir", str(work_dir),
                 ], work_dir, env)
                 self.daemons.append(worker)
                 self.workers.append(worker)

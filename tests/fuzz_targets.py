@@ -74,16 +74,20 @@ def _batch_view(d: records.DecodedBatch) -> tuple[Any, ...]:
             d.first_seq_num, d.last_seq_num, d.metered_bytes)
 
 
-def _read_batch_both(payload: bytes, flags: int) -> None:
+def _read_batches_both(payloads: list[Any], flags: int) -> None:
     cmd, hdrs = bool(flags & 1), bool(flags & 2)
 
     def run(decode: Callable[..., records.DecodedBatch]) -> Any:
-        return _outcome(lambda: _batch_view(decode(payload, "s", cmd, hdrs)), (FrameError,))
+        return _outcome(lambda: _batch_view(decode(payloads, "s", cmd, hdrs)), (FrameError,))
 
     c = run(records._decode_c) if records._fastwire is not None else None
     py = run(records._decode_python)
     if c is not None:
-        _agree("decode_read_batch", c, py)
+        _agree("decode_read_batches", c, py)
+
+
+def _read_batch_both(payload: bytes, flags: int) -> None:
+    _read_batches_both([payload], flags)
 
 
 def read_batch(data: bytes) -> None:
@@ -97,6 +101,23 @@ def read_batch(data: bytes) -> None:
         if not payload.startswith(prefix[1]):
             raise Disagreement("read_batch_prefix returned bytes that are not a prefix")
         _read_batch_both(prefix[1], data[0])
+
+
+def read_batches(data: bytes) -> None:
+    """`decode_read_batches` over several payloads (a read session's consecutive frames),
+    C against protobuf merging them one by one: byte 0 the flags, then each payload a
+    `_Reader.blob`; with flag 4, memoryviews into the input (as the session passes them),
+    else bytes of their own (so the sanitizer sees a read past one's end)."""
+    if not data:
+        return
+    r, view = _Reader(data[1:]), memoryview(data)
+    pieces: list[Any] = []
+    while r.left():
+        blob = r.blob()
+        if blob is not None:
+            end = min(1 + r.pos, len(data))
+            pieces.append(view[end - len(blob) : end] if data[0] & 4 else blob)
+    _read_batches_both(pieces, data[0])
 
 
 # -- S2: AppendInput encoding -----------------------------------------------------------
@@ -374,20 +395,23 @@ def _prefix_after_comma(body: bytes, first: int = 0) -> Any:
 # -- S2S frames and SSE events (pure Python) --------------------------------------------
 
 
-def _frames(pieces: list[bytes]) -> list[Any]:
-    decoder = frames.FrameDecoder()
+def _frames(pieces: list[bytes], views: bool = False) -> list[Any]:
+    decoder = frames.FrameDecoder(views=views)
     out = [f for piece in pieces for f in decoder.feed(piece)]
     decoder.finish()
     return out
 
 
 def s2s_frames(data: bytes) -> None:
-    """`FrameDecoder` fed in pieces against fed at once; every message decoded as a
-    ReadBatch by both paths."""
+    """`FrameDecoder` fed in pieces against fed at once, and with `views` (bodies read in
+    place) against without; every message decoded as a ReadBatch by both paths."""
     if not data:
         return
-    got = _outcome(lambda: _frames(_cuts(data[1:], data[0])), (FrameError,))
+    pieces = _cuts(data[1:], data[0])
+    got = _outcome(lambda: _frames(pieces), (FrameError,))
     _agree("FrameDecoder pieces", got, _outcome(lambda: _frames([data[1:]]), (FrameError,)))
+    _agree("FrameDecoder views", got,
+           _outcome(lambda: _frames(pieces, views=True), (FrameError,)))
     for frame in got[1] if got[0] == "ok" else ():
         if isinstance(frame, frames.Message):
             _read_batch_both(frame.body, data[0])
@@ -486,6 +510,7 @@ def h1_response(data: bytes) -> None:
 
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "read_batch": read_batch,
+    "read_batches": read_batches,
     "encode_records": encode_records,
     "json_array": json_array,
     "json_prefix": json_prefix,
@@ -494,4 +519,5 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "sse": sse,
     "h1_response": h1_response,
 }
-"""Every fuzz target by name; the first four call one C entry point each."""
+"""Every fuzz target by name; the first five call one C entry point each (the first two
+the same one, with one payload and with several)."""

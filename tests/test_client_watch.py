@@ -83,21 +83,99 @@ def test_streams_past_the_limit_are_not_watched_but_named(basin: BasinClient) ->
     assert watch.quiet({"a": 0}) == set()  # closed: nothing is known any more
 
 
-def test_many_streams_each_on_its_own_connection_and_each_is_seen(basin: BasinClient) -> None:
+def test_many_streams_share_one_http2_connection_and_each_is_seen(
+    basin: BasinClient,
+) -> None:
     names = [f"m{k:03d}" for k in range(120)]
     for name in names:
         basin.create_stream(name)
     watch = basin.watch_tails(wait=5)
     try:
         positions = dict.fromkeys(names, 0)
-        watch.watch(positions)
+        assert watch.watch(positions) == set()  # no limit over HTTP/2
+        assert watch.limit is None
         until(lambda: watch.quiet(positions) == set(names), "all 120 are quiet")
-        assert len(watch._conns) == 120
-        until(lambda: all(c.connected for c in watch._conns.values()), "120 connections")
+        assert watch.connections() == {"h2": 1, "http/1.1": 0}
         basin.stream("m077").append([AppendRecord(b"z")])
         until(lambda: watch.quiet(positions) == set(names) - {"m077"}, "m077 has news")
     finally:
         watch.close()
+
+
+def test_a_dropped_connection_is_polled_again_on_a_new_one_and_no_news_is_lost(
+    s2_server: Any, basin: BasinClient,
+) -> None:
+    from s2_spark.testing import TcpProxy
+
+    names = ["a", "b", "c"]
+    for name in names:
+        basin.create_stream(name)
+    with TcpProxy(s2_server.url) as proxy, \
+            S2Client(S2Config(endpoint=proxy.url)) as client:
+        watch = client.basin(basin.name).watch_tails(wait=30)
+        try:
+            positions = dict.fromkeys(names, 0)
+            watch.watch(positions)
+            until(lambda: proxy.connections == 1 and watch.quiet(positions) == set(names),
+                  "all quiet on one connection")
+            proxy.sever()  # mid-wait: every poll on it fails
+            basin.stream("b").append([AppendRecord(b"news")])
+            until(lambda: proxy.connections == 2, "polled again on a new connection")
+            until(lambda: watch.quiet(positions) == {"a", "c"}, "a, c quiet; b has news")
+            positions["b"] = 1
+            watch.watch(positions)
+            until(lambda: watch.quiet(positions) == set(names), "b quiet at its new tail")
+            assert watch.connections() == {"h2": 1, "http/1.1": 0}
+        finally:
+            watch.close()
+
+
+#: A child process whose open-files limit (soft and hard) is below the streams it
+#: watches: each stream's news is still seen, over two HTTP/2 connections (the local
+#: server takes 1,000 streams per connection, of which the watch uses 900).
+_OVER_THE_FD_LIMIT = """
+import resource, sys, time
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
+
+url, basin_name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+names = [f"f{k:05d}" for k in range(n)]
+
+def until(cond, what):
+    deadline = time.monotonic() + 60
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+with S2Client(S2Config(endpoint=url)) as client:
+    basin = client.basin(basin_name)
+    with basin.watch_tails(wait=30) as watch:
+        positions = dict.fromkeys(names, 0)
+        assert watch.watch(positions) == set(), "streams left unwatched"
+        until(lambda: watch.quiet(positions) == set(names), "all quiet")
+        for name in (names[0], names[n // 2], names[-1]):
+            basin.stream(name).append([AppendRecord(b"news")])
+            until(lambda: name not in watch.quiet(positions), f"{name} seen")
+            positions[name] = 1
+            watch.watch(positions)
+            until(lambda: watch.quiet(positions) == set(names), "all quiet again")
+        used = watch.connections()
+print(used["h2"], used["http/1.1"], "ok")
+"""
+
+
+def test_a_watch_over_more_streams_than_the_process_may_open_files_sees_each(
+    s2_server: Any, basin: BasinClient,
+) -> None:
+    import subprocess
+    import sys
+
+    n = 1200
+    basin.create_streams([f"f{k:05d}" for k in range(n)])
+    out = subprocess.run([sys.executable, "-c", _OVER_THE_FD_LIMIT, s2_server.url,
+                          basin.name, str(n)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["2", "0", "ok"]
 
 
 def test_the_watch_raises_the_open_files_limit_and_keeps_a_reserve() -> None:
@@ -112,7 +190,7 @@ def test_the_watch_raises_the_open_files_limit_and_keeps_a_reserve() -> None:
         pytest.skip(f"needs a finite hard limit of 2048 or more (it is {hard})")
     code = (
         "import resource\n"
-        "from s2_spark._tail_watch import FD_RESERVE, watch_limit\n"
+        "from s2_spark._long_poll import FD_RESERVE, watch_limit\n"
         "_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
         "limit = watch_limit()\n"

@@ -14,6 +14,7 @@ import pytest
 from durable_testbed import DurableServer
 from http_proxy import HttpProxy
 
+from s2_spark._long_poll import watch_limit
 from s2_spark.durable import DurableConfig, DurableStream, DurableStreamsClient, DurableTailWatch
 
 TOKEN = "Bearer watch-secret-token"
@@ -83,6 +84,10 @@ def test_quiet_until_an_append_then_rearmed_from_the_new_tail(
         assert watch.quiet(positions) == set()  # nothing known before watching
         watch.watch(positions)
         until(lambda: watch.quiet(positions) == {a, b, c}, "all three are quiet")
+        # The reference server speaks HTTP/1.1 only: one connection per stream, as many
+        # as the process may open files for.
+        assert watch.connections() == {"h2": 0, "http/1.1": 3}
+        assert watch.limit == watch_limit()
         assert watch.quiet({**positions, a: {"offset": "-1", "skip": 0}}) == {b, c}
         sb.append(b"\x00")
         watch.wait({a, b, c}, timeout=60)  # the append ends it, long before the timeout

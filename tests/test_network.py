@@ -242,8 +242,8 @@ def tls_server(certs: Certs) -> Iterator[LocalS2Server]:
 
 def round_trip(url: str, basin: str, tls: TlsConfig | None, **kw: Any) -> list[bytes]:
     """Appends, a read session, a unary read and a tail lookup on the fan-out; then the
-    tail watch's long-polls (their own connections) see the stream quiet, and see a record
-    appended to it."""
+    tail watch's long-polls (over HTTP/2, chosen by ALPN over TLS) see the stream quiet,
+    and see a record appended to it."""
     with S2Client(S2Config(endpoint=url, tls=tls, **kw)) as c:
         c.ensure_basin(basin)
         c.basin(basin).ensure_stream("s")
@@ -253,11 +253,13 @@ def round_trip(url: str, basin: str, tls: TlsConfig | None, **kw: Any) -> list[b
                for b in x.batch.column("body").to_pylist()]
         assert s.read(seq_num=0, count=10).count == 10
         assert c.basin(basin).check_tails(["s"])["s"].seq_num == 1500  # the fan-out
-        watched_news(c.basin(basin), s, 1500)
+        assert watched_news(c.basin(basin), s, 1500) == {"h2": 1, "http/1.1": 0}
         return out
 
 
-def watched_news(basin: Any, stream: Any, tail: int) -> None:
+def watched_news(basin: Any, stream: Any, tail: int) -> dict[str, int]:
+    """The watch sees `stream` quiet at `tail`, then a record appended to it; the
+    connections it polled over, by protocol."""
     with basin.watch_tails(wait=2) as watch:
         watch.watch({"s": tail})
         deadline = time.monotonic() + 20
@@ -267,6 +269,7 @@ def watched_news(basin: Any, stream: Any, tail: int) -> None:
         stream.append([AppendRecord(b"news")])
         watch.wait({"s"}, timeout=20)
         assert watch.quiet({"s": tail}) == set()
+        return watch.connections()
 
 
 def test_a_private_ca_is_trusted_through_the_ca_option(
@@ -372,7 +375,8 @@ def test_the_tail_watch_goes_through_a_forwarding_proxy(
 ) -> None:
     with S2Client(S2Config(endpoint=s2_server.url)) as client:
         before = len(http_proxy.request_lines)
-        watched_news(client.basin(filled), client.basin(filled).stream("s"), 1000)
+        used = watched_news(client.basin(filled), client.basin(filled).stream("s"), 1000)
+    assert used == {"h2": 0, "http/1.1": 1}  # a forwarding proxy: HTTP/1.1
     polls = [line for line in http_proxy.request_lines[before:]
              if line.startswith(f"GET {s2_server.url}/v1/streams/s/records?seq_num=1000")]
     assert polls  # absolute-form long-polls, forwarded

@@ -30,8 +30,8 @@ def decode(impl: str, payload: bytes, stream: str = "s", **kw: bool) -> DecodedB
     inc_cmd = kw.get("include_command_records", True)
     inc_h = kw.get("include_headers", True)
     if impl == "c":
-        return R._decode_c(payload, stream, inc_cmd, inc_h)
-    return R._decode_python(payload, stream, inc_cmd, inc_h)
+        return R._decode_c([payload], stream, inc_cmd, inc_h)
+    return R._decode_python([payload], stream, inc_cmd, inc_h)
 
 
 def expected(

@@ -410,3 +410,78 @@ def test_a_query_over_more_streams_than_plain_offsets_hold_restarts_exactly(
     batches.clear()
     run()
     assert batches == {0: first, 1: sorted((s, sizes[s], b"late") for s in late)}
+
+
+#: An idle query in a process that may open `limit` files (soft and hard: the watch cannot
+#: raise it) over more streams than that, each holding one record. Prints the rows read
+#: first, the tail lookups the server took over five idle triggers once the query
+#: settled, then the rows of the micro-batch that holds a record appended to one stream.
+IDLE_OVER_FD_CHILD = textwrap.dedent("""
+    import json, os, resource, sys, time
+    url, basin, stream, limit = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+    from s2_spark.s2 import AppendRecord, S2Client, S2Config
+    from s2_spark.testing._server import fetch_request_counts
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.sql.streaming.noDataProgressEventInterval", "0").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    df = (spark.readStream.format("s2").option("endpoint", url).option("basin", basin)
+          .option("streamPrefix", "fd-").load())
+    rows = []
+    q = (df.writeStream.trigger(processingTime="200 milliseconds")
+         .foreachBatch(lambda b, _: rows.extend(b.select("stream", "seq_num").collect()))
+         .start())
+
+    def triggers(n):
+        deadline = time.monotonic() + 120
+        seen = []
+        while len(seen) < n:
+            assert time.monotonic() < deadline, "the query stopped triggering"
+            p = q.lastProgress
+            if p is not None and (not seen or seen[-1] != p["timestamp"]):
+                seen.append(p["timestamp"])
+            time.sleep(0.05)
+
+    triggers(5)
+    before = fetch_request_counts(url).get("check_tail", 0)
+    triggers(5)
+    idle_lookups = fetch_request_counts(url).get("check_tail", 0) - before
+    first, rows[:] = len(rows), []
+    with S2Client(S2Config(endpoint=url)) as c:
+        c.basin(basin).stream(stream).append([AppendRecord(b"news")])
+    deadline = time.monotonic() + 60
+    while not rows:
+        assert time.monotonic() < deadline, "the record never showed"
+        time.sleep(0.05)
+    q.stop()
+    print(json.dumps({"first": first, "idle_lookups": idle_lookups,
+                      "rows": [[r.stream, r.seq_num] for r in rows]}))
+""")
+
+
+def test_an_idle_query_over_more_streams_than_open_files_sees_any_append(
+    env: Env, tmp_path: Path
+) -> None:
+    """Over HTTP/2 the watch holds every stream whatever the open-files limit: idle plans
+    look nothing up (over HTTP/1.1, 1,024 of these streams would be left to lookups in
+    turn), and a record appended to any stream is planned."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    limit, n = 2048, 2600
+    names = [f"fd-{k:05d}" for k in range(n)]
+    basin = env.client.basin(env.basin)
+    basin.create_streams(names)
+    # Streams with a record: an empty one is not in the offsets, and is looked up by
+    # every plan as a new stream, watch or not.
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda s: basin.stream(s).append([AppendRecord(b"x")]), names))
+    script = tmp_path / "child.py"
+    script.write_text(IDLE_OVER_FD_CHILD)
+    target = names[1777]
+    done = subprocess.run([sys.executable, str(script), env.url, env.basin, target,
+                           str(limit)], capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got == {"first": n, "idle_lookups": 0, "rows": [[target, 1]]}

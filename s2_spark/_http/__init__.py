@@ -6,6 +6,8 @@
 * `AsyncConnection`: HTTP/1.1 on an asyncio protocol, one request at a time, its
   messages framed by `_h1` (a response parser fuzzed against h11): each watched stream's
   long-polls, and the connections of a `Fanout` (many small requests at once).
+* `Http2Origin` (`_h2_origin`, on `_h2_connection`): requests to one origin over HTTP/2,
+  many to a connection: the tail watch's long-polls, where the service speaks it.
 * `Fanout`: the calls of a batch sent together from threaded code, on one event loop.
 * `Exchange`: what one request did on the wire (sent whole? on a reused connection?),
   and `transport_error`: a transport failure as a typed error, TLS problems told apart.

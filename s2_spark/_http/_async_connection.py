@@ -31,9 +31,9 @@ import httpx
 
 from ._h1 import ResponseReader, request_head
 from ._response import Response
-from ._routes import route_for
+from ._routes import Endpoint
 
-__all__ = ["AsyncConnection", "AsyncTimeouts"]
+__all__ = ["AsyncConnection", "AsyncTimeouts", "open_tunnel"]
 
 Headers = list[tuple[bytes, bytes]]
 #: What `get(head_only=True)` reads of a body at most.
@@ -109,19 +109,13 @@ class AsyncConnection:
     opened again after a failure or a server's close. Loop thread only."""
 
     def __init__(self, base_url: str, ssl_context: Callable[[], ssl.SSLContext]) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http:// or https:// URL: {base_url!r}")
-        self._tls = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port or (443 if self._tls else 80)
-        default = self._port == (443 if self._tls else 80)
-        shown = f"[{self._host}]" if ":" in self._host else self._host
-        self._authority = f"{shown}:{self._port}"
-        self._host_header = (shown if default else self._authority).encode()
-        self._origin = f"{parts.scheme}://{self._host_header.decode()}"
-        self._prefix = parts.path.rstrip("/")
-        self._proxy = route_for(parts.scheme, self._host, self._port).proxy
+        end = Endpoint.of(base_url)
+        self._tls, self._host, self._port = end.tls, end.host, end.port
+        self._authority = end.authority
+        self._host_header = end.host_header.encode()
+        self._origin = f"{end.scheme}://{end.host_header}"
+        self._prefix = end.prefix
+        self._proxy = end.proxy
         self._ssl_context = ssl_context
         self._wire: _Wire | None = None
 
@@ -196,37 +190,53 @@ class AsyncConnection:
         return await self._connect_via_proxy(self._proxy)
 
     async def _connect_via_proxy(self, proxy_url: str) -> _Wire:
-        loop = asyncio.get_running_loop()
-        proxy = urlsplit(proxy_url)
-        tls_to_proxy = proxy.scheme == "https"
-        assert proxy.hostname is not None, "route_for gives proxies with a host"
-        transport, wire = await loop.create_connection(
-            _Wire, proxy.hostname, proxy.port or (443 if tls_to_proxy else 80),
-            ssl=self._ssl_context() if tls_to_proxy else None,
-            server_hostname=proxy.hostname if tls_to_proxy else None)
         if not self._tls:
-            return wire  # absolute-form requests, forwarded by the proxy
-        authority = self._authority.encode()
-        head = [(b"host", authority)]
-        if proxy.username is not None:
-            raw = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}".encode()
-            head.append((b"proxy-authorization", b"Basic " + base64.b64encode(raw)))
-        # The tunnel's answer has a body only if the proxy refuses (then it is dropped).
-        answer = ResponseReader(head_request=True)
-        try:
-            await _answer(wire, request_head(b"CONNECT", authority, head), answer, None)
-        except BaseException:
-            transport.close()
-            raise
-        if answer.status != 200:
-            transport.close()
-            raise OSError(f"the proxy refused the tunnel (HTTP {answer.status})")
-        tls = await loop.start_tls(transport, wire, self._ssl_context(),
-                                   server_hostname=self._host)
+            return await _connect_to_proxy(proxy_url, self._ssl_context)  # absolute form
+        transport, wire = await open_tunnel(proxy_url, self._authority, self._ssl_context)
+        tls = await asyncio.get_running_loop().start_tls(
+            transport, wire, self._ssl_context(), server_hostname=self._host)
         assert isinstance(tls, asyncio.Transport)
         wire.transport = tls
         return wire
 
+
+async def _connect_to_proxy(proxy_url: str,
+                            ssl_context: Callable[[], ssl.SSLContext]) -> _Wire:
+    """A connection to the proxy itself (TLS to it for an `https://` proxy)."""
+    proxy = urlsplit(proxy_url)
+    tls_to_proxy = proxy.scheme == "https"
+    assert proxy.hostname is not None, "route_for gives proxies with a host"
+    _, wire = await asyncio.get_running_loop().create_connection(
+        _Wire, proxy.hostname, proxy.port or (443 if tls_to_proxy else 80),
+        ssl=ssl_context() if tls_to_proxy else None,
+        server_hostname=proxy.hostname if tls_to_proxy else None)
+    return wire
+
+
+async def open_tunnel(proxy_url: str, authority: str,
+                      ssl_context: Callable[[], ssl.SSLContext]) -> tuple[asyncio.Transport, _Wire]:
+    """A CONNECT tunnel through the proxy to `authority` (host:port), with the proxy's
+    credentials from its URL: the transport to start TLS to the origin on, and its
+    protocol until then. OSError when the proxy refuses."""
+    wire = await _connect_to_proxy(proxy_url, ssl_context)
+    transport = wire.transport
+    assert transport is not None
+    proxy = urlsplit(proxy_url)
+    head = [(b"host", authority.encode())]
+    if proxy.username is not None:
+        raw = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}".encode()
+        head.append((b"proxy-authorization", b"Basic " + base64.b64encode(raw)))
+    # The tunnel's answer has a body only if the proxy refuses (then it is dropped).
+    answer = ResponseReader(head_request=True)
+    try:
+        await _answer(wire, request_head(b"CONNECT", authority.encode(), head), answer, None)
+    except BaseException:
+        transport.close()
+        raise
+    if answer.status != 200:
+        transport.close()
+        raise OSError(f"the proxy refused the tunnel (HTTP {answer.status})")
+    return transport, wire
 
 
 async def _answer(wire: _Wire, data: bytes, reader: ResponseReader,

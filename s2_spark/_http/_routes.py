@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlsplit
 
 import httpcore
 
-__all__ = ["PoolLimits", "Route", "route_for"]
+__all__ = ["Endpoint", "PoolLimits", "Route", "route_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,3 +92,33 @@ def _bypassed(host: str, port: int, no_proxy: str) -> bool:
         if host == name or host.endswith("." + name):
             return True
     return False
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where a base URL's requests go, as the asyncio connections need it: TLS or not,
+    host and port, `authority` (host:port, for CONNECT and HTTP/2), `host_header` (the
+    port left out when it is the scheme's own), the path prefix and the proxy, if any."""
+
+    scheme: str
+    tls: bool
+    host: str
+    port: int
+    authority: str
+    host_header: str
+    prefix: str
+    proxy: str | None
+
+    @classmethod
+    def of(cls, base_url: str) -> Endpoint:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http:// or https:// URL: {base_url!r}")
+        tls = parts.scheme == "https"
+        host = parts.hostname
+        port = parts.port or (443 if tls else 80)
+        shown = f"[{host}]" if ":" in host else host
+        authority = f"{shown}:{port}"
+        default = port == (443 if tls else 80)
+        return cls(parts.scheme, tls, host, port, authority, shown if default else authority,
+                   parts.path.rstrip("/"), route_for(parts.scheme, host, port).proxy)

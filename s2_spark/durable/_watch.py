@@ -4,7 +4,7 @@ on every plan.
 A long-poll read (`GET <stream>?offset=O&live=long-poll[&cursor=C]`) answers at once with
 data at or after O, or waits up to the server's long-poll timeout and answers 204; a closed
 stream read at its end answers 204 with `Stream-Closed: true` at once. The engine
-(`s2_spark._tail_watch`) keeps one such read outstanding per stream and tracks which
+(`s2_spark._long_poll`) keeps one such read outstanding per stream and tracks which
 streams are quiet; this module only builds the read and tells what its answer means.
 
 Positions are the Durable backend's: `{"offset": O, "skip": k, ...}` (k units after
@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from s2_spark._http import AsyncTimeouts, Response
-from s2_spark._tail_watch import Answer, ClientSettings, LongPollWatch, Poll
+from s2_spark._long_poll import Answer, ClientSettings, LongPollWatch, Poll
 
 from ._reads import flag, is_json
 from ._transport import Transport, query, split_url
@@ -43,7 +43,7 @@ class DurableTailWatch(LongPollWatch[Position]):
 
     def __init__(self, transport: Transport, *, limit: int | None = None,
                  repoll_pause: float = REPOLL_PAUSE) -> None:
-        """`limit`: streams watched at most (by default `watch_limit()`);
+        """`limit`: streams watched at most (by default, see `LongPollWatch.limit`);
         `repoll_pause`: see `REPOLL_PAUSE`."""
         self._config = cfg = transport.config
         self._cursors: dict[str, str] = {}  # loop thread: the last Stream-Cursor per stream
@@ -54,7 +54,7 @@ class DurableTailWatch(LongPollWatch[Position]):
             headers=[*transport.base_headers(), (b"accept-encoding", b"identity")],
             tls=cfg.tls,
         )
-        super().__init__(settings, limit=limit, repoll_pause=repoll_pause,
+        super().__init__(settings, cfg.base_url, limit=limit, repoll_pause=repoll_pause,
                          label=f"base_url={cfg.base_url!r}")
 
     def _watchable(self, position: Position) -> bool:

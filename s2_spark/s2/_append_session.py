@@ -63,7 +63,7 @@ class SessionResult:
     error: ServiceError | None = None
 
 
-def ack_of(raw: bytes) -> AppendAck:
+def ack_of(raw: bytes | memoryview) -> AppendAck:
     """An AppendAck answer (protobuf, or an S2S frame's body), decoded."""
     a = s2_pb2.AppendAck.FromString(raw)
     return AppendAck(

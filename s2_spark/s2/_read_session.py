@@ -2,14 +2,16 @@
 
 Each data frame becomes one DecodedBatch, or, with `batch_bytes`, consecutive data frames
 up to that many payload bytes become one: a ReadBatch's fields repeat, so the frames'
-payloads joined are one ReadBatch holding all their records (and the last tail), decoded
-in one pass into one Arrow batch. Progress (next seq_num, records and metered bytes
-delivered) is tracked per frame, so a reconnect resumes at the first undelivered record
-with count/bytes reduced by what was delivered: every record is delivered exactly once.
-Silence longer than `session_idle_timeout` (no data, no heartbeat) is a dead session; like
-transport failures and retryable terminal frames it is retried until the retry policy's
-timeout passes without a frame. A frame
-flagged "reconnect advised" is delivered, then the session reconnects without backoff.
+payloads are decoded as the one ReadBatch their concatenation is (all their records, the
+last tail) into one Arrow batch, where they were received (`decode_read_batches` over
+views into the socket's reads: no payload is copied before the Arrow buffers).
+Progress (next seq_num, records and metered bytes delivered) is tracked per frame, so a
+reconnect resumes at the first undelivered record with count/bytes reduced by what was
+delivered: every record is delivered exactly once. Silence longer than
+`session_idle_timeout` (no data, no heartbeat) is a dead session; like transport failures
+and retryable terminal frames it is retried until the retry policy's timeout passes
+without a frame. A frame flagged "reconnect advised" is delivered, then the session
+reconnects without backoff.
 """
 
 from __future__ import annotations
@@ -196,8 +198,8 @@ class ReadSession(ResumableRead["DecodedBatch"]):
         """Deliver one response's data frames (held until `batch_bytes` of them are
         here); "ended" when the server ended the body. Frames held when the connection
         fails were not delivered: the next attempt reads them again."""
-        decoder = FrameDecoder()
-        held: list[bytes] = []
+        decoder = FrameDecoder(views=True)
+        held: list[bytes | memoryview] = []
         size = 0
         for chunk in resp.iter_raw():
             for frame in decoder.feed(chunk):
@@ -222,15 +224,15 @@ class ReadSession(ResumableRead["DecodedBatch"]):
         return "ended"
 
     def _deliver(
-        self, bodies: list[bytes], *, advised: bool
+        self, bodies: list[bytes | memoryview], *, advised: bool
     ) -> Generator[DecodedBatch, None, AttemptOutcome | None]:
         """Decode the payloads of consecutive frames as one ReadBatch, account for it and
         yield it (a heartbeat only with `heartbeats`); "done" at the session's bounds,
         "reconnect" after a frame advising it, else None."""
-        from s2_spark.wire.records import decode_read_batch
+        from s2_spark.wire.records import decode_read_batches
 
-        decoded = decode_read_batch(
-            bodies[0] if len(bodies) == 1 else b"".join(bodies),
+        decoded = decode_read_batches(
+            bodies,
             self.stream,
             include_command_records=self._include_command_records,
             include_headers=self._include_headers,

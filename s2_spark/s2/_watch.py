@@ -2,7 +2,7 @@
 
 S2 has no call that watches several streams, but a unary read with `wait` long-polls one:
 it answers as soon as a record at or after its seq_num exists, or empty after `wait`
-seconds. The engine (`s2_spark._tail_watch`) keeps one such read outstanding per stream
+seconds. The engine (`s2_spark._long_poll`) keeps one such read outstanding per stream
 and tracks which streams are quiet; this module only builds the read and tells what its
 answer means.
 """
@@ -14,8 +14,7 @@ from urllib.parse import quote
 from google.protobuf.message import DecodeError
 
 from s2_spark._http import AsyncTimeouts
-from s2_spark._proto import s2_pb2
-from s2_spark._tail_watch import (
+from s2_spark._long_poll import (
     Answer,
     ClientSettings,
     LongPollWatch,
@@ -24,14 +23,16 @@ from s2_spark._tail_watch import (
     jittered_wait,
     watch_limit,
 )
+from s2_spark._proto import s2_pb2
 
 from ._transport import Transport
 
 __all__ = ["WATCH_WAIT", "TailWatch", "watch_limit"]
 
-#: Seconds a long-poll waits server-side at most (S2 allows up to 60); each waits between
-#: half that and that.
-WATCH_WAIT = 40
+#: Seconds a long-poll waits server-side at most (S2 allows up to 60, its OpenAPI's
+#: `wait`); each waits between three quarters of that and that (`jittered_wait`), so an
+#: idle stream costs about one request per 52 s.
+WATCH_WAIT = 60
 
 
 class TailWatch(LongPollWatch[int]):
@@ -41,8 +42,8 @@ class TailWatch(LongPollWatch[int]):
     def __init__(self, transport: Transport, basin: str, *, wait: int = WATCH_WAIT,
                  limit: int | None = None) -> None:
         """`wait`: seconds each read waits at most; `limit`: streams watched at most (by
-        default `watch_limit()`)."""
-        self._base_url = transport.base_url(basin)
+        default, see `LongPollWatch.limit`)."""
+        self._basin_url = transport.base_url(basin)
         self._wait = wait
         cfg = transport.config
         settings = ClientSettings(
@@ -50,14 +51,14 @@ class TailWatch(LongPollWatch[int]):
             headers=[*transport.base_headers(basin), (b"accept", b"application/protobuf")],
             tls=cfg.tls,
         )
-        super().__init__(settings, limit=limit, label=f"basin={basin!r}")
+        super().__init__(settings, self._basin_url, limit=limit, label=f"basin={basin!r}")
 
     def _poller(self, stream: str, position: int) -> Poll:
         """A read of one record from `position` that waits a random part of `wait`."""
         path = f"/streams/{quote(stream, safe='')}/records?seq_num={position}&count=1&wait="
 
         async def poll() -> Answer | News[int]:
-            resp = await self._get(stream, self._base_url, f"{path}{jittered_wait(self._wait)}")
+            resp = await self._get(stream, self._basin_url, f"{path}{jittered_wait(self._wait)}")
             if resp.status_code != 200:
                 return Answer.FAILED
             try:

@@ -115,7 +115,7 @@ class AppendHandlers:
                     if isinstance(frame, Terminal):
                         raise ApiError.bad("bad_frame", "unexpected terminal frame as input")
                     assert isinstance(frame, Message)
-                    records, match, fence = parse_proto_input(frame.body)
+                    records, match, fence = parse_proto_input(bytes(frame.body))
                     ack = self._append(stream, records, match, fence)
                     out.put_nowait(encode_message(ack_proto(ack), compression))
                 if not msg.get("more_body", False):

@@ -1,9 +1,11 @@
 /*
  * Hot-path S2 protobuf codecs for s2_spark.wire (optional accelerator).
  *
- * decode_read_batch: scans an S2 ReadBatch message once and fills the flat buffers
- * (offsets + data) that pyarrow arrays are built from, so no Python object is made
- * per record. encode_records: the reverse for AppendRecord entries of an AppendInput.
+ * decode_read_batches: scans S2 ReadBatch messages (consecutive frames' payloads, read
+ * where they were received) once and fills the flat buffers (offsets + data) of one set
+ * of pyarrow arrays, so no Python object is made per record and nothing is copied but
+ * the bytes the arrays hold. encode_records: the reverse for AppendRecord entries of an
+ * AppendInput.
  * The pure-Python code in records.py / appends.py defines the behaviour; this module
  * must produce byte-identical results (the tests compare both).
  *
@@ -333,27 +335,69 @@ static int scan_batch(const uint8_t *p, const uint8_t *end, scan_t *s, perr_t *e
     return 1;
 }
 
+/* The buffers of a list or tuple of bytes-like objects, held until release_parts. */
+typedef struct {
+    PyObject *seq;
+    Py_buffer *views;
+    Py_ssize_t n;
+} parts_t;
+
+static void release_parts(parts_t *parts) {
+    for (Py_ssize_t i = 0; i < parts->n; i++) PyBuffer_Release(&parts->views[i]);
+    PyMem_Free(parts->views);
+    Py_XDECREF(parts->seq);
+    parts->views = NULL;
+    parts->seq = NULL;
+    parts->n = 0;
+}
+
+static int hold_parts(PyObject *payloads, parts_t *parts) {
+    parts->n = 0;
+    parts->views = NULL;
+    parts->seq = PySequence_Fast(payloads, "payloads must be a list or tuple of buffers");
+    if (!parts->seq) return 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(parts->seq);
+    parts->views = (Py_buffer *)PyMem_Calloc(n ? (size_t)n : 1, sizeof(Py_buffer));
+    if (!parts->views) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(parts->seq);
+    for (; parts->n < n; parts->n++)
+        if (PyObject_GetBuffer(items[parts->n], &parts->views[parts->n], PyBUF_SIMPLE) < 0)
+            return 0;
+    return 1;
+}
+
 /*
- * decode_read_batch(payload, stream_utf8, include_command_records, include_headers)
+ * decode_read_batches(payloads, stream_utf8, include_command_records, include_headers)
  * -> (count, first_seq, last_seq, metered, tail, n_out, stream_offsets, stream_data,
  *     seq_nums, timestamps_us, body_offsets, body_data,
  *     header_offsets, name_offsets, name_data, value_offsets, value_data)
+ * payloads: a list or tuple of buffers, each a whole ReadBatch, read in place. They decode
+ * as the one message their concatenation is (the records of all, in order; tail fields
+ * merged, the last value of each winning), each checked on its own as a message.
  * The header buffers are None when include_headers is false.
  */
-static PyObject *fw_decode_read_batch(PyObject *self, PyObject *args) {
-    Py_buffer view, sview;
+static PyObject *fw_decode_read_batches(PyObject *self, PyObject *args) {
+    PyObject *payloads;
+    Py_buffer sview;
     int include_cmd, include_headers;
-    if (!PyArg_ParseTuple(args, "y*y*pp", &view, &sview, &include_cmd, &include_headers))
+    if (!PyArg_ParseTuple(args, "Oy*pp", &payloads, &sview, &include_cmd, &include_headers))
         return NULL;
-    const uint8_t *p = (const uint8_t *)view.buf, *end = p + view.len;
     perr_t err = {NULL};
     scan_t sc = {NULL, 0, 0, 0, 0, 0};
+    parts_t parts = {NULL, NULL, 0};
     PyObject *result = NULL;
     PyObject *bufs[11] = {NULL};
-    int rc;
+    int rc = 1;
 
+    if (!hold_parts(payloads, &parts)) goto error;
     Py_BEGIN_ALLOW_THREADS
-    rc = scan_batch(p, end, &sc, &err);
+    for (Py_ssize_t i = 0; i < parts.n && rc == 1; i++) {
+        const uint8_t *p = (const uint8_t *)parts.views[i].buf;
+        rc = scan_batch(p, p + parts.views[i].len, &sc, &err);
+    }
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         PyErr_NoMemory();
@@ -502,7 +546,7 @@ error:
     result = NULL;
 done:
     PyMem_RawFree(sc.recs);
-    PyBuffer_Release(&view);
+    release_parts(&parts);
     PyBuffer_Release(&sview);
     return result;
 }
@@ -710,7 +754,8 @@ static PyObject *fw_set_error_type(PyObject *self, PyObject *arg) {
 }
 
 static PyMethodDef methods[] = {
-    {"decode_read_batch", fw_decode_read_batch, METH_VARARGS, "Decode a ReadBatch to buffers."},
+    {"decode_read_batches", fw_decode_read_batches, METH_VARARGS,
+     "Decode ReadBatch messages, read in place, to one set of buffers."},
     {"encode_records", fw_encode_records, METH_VARARGS, "Encode AppendRecord entries."},
     {"_set_error_type", fw_set_error_type, METH_O, "Set the exception type for bad input."},
     {NULL, NULL, 0, NULL},

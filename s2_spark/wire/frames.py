@@ -76,9 +76,10 @@ class Compression(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """A regular frame: its decompressed protobuf payload."""
+    """A regular frame: its decompressed protobuf payload (a memoryview into the input
+    from a `FrameDecoder(views=True)`)."""
 
-    body: bytes
+    body: bytes | memoryview
     reconnect_advised: bool = False
 
 
@@ -133,12 +134,17 @@ class FrameDecoder:
     A frame that spans several chunks is assembled once, when its last byte arrives,
     so a 2 MiB frame fed in 64 KiB chunks is copied a bounded number of times.
     After a terminal frame the session is over, so any further byte is an error.
-    `finish()` at end of input reports a truncated trailing frame.
+    `finish()` at end of input reports a truncated trailing frame. With `views`, an
+    uncompressed payload that arrived within one input is not copied: its `body` is a
+    memoryview into that input (which it keeps alive, and which must not change: feed it
+    bytes), for a reader that decodes bodies where they lie (a catch-up read's frames are
+    most of its bytes).
     """
 
-    __slots__ = ("_chunks", "_needed", "_pending", "_terminated")
+    __slots__ = ("_chunks", "_needed", "_pending", "_terminated", "_views")
 
-    def __init__(self) -> None:
+    def __init__(self, *, views: bool = False) -> None:
+        self._views = views
         self._chunks: list[bytes] = []
         self._pending = 0  # bytes held in _chunks
         self._needed = 0  # bytes the first buffered frame needs in all (0: unknown yet)
@@ -195,7 +201,8 @@ class FrameDecoder:
                 if end > size:
                     self._needed = end - pos
                     break
-                frame = _decode_frame(view[pos + 3], view[pos + 4 : end].tobytes())
+                payload = view[pos + 4 : end]
+                frame = _decode_frame(view[pos + 3], payload if self._views else payload.tobytes())
                 pos = end
                 frames.append(frame)
                 if isinstance(frame, Terminal):
@@ -215,12 +222,12 @@ class FrameDecoder:
             )
 
 
-def _decode_frame(flag: int, payload: bytes) -> Message | Terminal:
+def _decode_frame(flag: int, payload: bytes | memoryview) -> Message | Terminal:
     if flag & _TERMINAL:
         if len(payload) < 2:
             raise FrameError("S2S terminal frame is missing its 2-byte status code")
         try:
-            text = payload[2:].decode()
+            text = bytes(payload[2:]).decode()
         except UnicodeDecodeError as e:
             raise FrameError("S2S terminal frame body is not valid UTF-8") from e
         return Terminal(int.from_bytes(payload[:2], "big"), text)
@@ -237,7 +244,7 @@ def _compress(compression: Compression, data: bytes) -> bytes:
     return zlib.compress(data, wbits=31)  # gzip container
 
 
-def _decompress(compression: Compression, payload: bytes) -> bytes:
+def _decompress(compression: Compression, payload: bytes | memoryview) -> bytes:
     try:
         if compression is Compression.ZSTD:
             if zstandard.frame_content_size(payload) > MAX_PAYLOAD_BYTES:

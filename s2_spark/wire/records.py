@@ -2,11 +2,14 @@
 
 The hot path of every read: a C scanner (`_fastwire`, optional) walks the message once and
 fills the offset/data buffers the Arrow arrays are built on. Without it, a pure-Python path
-parses with protobuf and builds the same arrays; both give identical results.
+parses with protobuf and builds the same arrays; both give identical results. Several
+messages (a read session's consecutive frames) decode into one batch where they lie:
+nothing is copied on the way but the bytes the arrays hold.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +25,7 @@ __all__ = [
     "READ_SCHEMA_NO_HEADERS",
     "DecodedBatch",
     "decode_read_batch",
+    "decode_read_batches",
     "read_batch_prefix",
 ]
 
@@ -71,8 +75,11 @@ class DecodedBatch:
     metered_bytes: int
 
 
+Payload = bytes | bytearray | memoryview
+
+
 def decode_read_batch(
-    payload: bytes | bytearray | memoryview,
+    payload: Payload,
     stream: str,
     *,
     include_command_records: bool = True,
@@ -84,13 +91,26 @@ def decode_read_batch(
     header, with an empty name) is dropped when `include_command_records` is false.
     Raises `FrameError` for malformed protobuf or values Arrow cannot hold.
     """
-    if _fastwire is not None:
-        return _decode_c(payload, stream, include_command_records, include_headers)
-    return _decode_python(payload, stream, include_command_records, include_headers)
+    return decode_read_batches([payload], stream, include_command_records=include_command_records,
+                               include_headers=include_headers)
+
+
+def decode_read_batches(
+    payloads: Sequence[Payload],
+    stream: str,
+    *,
+    include_command_records: bool = True,
+    include_headers: bool = True,
+) -> DecodedBatch:
+    """Decode serialized `ReadBatch`es into one Arrow batch, as `decode_read_batch` decodes
+    the one message their concatenation is (a ReadBatch's fields repeat: the records of
+    all in order, the tail's fields merged), each checked on its own; read in place."""
+    decode = _decode_c if _fastwire is not None else _decode_python
+    return decode(payloads, stream, include_command_records, include_headers)
 
 
 def _decode_c(
-    payload: bytes | bytearray | memoryview,
+    payloads: Sequence[Payload],
     stream: str,
     include_command_records: bool,
     include_headers: bool,
@@ -114,8 +134,8 @@ def _decode_c(
         name_data,
         value_off,
         value_data,
-    ) = _fastwire.decode_read_batch(
-        payload, stream.encode(), include_command_records, include_headers
+    ) = _fastwire.decode_read_batches(
+        payloads, stream.encode(), include_command_records, include_headers
     )
     buf = pa.py_buffer
     arrays = [
@@ -146,14 +166,17 @@ def _decode_c(
 
 
 def _decode_python(
-    payload: bytes | bytearray | memoryview,
+    payloads: Sequence[Payload],
     stream: str,
     include_command_records: bool,
     include_headers: bool,
 ) -> DecodedBatch:
-    """Reference path: protobuf's own parser, then Arrow arrays from Python lists."""
+    """Reference path: protobuf's own parser (merging message after message, as it parses
+    their concatenation), then Arrow arrays from Python lists."""
+    msg: Any = s2_pb2.ReadBatch()
     try:
-        msg: Any = s2_pb2.ReadBatch.FromString(bytes(payload))
+        for payload in payloads:
+            msg.MergeFromString(bytes(payload))
     except DecodeError as e:
         raise FrameError(f"malformed S2 ReadBatch message: {e}") from None
     seqs: list[int] = []

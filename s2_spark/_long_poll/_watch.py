@@ -3,9 +3,11 @@ long-poll outstanding per stream, rather than asking each stream on every plan.
 
 Neither service has a call that watches several streams, but both long-poll one: a read
 that answers as soon as data at or after its position exists, or with nothing after a
-while. A watch keeps one such poll outstanding per stream, all from one asyncio thread
-(one connection each, over HTTP/1.1), so an idle stream costs one request per long-poll
-and data appended to any stream is known about at once.
+while. A watch keeps one such poll outstanding per stream, all from one asyncio thread,
+so an idle stream costs one request per long-poll and data appended to any stream is
+known about at once. The polls share a few HTTP/2 connections where the service speaks
+it, else take one HTTP/1.1 connection each, within the open-files limit
+(`_connections`).
 
 A stream is *quiet* while a poll is waiting at its watched position: any data at or after
 it makes that poll answer, so a quiet stream has nothing new (data appended a moment ago
@@ -34,41 +36,24 @@ import enum
 import itertools
 import logging
 import random
-import resource
-import ssl
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import httpx
 
 from s2_spark._closeable import Closeable
-from s2_spark._http import AsyncConnection, AsyncTimeouts, Response
-from s2_spark._tls import TlsConfig, ssl_context_for
+from s2_spark._http import Response
 
-__all__ = [
-    "CONNECTS_AT_ONCE",
-    "FD_RESERVE",
-    "Answer",
-    "ClientSettings",
-    "LongPollWatch",
-    "News",
-    "Poll",
-    "jittered_wait",
-    "raise_open_files_limit",
-    "watch_limit",
-]
+from ._connections import ClientSettings, PollConnections
+from ._limits import watch_limit
+
+__all__ = ["Answer", "LongPollWatch", "News", "Poll", "jittered_wait"]
 
 log = logging.getLogger("s2_spark.watch")
 
-#: Open files a process keeps for everything but the watch's connections (the protocol
-#: clients' pools, Spark's own sockets and files); see `watch_limit`.
-FD_RESERVE = 1024
-#: Connections a watch opens at the same time (a new watch of 10,000 streams would
-#: otherwise flood the service's accept queue and time out).
-CONNECTS_AT_ONCE = 128
 _RETRY_DELAYS = (0.1, 0.5, 1.0, 2.0, 5.0)
 
 P = TypeVar("P")
@@ -102,55 +87,11 @@ class News(Generic[P]):
 Poll = Callable[[], Awaitable["Answer | News[Any]"]]
 
 
-@dataclass(frozen=True)
-class ClientSettings:
-    """How the watch's connections reach the service, taken from the protocol client's
-    own settings so both talk to it alike: timeouts (the read timeout must exceed the
-    longest long-poll wait), the headers every poll carries (credentials: kept out of
-    repr) and TLS."""
-
-    timeout: AsyncTimeouts
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list, repr=False)
-    tls: TlsConfig | None = None
-
-
-def watch_limit() -> int:
-    """Streams a watch may long-poll at once: one connection each, within the process's
-    open-files limit (its soft limit raised to the hard one first) less `FD_RESERVE`."""
-    soft = raise_open_files_limit()
-    return max(0, soft - FD_RESERVE)
-
-
-_RAISED = threading.Lock()
-
-
-def raise_open_files_limit() -> int:
-    """Raise this process's soft limit on open files to its hard limit, as Go's runtime
-    does for every program (the soft default, often 1024, dates from `select`); return
-    the soft limit now in force. A process whose limit cannot be raised keeps it."""
-    with _RAISED:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft == resource.RLIM_INFINITY:
-            return 1 << 30
-        # An unlimited hard limit (macOS) still caps the soft one at the system's own.
-        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-        if soft >= target:
-            return soft
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError) as exc:
-            log.info("the open-files limit stays at %d (raising it to %d failed: %s)",
-                     soft, target, exc)
-            return soft
-        log.info("raised the open-files soft limit from %d to %d for the tail watch",
-                 soft, target)
-        return target
-
-
 def jittered_wait(wait: int) -> int:
-    """A long-poll wait in [wait/2, wait] whole seconds: polls started together would
-    otherwise all end, and be sent again, at the same moment every `wait` seconds."""
-    return random.randint(max(1, wait // 2), max(1, wait))
+    """A long-poll wait in [3/4 wait, wait] whole seconds: polls started together would
+    otherwise all end, and be sent again, at the same moment every `wait` seconds (a
+    quarter of 60 s spreads them over 15 s, and an idle stream costs a poll per 52 s)."""
+    return random.randint(max(1, wait * 3 // 4), max(1, wait))
 
 
 class LongPollWatch(Closeable, ABC, Generic[P]):
@@ -158,16 +99,23 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
     `s2_spark.backends.base`; `with watch:` closes it). Subclasses say how to poll one
     stream (`_poller`) and which positions can be watched (`_watchable`)."""
 
-    def __init__(self, settings: ClientSettings, *, limit: int | None = None,
+    def __init__(self, settings: ClientSettings, base_url: str | None, *,
+                 limit: int | None = None,
                  repoll_pause: float = 0.0, label: str = "") -> None:
-        """`repoll_pause`: after a poll that found nothing, wait a random part of this many
-        seconds before the next (the stream stays quiet meanwhile). For services whose
-        server fixes how long a poll waits: their polls, started together, would
-        otherwise stay in step for good (the others use `jittered_wait`)."""
+        """`base_url`: where the streams are (asked once whether it speaks HTTP/2; None:
+        streams are anywhere, and the limit stays HTTP/1.1's);
+        `limit`: streams watched at most (by default none over HTTP/2, `watch_limit()`
+        over HTTP/1.1). `repoll_pause`: after a poll that found nothing, wait a random
+        part of this many seconds before the next (the stream stays quiet meanwhile).
+        For services whose server fixes how long a poll waits: their polls, started
+        together, would otherwise stay in step for good (the others use
+        `jittered_wait`)."""
         self._settings = settings
+        self._base_url = base_url
         self._repoll_pause = repoll_pause
         self._label = label
-        self.limit = watch_limit() if limit is None else limit
+        self._fixed_limit = limit
+        self._h2: bool | None = None  # whether `base_url` speaks HTTP/2, once known
         self._lock = threading.Lock()
         self._news = threading.Condition(self._lock)
         self._want: dict[str, P] = {}  # stream -> position to watch from
@@ -181,9 +129,7 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         # connections and which one each stream uses.
         self._tasks: dict[str, tuple[P, asyncio.Task[None]]] = {}
         self._polled: set[str] = set()  # given a poll, and still watched
-        self._conns: dict[str, AsyncConnection] = {}  # one per polled stream
-        self._connects: asyncio.Semaphore
-        self._ssl: ssl.SSLContext | None = None
+        self._conns: PollConnections
         self._stopped: asyncio.Event
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -211,26 +157,45 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         return f"stream {stream!r}"
 
     def _forget(self, stream: str) -> None:
-        """(Loop thread) `stream` is not watched any more: close its connection.
-        Subclasses that keep something per stream drop it too, then call this."""
-        conn = self._conns.pop(stream, None)
-        if conn is not None:
-            conn.close()
+        """(Loop thread) `stream` is not watched any more: close its connection, if it
+        has one of its own. Subclasses that keep something per stream drop it too, then
+        call this."""
+        self._conns.forget(stream)
 
     # -- the caller's side (any thread) ---------------------------------------------------
+
+    @property
+    def limit(self) -> int | None:
+        """Streams watched at most (None: as many as given): the one set, or none over
+        HTTP/2 and `watch_limit()` over HTTP/1.1. The first call asks the service which it
+        speaks (a connection); if that fails, HTTP/1.1's limit holds until a later call
+        learns it."""
+        if self._fixed_limit is not None:
+            return self._fixed_limit
+        if self._h2 is None and self._base_url is not None and not self._closed:
+            probe = asyncio.run_coroutine_threadsafe(
+                self._conns.speaks_h2(self._base_url), self._loop)
+            try:
+                self._h2 = probe.result(timeout=self._settings.timeout.connect + 5.0)
+            except Exception as exc:  # a network failure: ask again next time
+                probe.cancel()
+                log.info("could not learn whether the service speaks HTTP/2: %s",
+                         type(exc).__name__)
+        return None if self._h2 else watch_limit()
 
     def watch(self, positions: Mapping[str, P]) -> set[str]:
         """Watch exactly these streams, each from its position (the next one to plan).
         Streams at positions that cannot be watched are left out (never quiet), and so
         are those beyond `limit`, which are returned (in the order given)."""
         watchable = {s: pos for s, pos in positions.items() if self._watchable(pos)}
-        wanted = dict(itertools.islice(watchable.items(), self.limit))
+        limit = self.limit
+        wanted = dict(itertools.islice(watchable.items(), limit))
         over = {s: None for s in watchable if s not in wanted}
         if over and not self._said_over:
             self._said_over = True
-            log.warning("the tail watch holds %d streams (the limit: the process may open "
-                        "too few files); %d more are left to the caller", self.limit,
-                        len(over))
+            log.warning("the tail watch holds %d streams (the limit: the service speaks "
+                        "HTTP/1.1 only, and the process may open too few files); %d more "
+                        "are left to the caller", limit, len(over))
         with self._lock:
             if self._closed:
                 return set(over)
@@ -289,6 +254,14 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
             self._news.wait_for(lambda: self._closed or not names.issubset(self._quiet),
                                 timeout=timeout)
 
+    def connections(self) -> dict[str, int]:
+        """Connections open now, by protocol (`h2`, `http/1.1`)."""
+        async def count() -> dict[str, int]:
+            return {"h2": self._conns.h2_connections(),
+                    "http/1.1": self._conns.h1_connections()}
+
+        return asyncio.run_coroutine_threadsafe(count(), self._loop).result(5.0)
+
     def close(self) -> None:
         """Stop every poll and close the connections (waits up to 5 s for the thread)."""
         with self._lock:
@@ -311,34 +284,19 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
 
     async def _main(self) -> None:
         self._stopped = asyncio.Event()
-        self._connects = asyncio.Semaphore(CONNECTS_AT_ONCE)
+        self._conns = PollConnections(self._settings)
         self._ready.set()
         await self._stopped.wait()
         tasks = [task for _, task in self._tasks.values()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for conn in self._conns.values():
-            conn.close()
+        self._conns.close()
 
     async def _get(self, stream: str, base_url: str, target: str, *,
                    head_only: bool = False) -> Response:
-        """(Loop thread) GET `base_url` + `target` on `stream`'s own connection, with the
-        settings' headers and timeouts (see `AsyncConnection.request`)."""
-        conn = self._conns.get(stream)
-        if conn is None:
-            conn = self._conns[stream] = AsyncConnection(base_url, self._ssl_context)
-        if not conn.connected:
-            async with self._connects:
-                await conn.connect(self._settings.timeout)
-        return await conn.request(b"GET", target, self._settings.headers,
-                                  self._settings.timeout, head_only=head_only)
-
-    def _ssl_context(self) -> ssl.SSLContext:
-        """(Loop thread) one TLS context for every connection, made when one needs it."""
-        if self._ssl is None:
-            self._ssl = ssl_context_for(self._settings.tls)
-        return self._ssl
+        """(Loop thread) GET `base_url` + `target` for `stream` (see `PollConnections`)."""
+        return await self._conns.get(stream, base_url, target, head_only=head_only)
 
     def _sync(self) -> None:
         """(Loop thread) start and cancel the polls of the streams `watch` touched, to
