@@ -89,7 +89,7 @@ def test_many_streams_share_one_http2_connection_and_each_is_seen(
     names = [f"m{k:03d}" for k in range(120)]
     for name in names:
         basin.create_stream(name)
-    watch = basin.watch_tails(wait=5)
+    watch = basin.watch_tails(wait=5, own_connections=0)
     try:
         positions = dict.fromkeys(names, 0)
         assert watch.watch(positions) == set()  # no limit over HTTP/2
@@ -102,6 +102,23 @@ def test_many_streams_share_one_http2_connection_and_each_is_seen(
         watch.close()
 
 
+def test_streams_past_their_own_connections_share_http2(basin: BasinClient) -> None:
+    """With 3 streams on HTTP/1.1 connections of their own (the share the open-files
+    limit gives by default), the other 7 share one HTTP/2 connection; news on either
+    kind is seen."""
+    names = [f"o{k}" for k in range(10)]
+    for name in names:
+        basin.create_stream(name)
+    with basin.watch_tails(wait=5, own_connections=3) as watch:
+        positions = dict.fromkeys(names, 0)
+        assert watch.watch(positions) == set()
+        until(lambda: watch.quiet(positions) == set(names), "all 10 are quiet")
+        assert watch.connections() == {"h2": 1, "http/1.1": 3}
+        for name in names:
+            basin.stream(name).append([AppendRecord(b"z")])
+        until(lambda: watch.quiet(positions) == set(), "every stream has news")
+
+
 def test_a_dropped_connection_is_polled_again_on_a_new_one_and_no_news_is_lost(
     s2_server: Any, basin: BasinClient,
 ) -> None:
@@ -112,7 +129,7 @@ def test_a_dropped_connection_is_polled_again_on_a_new_one_and_no_news_is_lost(
         basin.create_stream(name)
     with TcpProxy(s2_server.url) as proxy, \
             S2Client(S2Config(endpoint=proxy.url)) as client:
-        watch = client.basin(basin.name).watch_tails(wait=30)
+        watch = client.basin(basin.name).watch_tails(wait=30, own_connections=0)
         try:
             positions = dict.fromkeys(names, 0)
             watch.watch(positions)

@@ -260,7 +260,7 @@ def round_trip(url: str, basin: str, tls: TlsConfig | None, **kw: Any) -> list[b
 def watched_news(basin: Any, stream: Any, tail: int) -> dict[str, int]:
     """The watch sees `stream` quiet at `tail`, then a record appended to it; the
     connections it polled over, by protocol."""
-    with basin.watch_tails(wait=2) as watch:
+    with basin.watch_tails(wait=2, own_connections=0) as watch:
         watch.watch({"s": tail})
         deadline = time.monotonic() + 20
         while watch.quiet({"s": tail}) != {"s"}:

@@ -1,7 +1,14 @@
-"""The connections a tail watch's long-polls go over: per origin, HTTP/2 shared by every
-stream where the origin speaks it (`Http2Origin`: a few connections for any number of
-streams), else one HTTP/1.1 connection per stream (`AsyncConnection`), as many as the
-process may open files for (`watch_limit`)."""
+"""The connections a tail watch's long-polls go over: one HTTP/1.1 connection per stream
+(`AsyncConnection`) for as many streams as the process may open files for
+(`watch_limit`), and past that, where the origin speaks it, HTTP/2 shared by the rest
+(`Http2Origin`: a few connections for any number of streams).
+
+Why HTTP/1.1 first: a long-poll over HTTP/2 costs more CPU on both sides, h2's framing
+and header coding being Python (measured with `benchmarks/watch_polls.py` against the
+local server: 0.42 ms of client CPU where HTTP/1.1 takes 0.17 ms, and 2.5 ms of the
+server's where it takes 0.9 ms, so 25,000 streams over HTTP/2 alone saturate its core);
+a connection each is what stops at the open-files limit, and HTTP/2 is there for the
+streams past it."""
 
 from __future__ import annotations
 
@@ -12,6 +19,8 @@ from dataclasses import dataclass, field
 from s2_spark._http import AsyncConnection, AsyncTimeouts, Response
 from s2_spark._http._h2_origin import Http2Origin, NotHttp2, alpn_context
 from s2_spark._tls import TlsConfig, ssl_context_for
+
+from ._limits import watch_limit
 
 __all__ = ["CONNECTS_AT_ONCE", "ClientSettings", "PollConnections"]
 
@@ -35,8 +44,11 @@ class ClientSettings:
 class PollConnections:
     """GETs on behalf of watched streams. Loop thread only."""
 
-    def __init__(self, settings: ClientSettings) -> None:
+    def __init__(self, settings: ClientSettings, own_connections: int | None = None) -> None:
+        """`own_connections`: streams polled on an HTTP/1.1 connection of their own
+        before HTTP/2 carries the rest (None: `watch_limit()`)."""
         self._settings = settings
+        self._own = watch_limit() if own_connections is None else own_connections
         self._origins: dict[str, Http2Origin] = {}  # base URL -> its HTTP/2 connections
         self._h1: dict[str, AsyncConnection] = {}  # stream -> its own HTTP/1.1 connection
         self._connects = asyncio.Semaphore(CONNECTS_AT_ONCE)
@@ -45,10 +57,12 @@ class PollConnections:
     async def get(self, stream: str, base_url: str, target: str, *,
                   head_only: bool = False) -> Response:
         """GET `base_url` + `target` for `stream`, with the settings' headers and timeouts
-        (see `AsyncConnection.request`): over HTTP/2 unless the origin does not speak it."""
+        (see `AsyncConnection.request`): on the stream's own HTTP/1.1 connection, or over
+        HTTP/2 once `own_connections` streams have one (where the origin speaks it)."""
         settings = self._settings
         origin = self._origin(base_url)
-        if origin.speaks_h2 is not False:
+        if (stream not in self._h1 and len(self._h1) >= self._own
+                and origin.speaks_h2 is not False):
             try:
                 return await origin.request(b"GET", target, settings.headers,
                                             settings.timeout, head_only=head_only)

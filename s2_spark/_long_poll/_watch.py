@@ -100,13 +100,16 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
     stream (`_poller`) and which positions can be watched (`_watchable`)."""
 
     def __init__(self, settings: ClientSettings, base_url: str | None, *,
-                 limit: int | None = None,
+                 limit: int | None = None, own_connections: int | None = None,
                  repoll_pause: float = 0.0, label: str = "") -> None:
         """`base_url`: where the streams are (asked once whether it speaks HTTP/2; None:
         streams are anywhere, and the limit stays HTTP/1.1's);
         `limit`: streams watched at most (by default none over HTTP/2, `watch_limit()`
-        over HTTP/1.1). `repoll_pause`: after a poll that found nothing, wait a random
-        part of this many seconds before the next (the stream stays quiet meanwhile).
+        over HTTP/1.1). `own_connections`: streams polled on an HTTP/1.1 connection of
+        their own before HTTP/2 carries the rest (by default as many as the open-files
+        limit allows; see `PollConnections`). `repoll_pause`: after a poll that found
+        nothing, wait a random part of this many seconds before the next (the stream
+        stays quiet meanwhile).
         For services whose server fixes how long a poll waits: their polls, started
         together, would otherwise stay in step for good (the others use
         `jittered_wait`)."""
@@ -115,6 +118,7 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         self._repoll_pause = repoll_pause
         self._label = label
         self._fixed_limit = limit
+        self._own_connections = own_connections
         self._h2: bool | None = None  # whether `base_url` speaks HTTP/2, once known
         self._lock = threading.Lock()
         self._news = threading.Condition(self._lock)
@@ -284,7 +288,7 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
 
     async def _main(self) -> None:
         self._stopped = asyncio.Event()
-        self._conns = PollConnections(self._settings)
+        self._conns = PollConnections(self._settings, self._own_connections)
         self._ready.set()
         await self._stopped.wait()
         tasks = [task for _, task in self._tasks.values()]

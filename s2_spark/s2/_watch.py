@@ -40,9 +40,10 @@ class TailWatch(LongPollWatch[int]):
     to plan), in a daemon thread."""
 
     def __init__(self, transport: Transport, basin: str, *, wait: int = WATCH_WAIT,
-                 limit: int | None = None) -> None:
-        """`wait`: seconds each read waits at most; `limit`: streams watched at most (by
-        default, see `LongPollWatch.limit`)."""
+                 limit: int | None = None, own_connections: int | None = None) -> None:
+        """`wait`: seconds each read waits at most; `limit`: streams watched at most and
+        `own_connections`: streams on HTTP/1.1 connections of their own before HTTP/2
+        (by default, see `LongPollWatch`)."""
         self._basin_url = transport.base_url(basin)
         self._wait = wait
         cfg = transport.config
@@ -51,7 +52,8 @@ class TailWatch(LongPollWatch[int]):
             headers=[*transport.base_headers(basin), (b"accept", b"application/protobuf")],
             tls=cfg.tls,
         )
-        super().__init__(settings, self._basin_url, limit=limit, label=f"basin={basin!r}")
+        super().__init__(settings, self._basin_url, limit=limit,
+                         own_connections=own_connections, label=f"basin={basin!r}")
 
     def _poller(self, stream: str, position: int) -> Poll:
         """A read of one record from `position` that waits a random part of `wait`."""
