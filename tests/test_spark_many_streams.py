@@ -140,6 +140,41 @@ def test_idle_plans_wait_on_the_watch_and_see_an_append_to_any_stream(
         reader.stop()
 
 
+def test_idle_plans_ask_nothing_of_empty_streams_and_see_their_first_record(
+    env: Env, s2_server: Any
+) -> None:
+    """Empty streams have no place in offsets until they hold records, yet the watch
+    waits on them too: idle plans look none of them up, and the first record appended to
+    one is planned from the stream's start."""
+    env.fill("empty-", [2, 2, 0, 0, 0])
+    empties = {"empty-002": 0, "empty-003": 0, "empty-004": 0}
+    reader = S2DataSource(env.options(streamPrefix="empty-")).streamReader(
+        None)  # type: ignore[arg-type]
+    try:
+        end = plan_all_available(reader, reader.initialOffset())
+        assert end == {"empty-000": 2, "empty-001": 2}
+        watch = reader._watch
+        deadline = time.monotonic() + 30
+        while watch.quiet({**end, **empties}) != {*end, *empties}:
+            assert time.monotonic() < deadline, "the watch never settled"
+            time.sleep(0.05)
+        before = s2_server.request_counts()
+        assert plan_all_available(reader, end) == end
+        assert plan_all_available(reader, end) == end
+        assert s2_server.request_counts().get("check_tail", 0) == before.get("check_tail", 0)
+        env.append("empty-003", b"first")
+        latest = end
+        deadline = time.monotonic() + 30
+        while latest == end:
+            assert time.monotonic() < deadline, "the append never showed"
+            latest = plan_all_available(reader, end)
+        assert latest == {**end, "empty-003": 1}
+        assert list(reader.partitions(end, latest)) == [
+            RangePartition("empty-003", 0, 1, from_origin=True)]
+    finally:
+        reader.stop()
+
+
 def test_streams_the_watch_cannot_hold_are_looked_up_in_turn(
     env: Env, s2_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

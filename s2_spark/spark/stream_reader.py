@@ -63,6 +63,9 @@ class RangeStreamReader(DataSourceStreamReader):
         self._idle = False  # the last plan found nothing new
         # Streams the watch cannot hold, in the order they are looked up in turn.
         self._unwatched: list[str] = []
+        # Streams found empty and not read before (absent from offsets until they hold
+        # records): watched from the origin, so idle plans do not look them up each time.
+        self._empty: set[str] = set()
         # Offsets as Spark stores them: compact over many streams.
         self._codec = OffsetCodec()
         # minRecordsPerTrigger (PySpark 4.2+): whether a trigger waits for more records.
@@ -72,7 +75,7 @@ class RangeStreamReader(DataSourceStreamReader):
 
     #: What the driver keeps for planning: positions of every stream, the watch.
     _DRIVER_ONLY = frozenset({"_target", "_reported", "_planned", "_initial", "_watch",
-                              "_discovered", "_unwatched", "_hold", "_codec"})
+                              "_discovered", "_unwatched", "_empty", "_hold", "_codec"})
 
     def __getstate__(self) -> dict[str, Any]:
         """All but the driver's planning state, which pickled into every task made each
@@ -161,7 +164,7 @@ class RangeStreamReader(DataSourceStreamReader):
         listed = self._discovery().now_if_quick()
         if listed is None:
             return {}
-        new = [s for s in listed if s not in start and s not in tails]
+        new = [s for s in listed if s not in start and s not in tails and s not in self._empty]
         found = self._backend.latest_many(new)
         return {s: tail for s, tail in found.items() if tail is not None}
 
@@ -188,7 +191,9 @@ class RangeStreamReader(DataSourceStreamReader):
         watch = self._tail_watch()
         kept: dict[str, Position] = {}
         if watch is not None:
-            known = {s: start[s] for s in streams if s in start}
+            origin = self._backend.origin()
+            known = {s: start.get(s, origin) for s in streams
+                     if s in start or s in self._empty}
             if held:
                 known.update((s, held[s]) for s in streams if s in held)
             quiet = watch.quiet(known)
@@ -197,6 +202,7 @@ class RangeStreamReader(DataSourceStreamReader):
                 watch.wait(quiet, min(IDLE_WAIT, held_for))
                 quiet = watch.quiet(known)
             kept = {s: held[s] for s in quiet if s in held}
+            self._empty &= quiet  # the others are looked up now
             streams -= quiet
             streams -= self._unwatched_skipped(streams)
             told = watch.news_tails(streams)
@@ -243,8 +249,13 @@ class RangeStreamReader(DataSourceStreamReader):
             hold.planned(start, end)
         self._planned = end
         self._idle = end == start
+        origin = backend.origin()
+        self._empty -= end.keys()
+        self._empty.update(s for s, t in tails.items()
+                           if s not in end and not backend.is_after(t, origin))
         if self._watch:
-            self._watch_from({**end, **(hold.tails(start) if hold is not None else {})})
+            self._watch_from({**end, **dict.fromkeys(self._empty, origin),
+                              **(hold.tails(start) if hold is not None else {})})
         return end
 
     def _watch_from(self, positions: dict[str, Position]) -> None:
