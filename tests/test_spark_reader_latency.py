@@ -24,22 +24,35 @@ def env(s2_server: Any, spark: Any) -> Iterator[Env]:
     e.client.close()
 
 
-def test_initial_offset_is_resolved_once(env: Env) -> None:
+def test_initial_offset_is_resolved_once(env: Env, s2_server: Any) -> None:
     """Spark asks for the initial offset again when it plans the first batch: `latest`
-    must not move between the two calls, or the batch would start after its end."""
+    must not move between the two calls, or the batch would start after its end. The
+    first plan does not ask for the tails `latest` just found (one request per stream
+    fewer for a query over many): the watch, waiting from them, tells of the records
+    appended since, which the next plans take, exactly."""
     env.fill("initial", 5)
     reader = S2DataSource(env.options(stream="initial", startingPosition="latest")).streamReader(
         None  # type: ignore[arg-type]
     )
-    start = reader.initialOffset()
-    assert start == {"initial": 5}
-    env.fill("initial", 3, create=False)
-    assert reader.initialOffset() == {"initial": 5}
-    end = plan_all_available(reader, reader.initialOffset())
-    assert end == {"initial": 8}
-    assert list(reader.partitions(reader.initialOffset(), end)) == [
-        RangePartition("initial", 5, 8)
-    ]
+    try:
+        start = reader.initialOffset()
+        assert start == {"initial": 5}
+        env.fill("initial", 3, create=False)
+        assert reader.initialOffset() == {"initial": 5}
+        asked = s2_server.request_counts().get("check_tail", 0)
+        end = plan_all_available(reader, reader.initialOffset())
+        assert end == {"initial": 5}
+        assert s2_server.request_counts().get("check_tail", 0) == asked
+        deadline = time.monotonic() + 30
+        while end == start:
+            assert time.monotonic() < deadline, "the records appended never showed"
+            end = plan_all_available(reader, start)
+        assert end == {"initial": 8}
+        assert list(reader.partitions(reader.initialOffset(), end)) == [
+            RangePartition("initial", 5, 8)
+        ]
+    finally:
+        reader.stop()
 
 
 def test_idle_planner_waits_for_records_and_plans_exactly_them(env: Env) -> None:

@@ -66,6 +66,9 @@ class RangeStreamReader(DataSourceStreamReader):
         # Streams found empty and not read before (absent from offsets until they hold
         # records): watched from the origin, so idle plans do not look them up each time.
         self._empty: set[str] = set()
+        # Tails `latest` was resolved to, not asked again by the first plan (the watch,
+        # armed from them, tells of any record that came since).
+        self._fresh: dict[str, Position] = {}
         # Offsets as Spark stores them: compact over many streams.
         self._codec = OffsetCodec()
         # minRecordsPerTrigger (PySpark 4.2+): whether a trigger waits for more records.
@@ -75,7 +78,8 @@ class RangeStreamReader(DataSourceStreamReader):
 
     #: What the driver keeps for planning: positions of every stream, the watch.
     _DRIVER_ONLY = frozenset({"_target", "_reported", "_planned", "_initial", "_watch",
-                              "_discovered", "_unwatched", "_empty", "_hold", "_codec"})
+                              "_discovered", "_unwatched", "_empty", "_fresh", "_hold",
+                              "_codec"})
 
     def __getstate__(self) -> dict[str, Any]:
         """All but the driver's planning state, which pickled into every task made each
@@ -113,6 +117,8 @@ class RangeStreamReader(DataSourceStreamReader):
                 lambda stream: planner.resolve(self._options.starting, stream, default="earliest"),
                 planner.discover(),
             )
+            if options.starting.kind == "latest":
+                self._fresh = dict(self._initial)
         return self._codec.encode(self._initial)
 
     def latestOffset(self) -> dict[str, Any]:  # type: ignore[override]
@@ -202,6 +208,9 @@ class RangeStreamReader(DataSourceStreamReader):
                 watch.wait(quiet, min(IDLE_WAIT, held_for))
                 quiet = watch.quiet(known)
             kept = {s: held[s] for s in quiet if s in held}
+            kept.update((s, p) for s, p in self._fresh.items()
+                        if s in streams and start.get(s) == p)
+            quiet |= kept.keys()
             self._empty &= quiet  # the others are looked up now
             streams -= quiet
             streams -= self._unwatched_skipped(streams)
@@ -209,6 +218,7 @@ class RangeStreamReader(DataSourceStreamReader):
             streams -= told.keys()
         else:
             told = {}
+        self._fresh = {}
         found_tails: dict[str, Position | None] = {
             **kept, **told, **self._backend.latest_many(sorted(streams))}
         if self._available_now and self._target is None:

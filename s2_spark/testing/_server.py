@@ -57,12 +57,16 @@ class ServerTls:
         return out
 
 
+#: Connections the server's listen queue holds.
+LISTEN_BACKLOG = 1024
+
+
 def _listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    sock.listen(1024)
+    sock.listen(LISTEN_BACKLOG)
     return sock
 
 
@@ -81,6 +85,12 @@ def _hypercorn_config(fd: int, tls: ServerTls | None) -> Any:
     config.graceful_timeout = 1.0
     config.keep_alive_timeout = 75.0
     config.h2_max_concurrent_streams = 1000
+    # Like S2, no cap on a connection's requests: hypercorn's default (1000) closed HTTP/2
+    # connections under hundreds of waiting long-polls, failing them all.
+    config.keep_alive_max_requests = 2**62
+    # The listen queue `_listen` asked for (hypercorn listens again with its own, 100: a
+    # watch connecting many streams at once saw SYNs dropped and connects time out).
+    config.backlog = LISTEN_BACKLOG
     config.h2_max_inbound_frame_size = 1024 * 1024
     config.h11_max_incomplete_size = 1024 * 1024
     config.include_server_header = False
