@@ -111,6 +111,7 @@ class H2Connection(asyncio.Protocol):
         self._started = False
         self._heard = False  # any bytes from the server
         self._closing = False  # GOAWAY received, or the connection failed: no new requests
+        self.serial = 0  # set by the owner: the order connections were opened in
 
     # -- what `Http2Origin` asks -------------------------------------------------------------
 
