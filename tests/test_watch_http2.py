@@ -112,6 +112,29 @@ def test_a_request_a_goaway_says_was_processed_gets_its_answer_in_a_graceful_shu
         assert peer.connections == 1
 
 
+def test_in_a_graceful_shutdown_the_processed_request_is_answered_and_the_next_resent(
+) -> None:
+    """Two requests on one connection; the GOAWAY names the first as processed and the
+    second not: the first is answered on that connection, the second on a new one, each
+    once."""
+    async def both(url: str) -> list[Response]:
+        origin = Http2Origin(url, ssl.create_default_context)
+        try:
+            asks = [origin.request(b"GET", f"/poll?n={n}", [], TIMEOUTS) for n in (1, 2)]
+            return await asyncio.wait_for(asyncio.gather(*asks), 30)
+        finally:
+            origin.close()
+
+    with H2Peer(["goaway-then-answer", "answer"]) as peer:
+        answers = sorted((answer_of(r) for r in asyncio.run(both(peer.url))),
+                         key=lambda a: a["connection"])
+        assert [a["connection"] for a in answers] == [1, 2]
+        assert {a["path"] for a in answers} == {"/poll?n=1", "/poll?n=2"}
+        assert peer.connections == 2
+        # The second connection got just the request the first did not process.
+        assert [(c, p) for c, _, p in peer.seen if c == 2] == [(2, answers[1]["path"])]
+
+
 # -- an origin that speaks HTTP/1.1 only: the Durable Streams reference server -------------
 
 
@@ -142,8 +165,10 @@ def test_a_watch_on_http2_falls_back_to_http1_where_the_origin_speaks_only_that(
     with durable.watch_tails(limit=limit, own_connections=0) as watch:
         positions = {name: at_tail(s) for name, s in streams.items()}
         assert watch.watch(positions) == set()
-        until(lambda: watch.quiet(positions) == set(streams), "all six are quiet")
-        assert watch.connections() == {"h2": 0, "http/1.1": 6}
+        # (A stream is quiet as its poll goes out: over HTTP/2 first, here.)
+        until(lambda: watch.quiet(positions) == set(streams)
+              and watch.connections() == {"h2": 0, "http/1.1": 6},
+              "all six are quiet, each on an HTTP/1.1 connection")
         assert Http2Origin(ds_server.url, ssl.create_default_context).speaks_h2 is False
         assert watch.limit == (limit or watch_limit())
         for name, s in streams.items():
@@ -151,7 +176,7 @@ def test_a_watch_on_http2_falls_back_to_http1_where_the_origin_speaks_only_that(
         until(lambda: watch.quiet(positions) == set(), "each append is seen")
 
 
-# -- the local S2 server killed and restarted under waiting polls ----------------------------
+# -- the local S2 server killed and restarted under waiting polls ---------------------------
 
 
 def test_a_watch_over_http2_polls_again_after_the_server_is_killed_and_restarted(
