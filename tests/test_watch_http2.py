@@ -85,8 +85,8 @@ def test_a_request_never_processed_in_its_sends_is_an_unprocessed_error_saying_s
     with H2Peer([plan]) as peer:
         with pytest.raises(Unprocessed) as e:
             get(peer.url)
-        assert str(e.value) == (f"the server did not process the request, sent {_SENDS} "
-                                f"times on new connections: {why}")
+        assert str(e.value) == (f"the server did not process the request in {_SENDS} "
+                                f"sends, each on a newer connection: {why}")
         assert isinstance(e.value, httpx.RemoteProtocolError)  # the watch's FAILED
         assert peer.seen == [(n, 1, "/poll?n=1") for n in range(1, _SENDS + 1)]
         assert peer.connections == _SENDS

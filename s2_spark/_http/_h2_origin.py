@@ -91,7 +91,7 @@ class Http2Origin:
         if the origin does not speak it; `Unprocessed` if the server did not process it in
         `_SENDS` sends; httpx's errors for the rest."""
         path = (self._prefix + target).encode()
-        last = 0  # the connection of the last send: the next goes on a newer one
+        last = 0  # the serial of the last send's connection: the next goes on a newer one
         for send in range(1, _SENDS + 1):
             conn = await self._connection(timeouts, newer_than=last)
             try:
@@ -100,8 +100,8 @@ class Http2Origin:
                                           HEAD_BYTES if head_only else None)
             except Unprocessed as exc:
                 if send == _SENDS:
-                    raise Unprocessed(f"the server did not process the request, sent "
-                                      f"{_SENDS} times on new connections: {exc}") from exc
+                    raise Unprocessed(f"the server did not process the request in {_SENDS} "
+                                      f"sends, each on a newer connection: {exc}") from exc
                 last = conn.serial
         raise AssertionError("unreachable")
 
