@@ -26,7 +26,7 @@ from s2_spark._http import AsyncTimeouts, Response, _h2_origin
 from s2_spark._http._h2_connection import Unprocessed
 from s2_spark._http._h2_origin import _SENDS, Http2Origin
 from s2_spark._long_poll import watch_limit
-from s2_spark.durable import DurableStream, DurableStreamsClient
+from s2_spark.durable import DurableConfig, DurableStream, DurableStreamsClient
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.testing import ServerProcess
 
@@ -140,8 +140,6 @@ def test_in_a_graceful_shutdown_the_processed_request_is_answered_and_the_next_r
 
 @pytest.fixture
 def durable(ds_server: Any) -> Iterator[DurableStreamsClient]:
-    from s2_spark.durable import DurableConfig
-
     with DurableStreamsClient(DurableConfig(base_url=ds_server.url)) as c:
         yield c
 
