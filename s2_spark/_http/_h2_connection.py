@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import h2.config
 import h2.connection
@@ -62,6 +63,16 @@ class _Counted(h2.connection.H2Connection):
         self._unswept = 0
         return int(super().open_outbound_streams)
 
+    def _receive_goaway_frame(self, frame: Any) -> Any:
+        """A GOAWAY as RFC 9113 (6.8) has it: no new requests (`H2Connection` sends none),
+        but the answers to the streams the server processed still come. h2 closes its
+        state machine on one (python-hyper/h2#1181) and would refuse those answers as a
+        protocol error, failing every request the server did process."""
+        state = self.state_machine.state
+        result = super()._receive_goaway_frame(frame)
+        self.state_machine.state = state
+        return result
+
 
 class NotHttp2(Exception):
     """The server answered the HTTP/2 preface with something else (an HTTP/1.1-only
@@ -100,6 +111,7 @@ class H2Connection(asyncio.Protocol):
         self._started = False
         self._heard = False  # any bytes from the server
         self._closing = False  # GOAWAY received, or the connection failed: no new requests
+        self.serial = 0  # set by the owner: the order connections were opened in
 
     # -- what `Http2Origin` asks -------------------------------------------------------------
 

@@ -58,7 +58,8 @@ class Http2Origin:
         if self._proxy is not None and not self._tls:
             self._remember(False)  # a forwarding proxy: HTTP/1.1, absolute-form requests
         self._ssl_context = ssl_context
-        self._conns: list[H2Connection] = []
+        self._conns: list[H2Connection] = []  # in the order they were opened
+        self._opened = 0  # connections opened so far (`H2Connection.serial`)
         self._opening = asyncio.Lock()
 
     @property
@@ -87,17 +88,21 @@ class Http2Origin:
     async def request(self, method: bytes, target: str, headers: Headers,
                       timeouts: AsyncTimeouts, *, head_only: bool = False) -> Response:
         """A request without a body for `target` (under the base URL's path). `NotHttp2`
-        if the origin does not speak it; httpx's errors for the rest."""
+        if the origin does not speak it; `Unprocessed` if the server did not process it in
+        `_SENDS` sends; httpx's errors for the rest."""
         path = (self._prefix + target).encode()
+        last = 0  # the serial of the last send's connection: the next goes on a newer one
         for send in range(1, _SENDS + 1):
-            conn = await self._connection(timeouts)
+            conn = await self._connection(timeouts, newer_than=last)
             try:
                 return await conn.request(method, self._authority.encode(), self._scheme,
                                           path, headers, timeouts.read,
                                           HEAD_BYTES if head_only else None)
-            except Unprocessed:
+            except Unprocessed as exc:
                 if send == _SENDS:
-                    raise
+                    raise Unprocessed(f"the server did not process the request in {_SENDS} "
+                                      f"sends, each on a newer connection: {exc}") from exc
+                last = conn.serial
         raise AssertionError("unreachable")
 
     def close(self) -> None:
@@ -105,24 +110,29 @@ class Http2Origin:
         for conn in conns:
             conn.close()
 
-    async def _connection(self, timeouts: AsyncTimeouts) -> H2Connection:
-        """A connection with room for one more request, opened if none has."""
-        conn = self._with_room()
+    async def _connection(self, timeouts: AsyncTimeouts, newer_than: int = 0
+                          ) -> H2Connection:
+        """A connection with room for one more request, opened after the one numbered
+        `newer_than` (`H2Connection.serial`); opened if none has."""
+        conn = self._with_room(newer_than)
         if conn is not None:
             return conn
         async with self._opening:
-            conn = self._with_room()
+            conn = self._with_room(newer_than)
             if conn is None:
                 if self.speaks_h2 is False:
                     raise NotHttp2(self._key)
                 conn = await self._open(timeouts)
+                self._opened += 1
+                conn.serial = self._opened
                 self._conns.append(conn)
             return conn
 
-    def _with_room(self) -> H2Connection | None:
+    def _with_room(self, newer_than: int) -> H2Connection | None:
         self._conns = [c for c in self._conns if c.usable or c.in_flight]
         for conn in self._conns:
-            if conn.usable and conn.in_flight < conn.max_streams:
+            if (conn.serial > newer_than and conn.usable
+                    and conn.in_flight < conn.max_streams):
                 return conn
         return None
 

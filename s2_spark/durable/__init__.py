@@ -76,11 +76,13 @@ class DurableStreamsClient(Closeable):
         return DurableStream(self._t, self.config.stream_url(stream), content_type)
 
     def watch_tails(
-        self, *, limit: int | None = None, repoll_pause: float = REPOLL_PAUSE
+        self, *, limit: int | None = None, own_connections: int | None = None,
+        repoll_pause: float = REPOLL_PAUSE
     ) -> DurableTailWatch:
         """A `DurableTailWatch` over streams named as `stream` takes them, with this
         client's headers, TLS, proxies and timeouts (close it when done)."""
-        return DurableTailWatch(self._t, limit=limit, repoll_pause=repoll_pause)
+        return DurableTailWatch(self._t, limit=limit, own_connections=own_connections,
+                                repoll_pause=repoll_pause)
 
     def close(self) -> None:
         self._t.close()

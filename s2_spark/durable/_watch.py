@@ -42,8 +42,10 @@ class DurableTailWatch(LongPollWatch[Position]):
     daemon thread, with the client's headers, TLS settings, proxies and timeouts."""
 
     def __init__(self, transport: Transport, *, limit: int | None = None,
+                 own_connections: int | None = None,
                  repoll_pause: float = REPOLL_PAUSE) -> None:
-        """`limit`: streams watched at most (by default, see `LongPollWatch.limit`);
+        """`limit`: streams watched at most and `own_connections`: streams on HTTP/1.1
+        connections of their own before HTTP/2 (by default, see `LongPollWatch`);
         `repoll_pause`: see `REPOLL_PAUSE`."""
         self._config = cfg = transport.config
         self._cursors: dict[str, str] = {}  # loop thread: the last Stream-Cursor per stream
@@ -54,7 +56,8 @@ class DurableTailWatch(LongPollWatch[Position]):
             headers=[*transport.base_headers(), (b"accept-encoding", b"identity")],
             tls=cfg.tls,
         )
-        super().__init__(settings, cfg.base_url, limit=limit, repoll_pause=repoll_pause,
+        super().__init__(settings, cfg.base_url, limit=limit,
+                         own_connections=own_connections, repoll_pause=repoll_pause,
                          label=f"base_url={cfg.base_url!r}")
 
     def _watchable(self, position: Position) -> bool:

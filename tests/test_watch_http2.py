@@ -1,0 +1,206 @@
+"""The tail watch's HTTP/2 path when the server misbehaves: a request the server did not
+process (GOAWAY past it, REFUSED_STREAM) is sent again, each time on a newer connection,
+and after `_SENDS` sends the caller gets `Unprocessed` saying so; a request the server did
+process is never sent again (its answer still comes in a graceful shutdown, else the
+caller gets an error); an origin that speaks only HTTP/1.1 is polled over HTTP/1.1 and
+remembered; a server killed and restarted under waiting polls is polled again.
+
+The misbehaving server is `h2_peer.H2Peer`, a small h2c server over a real socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from h2_peer import H2Peer
+
+from s2_spark._http import AsyncTimeouts, Response, _h2_origin
+from s2_spark._http._h2_connection import Unprocessed
+from s2_spark._http._h2_origin import _SENDS, Http2Origin
+from s2_spark._long_poll import watch_limit
+from s2_spark.durable import DurableConfig, DurableStream, DurableStreamsClient
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
+from s2_spark.testing import ServerProcess
+
+TIMEOUTS = AsyncTimeouts(connect=10.0, read=10.0)
+
+
+@pytest.fixture(autouse=True)
+def nothing_known_of_origins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether an origin speaks HTTP/2 is remembered per process: start from nothing."""
+    monkeypatch.setattr(_h2_origin, "_SPEAKS", {})
+
+
+def until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.02)
+
+
+def get(url: str, target: str = "/poll?n=1") -> Response:
+    """One GET of `target` over HTTP/2 by a new `Http2Origin` of `url`."""
+    async def run() -> Response:
+        origin = Http2Origin(url, ssl.create_default_context)
+        try:
+            return await asyncio.wait_for(origin.request(b"GET", target, [], TIMEOUTS), 30)
+        finally:
+            origin.close()
+
+    return asyncio.run(run())
+
+
+def answer_of(resp: Response) -> Any:
+    assert resp.status_code == 200
+    return json.loads(resp.content)
+
+
+@pytest.mark.parametrize("plan", ["goaway", "refuse"])
+def test_a_request_the_server_did_not_process_is_answered_once_on_a_newer_connection(
+    plan: str,
+) -> None:
+    with H2Peer([plan, "answer"]) as peer:
+        assert answer_of(get(peer.url)) == {"path": "/poll?n=1", "connection": 2}
+        # Sent twice, once on each connection: the one that did not process it is not
+        # asked again, even where it still takes requests (after REFUSED_STREAM).
+        assert peer.seen == [(1, 1, "/poll?n=1"), (2, 1, "/poll?n=1")]
+        assert peer.connections == 2
+
+
+@pytest.mark.parametrize(("plan", "why"), [
+    ("goaway", "the server went away (GOAWAY)"),
+    ("refuse", "the server reset the stream (<ErrorCodes.REFUSED_STREAM: 7>)"),
+])
+def test_a_request_never_processed_in_its_sends_is_an_unprocessed_error_saying_so(
+    plan: str, why: str,
+) -> None:
+    with H2Peer([plan]) as peer:
+        with pytest.raises(Unprocessed) as e:
+            get(peer.url)
+        assert str(e.value) == (f"the server did not process the request in {_SENDS} "
+                                f"sends, each on a newer connection: {why}")
+        assert isinstance(e.value, httpx.RemoteProtocolError)  # the watch's FAILED
+        assert peer.seen == [(n, 1, "/poll?n=1") for n in range(1, _SENDS + 1)]
+        assert peer.connections == _SENDS
+
+
+def test_a_request_a_goaway_says_was_processed_is_not_sent_again() -> None:
+    """The server closes without answering it: the caller gets the error, not a second
+    request (which, for anything but a long-poll, could do its work twice)."""
+    with H2Peer(["goaway-then-close", "answer"]) as peer:
+        with pytest.raises(httpx.ReadError, match="the server closed the connection"):
+            get(peer.url)
+        assert peer.seen == [(1, 1, "/poll?n=1")]
+        assert peer.connections == 1
+
+
+def test_a_request_a_goaway_says_was_processed_gets_its_answer_in_a_graceful_shutdown(
+) -> None:
+    """GOAWAY, then the answers to the streams it names as processed, then close (RFC
+    9113, 6.8): the answer arrives, once, over the one connection."""
+    with H2Peer(["goaway-then-answer", "answer"]) as peer:
+        assert answer_of(get(peer.url)) == {"path": "/poll?n=1", "connection": 1}
+        assert peer.seen == [(1, 1, "/poll?n=1")]
+        assert peer.connections == 1
+
+
+def test_in_a_graceful_shutdown_the_processed_request_is_answered_and_the_next_resent(
+) -> None:
+    """Two requests on one connection; the GOAWAY names the first as processed and the
+    second not: the first is answered on that connection, the second on a new one, each
+    once."""
+    async def both(url: str) -> list[Response]:
+        origin = Http2Origin(url, ssl.create_default_context)
+        try:
+            asks = [origin.request(b"GET", f"/poll?n={n}", [], TIMEOUTS) for n in (1, 2)]
+            return await asyncio.wait_for(asyncio.gather(*asks), 30)
+        finally:
+            origin.close()
+
+    with H2Peer(["goaway-then-answer", "answer"]) as peer:
+        answers = sorted((answer_of(r) for r in asyncio.run(both(peer.url))),
+                         key=lambda a: a["connection"])
+        assert [a["connection"] for a in answers] == [1, 2]
+        assert {a["path"] for a in answers} == {"/poll?n=1", "/poll?n=2"}
+        assert peer.connections == 2
+        # The second connection got just the request the first did not process.
+        assert [(c, p) for c, _, p in peer.seen if c == 2] == [(2, answers[1]["path"])]
+
+
+# -- an origin that speaks HTTP/1.1 only: the Durable Streams reference server -------------
+
+
+@pytest.fixture
+def durable(ds_server: Any) -> Iterator[DurableStreamsClient]:
+    with DurableStreamsClient(DurableConfig(base_url=ds_server.url)) as c:
+        yield c
+
+
+def at_tail(s: DurableStream) -> dict[str, Any]:
+    return {"offset": s.head().next_offset, "skip": 0}
+
+
+@pytest.mark.parametrize("limit", [None, 100], ids=["probed", "learnt-by-the-polls"])
+def test_a_watch_on_http2_falls_back_to_http1_where_the_origin_speaks_only_that(
+    durable: DurableStreamsClient, ds_server: Any, limit: int | None,
+) -> None:
+    """Forced onto HTTP/2 (`own_connections=0`), every stream is polled over HTTP/1.1
+    instead, and each append is seen. With no `limit` the watch asks the origin first;
+    with one, the polls all start on HTTP/2 at once and each falls back on its own."""
+    streams: dict[str, DurableStream] = {}
+    for _ in range(6):
+        name = f"/h2-fallback-{uuid.uuid4().hex[:12]}"
+        streams[name] = durable.stream(name)
+        assert streams[name].create("application/json").created
+    with durable.watch_tails(limit=limit, own_connections=0) as watch:
+        positions = {name: at_tail(s) for name, s in streams.items()}
+        assert watch.watch(positions) == set()
+        # (A stream is quiet as its poll goes out: over HTTP/2 first, here.)
+        until(lambda: watch.quiet(positions) == set(streams)
+              and watch.connections() == {"h2": 0, "http/1.1": 6},
+              "all six are quiet, each on an HTTP/1.1 connection")
+        assert Http2Origin(ds_server.url, ssl.create_default_context).speaks_h2 is False
+        assert watch.limit == (limit or watch_limit())
+        for name, s in streams.items():
+            s.append_json([{"name": name}])
+        until(lambda: watch.quiet(positions) == set(), "each append is seen")
+
+
+# -- the local S2 server killed and restarted under waiting polls ---------------------------
+
+
+def test_a_watch_over_http2_polls_again_after_the_server_is_killed_and_restarted(
+    tmp_path: Path,
+) -> None:
+    server = ServerProcess(data_dir=tmp_path / "data", heartbeat_interval=0.5).start()
+    names = ["a", "b", "c"]
+    try:
+        with S2Client(S2Config(endpoint=server.url)) as client:
+            basin = client.basin(f"restart-{uuid.uuid4().hex[:10]}")
+            client.create_basin(basin.name)
+            for name in names:
+                basin.create_stream(name)
+            with basin.watch_tails(wait=30, own_connections=0) as watch:
+                positions = dict.fromkeys(names, 0)
+                watch.watch(positions)
+                until(lambda: watch.quiet(positions) == set(names), "all quiet")
+                assert watch.connections() == {"h2": 1, "http/1.1": 0}
+                server.kill()  # mid-wait: every poll on the connection fails
+                until(lambda: watch.quiet(positions) == set(), "none quiet while it is down")
+                server.start()  # same port, same data
+                until(lambda: watch.connections()["h2"] == 1
+                      and watch.quiet(positions) == set(names),
+                      "all quiet again, on a new connection")
+                basin.stream("b").append([AppendRecord(b"after the restart")])
+                until(lambda: watch.quiet(positions) == {"a", "c"}, "b has news")
+                assert watch.connections() == {"h2": 1, "http/1.1": 0}  # no HTTP/1.1 fallback
+    finally:
+        server.stop()
