@@ -59,6 +59,7 @@ import contextlib
 import itertools
 import os
 import random
+import resource
 import statistics
 import sys
 import tempfile
@@ -96,6 +97,12 @@ RECORD = 100
 SETUP_CHUNK = 5000
 STAMP = "CAST(CAST(body AS STRING) AS BIGINT) AS ns"
 PARTS = ("read", "write", "idle")
+#: Seconds to wait for the server's request counts (a server on one core holding tens of
+#: thousands of long-polls may take many to answer).
+STATS_TIMEOUT = 120.0
+#: Open files Spark's side leaves to the server on the same host (see
+#: `leave_open_files_to_the_server`).
+SERVER_FILES = 1024
 
 
 def _ints(text: str) -> list[int]:
@@ -382,9 +389,11 @@ def follow(spark: Any, server: ServerProcess, basin: str, streams: Sequence[str]
                     raise RuntimeError(f"{label}: the query did not start: {q.exception()}")
                 time.sleep(0.2)
             time.sleep(args.settle)
-            before, t0, cpu0 = server.request_counts(), time.time(), cpu.sample()
+            before = server.request_counts(timeout=STATS_TIMEOUT)
+            t0, cpu0 = time.time(), cpu.sample()
             time.sleep(args.window)
-            after, t1, spent = server.request_counts(), time.time(), cpu.since(cpu0)
+            after, t1, spent = (server.request_counts(timeout=STATS_TIMEOUT), time.time(),
+                                cpu.since(cpu0))
             memory = resident()
             if q.exception() is not None:
                 raise RuntimeError(f"{label}: the query failed: {q.exception()}")
@@ -459,6 +468,20 @@ def bench_idle(spark: Any, client: S2Client, server: ServerProcess, tag: str, n:
     return ours, single
 
 
+def leave_open_files_to_the_server() -> None:
+    """Lower this process's open-files limits (and so Spark's, started after) by
+    `SERVER_FILES`, leaving them to the server started before: on one host with one
+    limit, a tail watch keeping a connection of its own per stream up to its hard limit
+    less 1024 left the server, which needs a file for each of those and for every other
+    client, too few (it failed to accept at 25,000 idle streams). A service elsewhere
+    has its own."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard > 2 * SERVER_FILES:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, hard - SERVER_FILES),
+                                                    hard - SERVER_FILES))
+        print(f"open files: {hard - SERVER_FILES:,} for Spark's side, {hard:,} the server's")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--streams", type=_ints, default=[1000, 10000],
@@ -491,7 +514,6 @@ def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     placement = placed(args)
 
-    spark = session()
     tag = uuid.uuid4().hex[:8]
     reads: list[float] = []
     writes: list[float] = []
@@ -499,6 +521,8 @@ def main() -> None:
     with (ServerProcess() as server, S2Client(S2Config(endpoint=server.url)) as client,
           contextlib.ExitStack() as stack):
         placement.pin_server(server.pid)
+        leave_open_files_to_the_server()
+        spark = session()
         cpu = CpuMeter(server=server.pid, here="this process (driver, proxy, producer)")
         url = server.url
         if args.rtt_ms:

@@ -435,18 +435,18 @@ class ServerProcess:
                 )
             time.sleep(0.2)
 
-    def request_counts(self) -> dict[str, int]:
+    def request_counts(self, *, timeout: float = 10.0) -> dict[str, int]:
         """Requests the running process received per kind since it (re)started, asked over
         `GET /_local/stats` (see `fetch_request_counts`; that request is not counted)."""
         if not self.running:
             raise RuntimeError("ServerProcess is not running")
-        return fetch_request_counts(self.url, token=self._token)
+        return fetch_request_counts(self.url, token=self._token, timeout=timeout)
 
-    def append_counts(self) -> dict[str, int]:
+    def append_counts(self, *, timeout: float = 10.0) -> dict[str, int]:
         """Appends the running process took by outcome (see `fetch_append_counts`)."""
         if not self.running:
             raise RuntimeError("ServerProcess is not running")
-        return fetch_append_counts(self.url, token=self._token)
+        return fetch_append_counts(self.url, token=self._token, timeout=timeout)
 
     def kill(self) -> None:
         """SIGKILL: the process gets no chance to flush or clean up."""
