@@ -8,7 +8,8 @@ a client needs of RFC 9112: a status line, header fields, and a body framed by
 `Transfer-Encoding: chunked`, by `Content-Length` or by the connection's close; informational
 (1xx) answers skipped; no body for HEAD, 204 and 304. Anything else is refused with
 `httpx.RemoteProtocolError`, the error h11 raises through httpx, and the connection is then
-dropped: a malformed answer never leaves a connection in doubt.
+dropped: a malformed answer never leaves a connection in doubt. `BodyReader` reads a body
+too long to hold (a read session's, `_streamed_get`) as views into what arrived.
 """
 
 from __future__ import annotations
@@ -271,6 +272,7 @@ def _has_token(headers: list[tuple[bytes, bytes]], name: bytes, token: bytes) ->
                for k, v in headers if k == name)
 
 
+#: Bytes of a line `BodyReader` looks at per step (a chunk-size line is a few).
 _LINE_STEP = 64
 
 

@@ -166,36 +166,44 @@ class StreamedGets:
         kind, length = ("none", 0) if no_body else body_framing(reader.headers)
         body = BodyReader(kind, length)
         keep = reader.keep_alive and kind != "eof"
-        chunks = self._body(key, conn, body, memoryview(reader.leftover), url, keep)
+        released = False
+
+        def release() -> None:
+            """Keep the connection if the whole answer was read off it, else close it."""
+            nonlocal released
+            if not released:
+                released = True
+                if keep and body.done and not body.leftover:
+                    self._keep(key, conn)
+                else:
+                    conn.close()
+
+        chunks = _body(conn, body, memoryview(reader.leftover), url, release)
 
         def close() -> None:
             chunks.close()
-            if not body.done:  # closed early (or never read): the connection goes
-                conn.close()
+            release()
 
         # Views stand in for bytes: the callers that ask for them take either.
         return Response(reader.status, reader.headers, chunks=cast(Iterator[bytes], chunks),
                         close=close)
 
-    def _body(self, key: tuple[str, str, int], conn: _Connection, body: BodyReader,
-              first: memoryview, url: str, keep: bool) -> Generator[memoryview, None, None]:
-        """The body's bytes; the connection is kept when the body ended cleanly."""
-        try:
-            yield from body.feed(first)
-            while not body.done:
-                buf = conn.buffer()
-                n = _recv_into(conn, buf, url)
-                if not n:
-                    body.closed()
-                    break
-                yield from body.feed(memoryview(buf)[:n])
-        except BaseException:
-            conn.close()
-            raise
-        if keep and body.done and not body.leftover:
-            self._keep(key, conn)
-        else:
-            conn.close()
+
+def _body(conn: _Connection, body: BodyReader, first: memoryview, url: str,
+          release: Callable[[], None]) -> Generator[memoryview, None, None]:
+    """The body's bytes, then `release` (also when the reader stops early: a session
+    stopped at its count has often read the body's end already)."""
+    try:
+        yield from body.feed(first)
+        while not body.done:
+            buf = conn.buffer()
+            n = _recv_into(conn, buf, url)
+            if not n:
+                body.closed()
+                break
+            yield from body.feed(memoryview(buf)[:n])
+    finally:
+        release()
 
 
 def _recv(conn: _Connection, url: str, *, answered: bool) -> bytes:
