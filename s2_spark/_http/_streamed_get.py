@@ -18,6 +18,7 @@ a GET can be sent again).
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import threading
@@ -115,22 +116,12 @@ class StreamedGets:
 
     def _connect(self, scheme: str, host: str, port: int, url: str,
                  timeout: dict[str, float | None]) -> _Connection:
-        try:
+        with _mapped(httpx.ConnectTimeout, httpx.ConnectError, url):
             sock = socket.create_connection((host, port), timeout=timeout.get("connect"))
-        except TimeoutError as exc:
-            _raise(httpx.ConnectTimeout, exc, url)
-        except OSError as exc:
-            _raise(httpx.ConnectError, exc, url)
-        try:
+        with _mapped(httpx.ConnectTimeout, httpx.ConnectError, url, sock.close):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if scheme == "https":
+            if scheme == "https":  # ssl.SSLError is an OSError
                 sock = self._ssl_context().wrap_socket(sock, server_hostname=host)
-        except TimeoutError as exc:
-            sock.close()
-            _raise(httpx.ConnectTimeout, exc, url)
-        except OSError as exc:  # ssl.SSLError included
-            sock.close()
-            _raise(httpx.ConnectError, exc, url)
         return _Connection(sock)
 
     def _exchange(self, key: tuple[str, str, int], conn: _Connection, head: bytes, url: str,
@@ -139,15 +130,9 @@ class StreamedGets:
         """Send the request on `conn`, read the answer's head; the body streams on."""
         if trace is not None:
             trace.used, trace.new_connection = True, new
-        try:
+        with _mapped(httpx.WriteTimeout, httpx.WriteError, url, conn.close, answered=False):
             conn.sock.settimeout(timeout.get("write"))
             conn.sock.sendall(head)
-        except TimeoutError as exc:
-            conn.close()
-            _raise(httpx.WriteTimeout, exc, url)
-        except OSError as exc:
-            conn.close()
-            _raise(httpx.WriteError, exc, url, answered=False)
         if trace is not None:
             trace.headers_sent = trace.sent = True
         conn.sock.settimeout(timeout.get("read"))
@@ -207,14 +192,8 @@ def _body(conn: _Connection, body: BodyReader, first: memoryview, url: str,
 
 
 def _recv(conn: _Connection, url: str, *, answered: bool) -> bytes:
-    try:
+    with _mapped(httpx.ReadTimeout, httpx.ReadError, url, conn.close, answered=answered):
         data = conn.sock.recv(65536)
-    except TimeoutError as exc:
-        conn.close()
-        _raise(httpx.ReadTimeout, exc, url)
-    except OSError as exc:
-        conn.close()
-        _raise(httpx.ReadError, exc, url, answered=answered)
     if not data:
         conn.close()
         err = httpx.RemoteProtocolError("the server closed the connection without an answer",
@@ -225,12 +204,24 @@ def _recv(conn: _Connection, url: str, *, answered: bool) -> bytes:
 
 
 def _recv_into(conn: _Connection, buf: bytearray, url: str) -> int:
+    with _mapped(httpx.ReadTimeout, httpx.ReadError, url):
+        n = conn.sock.recv_into(buf)
+    return n
+
+
+@contextlib.contextmanager
+def _mapped(timed_out: type[httpx.TransportError], failed: type[httpx.TransportError],
+            url: str, close: Callable[[], None] | None = None, *,
+            answered: bool = True) -> Iterator[None]:
+    """Socket failures as httpx's `timed_out` or `failed` (`_raise`), after `close`."""
     try:
-        return conn.sock.recv_into(buf)
-    except TimeoutError as exc:
-        _raise(httpx.ReadTimeout, exc, url)
-    except OSError as exc:
-        _raise(httpx.ReadError, exc, url)
+        yield
+    except OSError as exc:  # TimeoutError and ssl.SSLError included
+        if close is not None:
+            close()
+        if isinstance(exc, TimeoutError):
+            _raise(timed_out, exc, url)
+        _raise(failed, exc, url, answered=answered)
 
 
 def _raise(kind: type[httpx.TransportError], exc: BaseException, url: str, *,
