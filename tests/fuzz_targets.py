@@ -6,7 +6,8 @@ typed errors; any other exception (an `IndexError`, a crash) is a fault of its o
 only exceptions a decoder may raise on bad input are its typed ones: `FrameError` for S2,
 `MalformedResponseError` for Durable Streams, `ValueError`/`TypeError` for bad arguments to
 the append encoder, `httpx.RemoteProtocolError` for an HTTP/1.1 answer (`h1_response`, the
-reader the tail watch and the fan-out parse answers with, checked against h11).
+reader the tail watch and the fan-out parse answers with, checked against h11;
+`h1_streamed`, the head and streamed body of a read session, checked against it).
 
 `scripts/fuzz.py` runs them coverage-guided (atheris); `tests/test_fuzz.py` replays the
 corpus in `tests/data/fuzz/<target>/` (seeds, and every input that ever failed) on each
@@ -27,7 +28,7 @@ import httpx
 import numpy as np
 import pyarrow as pa
 
-from s2_spark._http._h1 import ResponseReader
+from s2_spark._http._h1 import BodyReader, ResponseReader, body_framing
 from s2_spark._proto import s2_pb2
 from s2_spark.errors import FrameError, MalformedResponseError
 from s2_spark.wire import appends, durable, frames, records
@@ -508,6 +509,53 @@ def h1_response(data: bytes) -> None:
         _agree("ResponseReader against h11", (status, _as_h11_keeps(headers), content), theirs)
 
 
+def _streamed_read(pieces: list[bytes]) -> Any:
+    """A GET's answer read as `StreamedGets` reads it: the head by `ResponseReader`, the
+    body's pieces by `BodyReader` from views into what arrived, to the close at most."""
+    head = ResponseReader(head_request=True)
+    rest = iter(p for p in pieces if p)  # a connection never delivers nothing
+    for piece in rest:
+        head.feed(piece)
+        if head.done:
+            break
+    if not head.done:
+        head.feed(b"")  # closed: refused (no answer) or informational answers only
+    kind, length = ("none", 0) if head.status in (204, 304) else body_framing(head.headers)
+    body = BodyReader(kind, length)
+    out = [bytes(v) for v in body.feed(memoryview(head.leftover))]
+    for piece in rest:  # what follows the end counts as leftover
+        out += [bytes(v) for v in body.feed(memoryview(bytearray(piece)))]
+    if not body.done:
+        body.closed()
+    keep = head.keep_alive and kind != "eof"
+    return head.status, head.headers, b"".join(out), keep, body.leftover > 0
+
+
+def h1_streamed(data: bytes) -> None:
+    """A GET's answer read as a read session reads it (`BodyReader` after the head) in
+    pieces against at once, and against `ResponseReader` reading it whole: the same
+    status, headers, body and reuse of the connection, or both refuse."""
+    if len(data) < 2:
+        return
+    body = data[1:]
+    bad = (httpx.RemoteProtocolError,)
+    got = _outcome(lambda: _streamed_read(_cuts(body, data[0])), bad)
+    _agree("streamed pieces", got, _outcome(lambda: _streamed_read([body]), bad))
+
+    theirs = _outcome(lambda: _whole_read(body), bad)
+    _agree("streamed against ResponseReader", got, theirs)
+
+
+def _whole_read(data: bytes) -> Any:
+    """The same as `_streamed_read` gives, from `ResponseReader` reading it whole."""
+    reader = ResponseReader()
+    reader.feed(data)
+    if not reader.done:
+        reader.feed(b"")
+    return (reader.status, reader.headers, reader.body, reader.keep_alive,
+            bool(reader.leftover))
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "read_batch": read_batch,
     "read_batches": read_batches,
@@ -518,6 +566,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "s2s_frames": s2s_frames,
     "sse": sse,
     "h1_response": h1_response,
+    "h1_streamed": h1_streamed,
 }
 """Every fuzz target by name; the first five call one C entry point each (the first two
 the same one, with one payload and with several)."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from s2_spark.errors import ReadPastTailError, UnavailableError
+from s2_spark.errors import NotFoundError, ReadPastTailError, UnavailableError
 from s2_spark.s2 import AppendRecord, RetryPolicy, S2Client, S2Config, StreamClient
 
 TOKEN = "tok-SECRET-session-42"
@@ -33,6 +33,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._conns: list[tuple[socket.socket, socket.socket, threading.Event]] = []
         self.request_lines: list[str] = []
+        self.accepted = 0  # connections taken in all
         self.drop_next_response = threading.Event()
         self.advise_frame: int | None = None  # set "reconnect advised" on this S2S frame
         self._closed = False
@@ -49,6 +50,7 @@ class FaultProxy:
             except OSError:
                 return
             up = socket.create_connection(("127.0.0.1", self._upstream))
+            self.accepted += 1
             frozen = threading.Event()
             drop = threading.Event()  # this connection's next response is lost
             with self._lock:
@@ -225,6 +227,27 @@ def fill(stream: StreamClient, n: int, start: int = 0, size: int = 100) -> None:
         for i in range(start, start + n)
     ]
     stream.append_many(recs)
+
+
+def test_sessions_reuse_a_kept_connection_and_replace_a_dead_one(
+    stream: StreamClient, names: tuple[str, str], proxy: FaultProxy
+) -> None:
+    """A session's connection whose answer was read to its end serves the next session;
+    one the server closed meanwhile is replaced before the request counts as failed (no
+    retry, no backoff), and the records are exact either way."""
+    fill(stream, 3000)
+    with S2Client(S2Config(access_token=TOKEN, endpoint=proxy.url)) as c:
+        basin = c.basin(names[0])
+        for sever in (False, True):
+            with pytest.raises(NotFoundError):
+                list(basin.stream("missing").read_session(seq_num=0, count=5))
+            before = proxy.accepted
+            if sever:
+                proxy.sever()
+            session = basin.stream(names[1]).read_session(seq_num=7, count=2500)
+            assert seqs(list(session)) == list(range(7, 2507))
+            assert session.reconnects == 0
+            assert proxy.accepted == before + sever  # a new connection only for a dead one
 
 
 def test_session_count_and_bytes_bounds(stream: StreamClient) -> None:

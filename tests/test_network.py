@@ -292,6 +292,15 @@ def test_an_untrusted_certificate_is_a_tls_error_naming_the_option(
     assert not e.value.retryable and e.value.attempts == 1 and TOKEN not in text
 
 
+def test_a_read_session_with_an_untrusted_certificate_is_a_tls_error(
+    tls_server: LocalS2Server,
+) -> None:
+    config = S2Config(access_token=TOKEN, endpoint=tls_server.url)
+    with S2Client(config) as c, pytest.raises(TlsError) as e:
+        list(c.basin("some-basin").stream("s").read_session(seq_num=0, count=5000))
+    assert "not trusted" in str(e.value) and not e.value.retryable
+
+
 def test_a_client_certificate_is_presented_where_the_server_requires_one(
     certs: Certs, unique: Callable[[str], str]
 ) -> None:

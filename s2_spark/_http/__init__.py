@@ -8,6 +8,8 @@
   long-polls, and the connections of a `Fanout` (many small requests at once).
 * `Http2Origin` (`_h2_origin`, on `_h2_connection`): requests to one origin over HTTP/2,
   many to a connection: the tail watch's long-polls, where the service speaks it.
+* `StreamedGets` (under `HttpClient.send(views=True)`): a read session's GET on a direct
+  route read off a socket of its own into kept buffers, the body as views into them.
 * `Fanout`: the calls of a batch sent together from threaded code, on one event loop.
 * `Exchange`: what one request did on the wire (sent whole? on a reused connection?),
   and `transport_error`: a transport failure as a typed error, TLS problems told apart.

@@ -35,6 +35,7 @@ from s2_spark._tls import TlsConfig, ssl_context_for
 from ._exchange import Exchange
 from ._response import Response, _Decoder
 from ._routes import PoolLimits, Route, route_for
+from ._streamed_get import StreamedGets
 
 __all__ = [
     "HttpClient",
@@ -87,6 +88,7 @@ class Origin:
     prefix: bytes
     host_header: bytes
     pools: tuple[Any, ...] = field(repr=False)
+    direct: bool = False  # no proxy on its route
 
     @property
     def pool(self) -> Any:
@@ -299,6 +301,7 @@ class HttpClient:
         self._pools: dict[tuple[Route, bool], tuple[Any, ...]] = {}
         self._origins: dict[str, Origin] = {}
         self._lock = threading.Lock()
+        self._gets = StreamedGets(self.ssl_context)
 
     def origin(self, base_url: str) -> Origin:
         """The origin of `base_url` (made once; its route is fixed from then on)."""
@@ -317,7 +320,7 @@ class HttpClient:
                     for _ in range(POOL_SHARDS))
             origin = self._origins[base_url] = Origin(
                 base_url, scheme.encode(), host.encode(), port, prefix.encode(),
-                host_header.encode(), pools)
+                host_header.encode(), pools, route.proxy is None)
         return origin
 
     def ssl_context(self) -> ssl.SSLContext:
@@ -338,10 +341,17 @@ class HttpClient:
 
     def send(self, method: bytes, origin: Origin, target: bytes, headers: Headers, *,
              content: bytes | None = None, timeout: Timeouts, trace: Exchange | None = None,
-             stream: bool = False) -> Response:
+             stream: bool = False, views: bool = False) -> Response:
         """Send one request; the response is read whole unless `stream`. `headers` are
         sent as they are after Host (and Content-Length for a body). `trace` notes what
-        the request did (see `Exchange`)."""
+        the request did (see `Exchange`). `views`: a streamed GET's chunks may be
+        memoryviews (each valid for as long as it is held), read off a socket of its own
+        where the route is direct (`StreamedGets`: a long body's client CPU halves)."""
+        if views and stream and method == b"GET" and origin.direct and self._network is None:
+            return self._gets.get(origin.scheme.decode(), origin.host.decode(), origin.port,
+                                  origin.prefix + target,
+                                  [(b"host", origin.host_header), *headers],
+                                  timeout=timeout, trace=trace)
         traced = trace if trace is not None and trace.traced else None
         request = self._request(method, origin, target, headers, content, timeout, traced)
         if self._network is not None:
@@ -392,5 +402,6 @@ class HttpClient:
             self._origins.clear()
         for pool in pools:
             pool.close()
+        self._gets.close()
         if self._network is not None:
             self._network.close()

@@ -8,7 +8,8 @@ a client needs of RFC 9112: a status line, header fields, and a body framed by
 `Transfer-Encoding: chunked`, by `Content-Length` or by the connection's close; informational
 (1xx) answers skipped; no body for HEAD, 204 and 304. Anything else is refused with
 `httpx.RemoteProtocolError`, the error h11 raises through httpx, and the connection is then
-dropped: a malformed answer never leaves a connection in doubt.
+dropped: a malformed answer never leaves a connection in doubt. `BodyReader` reads a body
+too long to hold (a read session's, `_streamed_get`) as views into what arrived.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import re
 
 import httpx
 
-__all__ = ["MAX_HEAD_BYTES", "ResponseReader", "request_head"]
+__all__ = ["MAX_HEAD_BYTES", "BodyReader", "ResponseReader", "body_framing", "request_head"]
 
 #: The most a response's head (status line and header fields) may take.
 MAX_HEAD_BYTES = 64 * 1024
@@ -144,35 +145,22 @@ class ResponseReader:
         return True
 
     def _frame_body(self, headers: list[tuple[bytes, bytes]]) -> None:
-        """How the body is delimited (RFC 9112 section 6.3)."""
-        status = self.status
-        if self._head_request or status in (204, 304):
+        """How the body is delimited (`body_framing`)."""
+        if self._head_request or self.status in (204, 304):
             self._finish(self.keep_alive)
             return
-        codings = [v for k, v in headers if k == b"transfer-encoding"]
-        if codings:
-            last = b",".join(codings).split(b",")[-1].strip().lower()
-            if last != b"chunked":
-                self._state = "eof"  # not chunked last: the body runs to the close
-                self.keep_alive = False
-                return
+        kind, length = body_framing(headers)
+        if kind == "chunked":
             self._chunked = True
             self._state = "chunk-size"
-            return
-        lengths = {v.strip() for k, v in headers if k == b"content-length"}
-        if lengths:
-            if len(lengths) != 1:
-                raise _error("Content-Length values differ")
-            raw = lengths.pop()
-            if not raw.isdigit() or len(raw) > 18:
-                raise _error(f"Content-Length {raw[:20]!r} is not a length")
-            self._left = int(raw)
+        elif kind == "length":
+            self._left = length
             self._state = "length"
             if self._left == 0:
                 self._finish(self.keep_alive)
-            return
-        self._state = "eof"
-        self.keep_alive = False
+        else:
+            self._state = "eof"
+            self.keep_alive = False
 
     def _read_body(self) -> bool:
         if not self._buf:
@@ -204,10 +192,7 @@ class ResponseReader:
         line = self._line(_MAX_CHUNK_LINE)
         if line is None:
             return False
-        size = line.split(b";", 1)[0].strip()
-        if not size or len(size) > 15 or any(c not in b"0123456789abcdefABCDEF" for c in size):
-            raise _error(f"chunk size {size[:20]!r} is not hexadecimal")
-        self._left = int(size, 16)
+        self._left = _chunk_size(line)
         self._state = "chunk-data" if self._left else "trailers"
         return True
 
@@ -238,6 +223,32 @@ class ResponseReader:
         self.done = True
 
 
+def body_framing(headers: list[tuple[bytes, bytes]]) -> tuple[str, int]:
+    """How a response body (one that has a body) is delimited (RFC 9112 section 6.3):
+    ("chunked", 0), ("length", N), or ("eof", 0): it runs to the connection's close."""
+    codings = [v for k, v in headers if k == b"transfer-encoding"]
+    if codings:
+        last = b",".join(codings).split(b",")[-1].strip().lower()
+        return ("chunked", 0) if last == b"chunked" else ("eof", 0)
+    lengths = {v.strip() for k, v in headers if k == b"content-length"}
+    if not lengths:
+        return "eof", 0
+    if len(lengths) != 1:
+        raise _error("Content-Length values differ")
+    raw = lengths.pop()
+    if not raw.isdigit() or len(raw) > 18:
+        raise _error(f"Content-Length {raw[:20]!r} is not a length")
+    return "length", int(raw)
+
+
+def _chunk_size(line: bytes) -> int:
+    """The size on a chunk-size line (extensions after `;` ignored)."""
+    size = line.split(b";", 1)[0].strip()
+    if not size or len(size) > 15 or any(c not in b"0123456789abcdefABCDEF" for c in size):
+        raise _error(f"chunk size {size[:20]!r} is not hexadecimal")
+    return int(size, 16)
+
+
 def _status_line(line: bytes) -> tuple[bytes, int]:
     """(version, status) of `HTTP/1.x NNN reason`."""
     if not line.startswith(b"HTTP/1.") or len(line) < 12 or line[8:9] != b" ":
@@ -259,3 +270,92 @@ def _field(line: bytes) -> tuple[bytes, bytes]:
 def _has_token(headers: list[tuple[bytes, bytes]], name: bytes, token: bytes) -> bool:
     return any(token in (t.strip().lower() for t in v.split(b","))
                for k, v in headers if k == name)
+
+
+#: Bytes of a line `BodyReader` looks at per step (a chunk-size line is a few).
+_LINE_STEP = 64
+
+
+class BodyReader:
+    """A response body as it arrives, for a body too long to hold (a read session's):
+    `feed` takes the next received bytes as a memoryview and returns the body's bytes
+    among them as views into it (nothing copied but chunk-size lines); `done` once the
+    body ended, then `leftover`: how many fed bytes came after it. `closed()`: the
+    connection ended, which ends an ("eof") body and is an error for any other.
+    `kind`, `length`: as `body_framing` gives them (or "none" for no body).
+    """
+
+    __slots__ = ("_chunked", "_left", "_line", "_state", "done", "leftover")
+
+    def __init__(self, kind: str, length: int = 0) -> None:
+        self._chunked = kind == "chunked"
+        self._line = bytearray()
+        self._left = length if kind == "length" else -1  # -1: to the close
+        self._state = {"chunked": "size", "none": "end"}.get(kind, "data")
+        self.done = kind == "none" or (kind == "length" and length == 0)
+        self.leftover = 0
+
+    def feed(self, data: memoryview) -> list[memoryview]:
+        out: list[memoryview] = []
+        pos, n = 0, len(data)
+        while pos < n and not self.done:
+            if self._state == "data":
+                take = n - pos if self._left < 0 else min(self._left, n - pos)
+                out.append(data[pos:pos + take])
+                pos += take
+                if self._left > 0:
+                    self._left -= take
+                    if not self._left:
+                        self._chunk_ended()
+                continue
+            line, pos = self._next_line(data, pos)
+            if line is not None:
+                self._on_line(line)
+        self.leftover += n - pos
+        return out
+
+    def closed(self) -> None:
+        if self._left < 0 and self._state == "data":
+            self.done = True
+            return
+        if not self.done:
+            raise _error("the connection closed before the response ended")
+
+    def _chunk_ended(self) -> None:
+        if self._chunked:
+            self._state = "crlf"
+        else:
+            self.done = True
+
+    def _next_line(self, data: memoryview, pos: int) -> tuple[bytes | None, int]:
+        """The next CRLF-ended line (None: it goes on in the next input) and where the
+        input after it starts; the line's bytes so far are held in `_line`."""
+        n = len(data)
+        while pos < n:
+            start = len(self._line)
+            self._line += data[pos:pos + _LINE_STEP]
+            end = self._line.find(b"\r\n", max(start - 1, 0))
+            if end >= 0:
+                pos += end + 2 - start
+                line = bytes(self._line[:end])
+                self._line.clear()
+                return line, pos
+            if len(self._line) > (MAX_HEAD_BYTES if self._state == "trailers"
+                                  else _MAX_CHUNK_LINE):
+                raise _error("a line is too long")
+            pos += min(_LINE_STEP, n - pos)
+        return None, pos
+
+    def _on_line(self, line: bytes) -> None:
+        state = self._state
+        if state == "crlf":
+            if line:
+                raise _error("a chunk does not end with CRLF")
+            self._state = "size"
+        elif state == "size":
+            self._left = _chunk_size(line)
+            self._state = "data" if self._left else "trailers"
+        elif line:  # trailers: a field, checked, then ignored
+            _field(line)
+        else:
+            self.done = True

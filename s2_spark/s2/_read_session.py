@@ -149,7 +149,8 @@ class ReadSession(ResumableRead["DecodedBatch"]):
         exchange = Exchange(traced=False)  # reads: stale or not is all that counts
         try:
             with self._t.send("GET", self.basin, self._path + query(params), SESSION_HEADERS,
-                              timeout=self._timeout, trace=exchange, stream=True) as resp:
+                              timeout=self._timeout, trace=exchange, stream=True,
+                              views=True) as resp:
                 if resp.status_code != 200:
                     outcome = error_from_body(resp.status_code, resp.read(), self._target)
                 else:

@@ -134,12 +134,15 @@ class Transport:
 
     def send(self, method: str, basin: str | None, target: str, headers: Headers, *,
              content: bytes | None = None, timeout: dict[str, float | None] | None = None,
-             trace: Exchange | None = None, stream: bool = False) -> Response:
-        """One attempt, no retries: `target` is the path (and query) under /v1."""
+             trace: Exchange | None = None, stream: bool = False,
+             views: bool = False) -> Response:
+        """One attempt, no retries: `target` is the path (and query) under /v1. `views`:
+        see `HttpClient.send`."""
         route = self.route(basin)
         return self.http.send(method.encode(), route.origin, target.encode(),
                               route.headers + headers, content=content,
-                              timeout=timeout or self._timeout, trace=trace, stream=stream)
+                              timeout=timeout or self._timeout, trace=trace, stream=stream,
+                              views=views)
 
     def request(
         self,
