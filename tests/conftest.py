@@ -24,6 +24,23 @@ for _name in ("NO_PROXY", "no_proxy"):
     os.environ[_name] = ",".join(filter(None, [os.environ.get(_name), "127.0.0.1", "localhost"]))
 
 
+#: The longest test modules (minutes each: kills, clusters, Connect, pipelines), run first:
+#: `-n 2 --dist loadfile` hands out modules in collection order, and one of these left for
+#: last kept one worker busy minutes after the other ran out of work.
+LONGEST_FIRST = (
+    "test_spark_fanout.py", "test_deploy_cluster.py", "test_spark_many_streams.py",
+    "test_deploy_pipelines.py", "test_deploy_connect.py", "test_spark_writer.py",
+    "test_durable_spark_writer.py", "test_spark_reader.py", "test_durable_spark_reader.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules of `LONGEST_FIRST` first, in that order; the rest, and the tests within
+    every module, keep their order."""
+    rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 @pytest.fixture(scope="session")
 def s2_server() -> Iterator[Any]:
     """An in-memory local S2 server on a free port, shared by the whole test session."""
