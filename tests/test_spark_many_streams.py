@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _versions import needs_admission_control, plan_all_available
+from _versions import HAS_ADMISSION_CONTROL, needs_admission_control, plan_all_available
 
 from s2_spark.backends.s2 import S2Backend, S2Settings
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
@@ -379,7 +379,16 @@ def test_a_query_over_more_streams_than_plain_offsets_hold_restarts_exactly(
         (ckpt / "commits" / name).unlink(missing_ok=True)
     batches.clear()
     run()
-    assert batches == {0: first, 1: sorted((s, sizes[s], b"late") for s in late)}
+    replayed_then_late = {0: first, 1: sorted((s, sizes[s], b"late") for s in late)}
+    if not HAS_ADMISSION_CONTROL:
+        # PySpark 4.0/4.1 run AvailableNow for a source without admission control through
+        # Spark's wrapper, which after replaying the uncommitted micro-batch ends the run;
+        # the next run reads what came since, exactly.
+        assert batches == {0: first}
+        batches.clear()
+        run()
+        del replayed_then_late[0]
+    assert batches == replayed_then_late
 
 
 #: An idle query in a process that may open `limit` files (soft and hard: the watch cannot
