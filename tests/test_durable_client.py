@@ -139,13 +139,17 @@ def test_long_poll_tail_receives_later_appends_with_cursor(new_stream: Any) -> N
     s.append_json(["before"])
     received: list[Any] = []
     reader = s.read("-1", live="long-poll")
+    # Joined before the test ends: the client it appends with is closed after the test.
+    appender = threading.Thread(target=lambda: s.append_json(["after"]))
     for chunk in reader:
         received += chunk.messages()
         if received == ["before"] and chunk.up_to_date:
-            threading.Thread(target=lambda: s.append_json(["after"])).start()
+            appender.start()
         if len(received) == 2:
             break
     reader.close()
+    appender.join(timeout=30)
+    assert not appender.is_alive()
     assert received == ["before", "after"]
     assert reader.cursor is not None
 
