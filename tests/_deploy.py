@@ -182,7 +182,9 @@ class StandaloneCluster:
     def alive_workers(self) -> int:
         try:
             workers = self.state().get("workers", [])
-        except OSError:
+        except (OSError, ValueError):
+            # Not up, or up but not yet serving its JSON (a starting master's UI answered
+            # /json/ with an HTML page once, under load): ask again.
             return 0
         return sum(1 for w in workers if w.get("state") == "ALIVE")
 
