@@ -39,7 +39,7 @@ def run(url: str, basin: str, streams: list[str], args: argparse.Namespace, serv
         time.sleep(args.settle)
         used = watch.connections()
         assert (used["http/1.1"] == 0) == h2, used  # the side it claims to measure
-        from s2_spark.testing._server import fetch_request_counts
+        from s2_spark.testing.serving.server import fetch_request_counts
         polls0 = fetch_request_counts(url).get("read_wait", 0)
         mine0, server0 = time.process_time(), cpu_seconds(server_pid)
         time.sleep(args.seconds)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from s2_spark._option_spec import Option, OptionSet
+from s2_spark._options import Option, OptionSet
 from s2_spark.errors import OptionError
 from s2_spark.spark.durable.source import DURABLE_OPTIONS
 from s2_spark.spark.option_docs import FORMATS, options_markdown

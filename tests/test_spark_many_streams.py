@@ -402,7 +402,7 @@ IDLE_OVER_FD_CHILD = textwrap.dedent("""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
     from s2_spark.s2 import AppendRecord, S2Client, S2Config
-    from s2_spark.testing._server import fetch_request_counts
+    from s2_spark.testing.serving.server import fetch_request_counts
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
              .config("spark.sql.streaming.noDataProgressEventInterval", "0").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")

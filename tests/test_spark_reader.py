@@ -443,7 +443,7 @@ class _FlakyStreamReader(_StreamReader):
 def _flaky_format() -> Any:
     from dataclasses import replace
 
-    from s2_spark._option_spec import Option, OptionSet
+    from s2_spark._options import Option, OptionSet
     from s2_spark.spark.s2.source import S2_OPTIONS, S2_READ_FORMAT
 
     test_options = (Option("testMarker", "a path", "Test only.", roles=("read",)),

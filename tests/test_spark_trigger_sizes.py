@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 from _versions import needs_admission_control, progress_offsets
 
-from s2_spark._option_values import get_duration_ms
 from s2_spark.durable import DurableStreamsClient
 from s2_spark.errors import OptionError
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL, SPARK_VERSION
+from s2_spark.spark.options import MAX_TRIGGER_DELAY
 
 pytestmark = pytest.mark.spark
 
@@ -208,13 +208,13 @@ def ds(ds_server: Any, spark: Any) -> Iterator[DurableEnv]:
     ("1h", 3_600_000), ("1d", 86_400_000), (" 10 S ", 10_000),
 ])
 def test_durations_in_kafkas_style(raw: str, ms: int) -> None:
-    assert get_duration_ms({"maxTriggerDelay": raw}, "maxTriggerDelay") == ms
+    assert MAX_TRIGGER_DELAY.duration_ms({"maxTriggerDelay": raw}) == ms
 
 
 @pytest.mark.parametrize("raw", ["0", "0s", "-5s", "1.5s", "15 minutes", "s", "", "10us"])
 def test_bad_durations(raw: str) -> None:
     with pytest.raises(OptionError) as info:
-        get_duration_ms({"maxTriggerDelay": raw}, "maxTriggerDelay")
+        MAX_TRIGGER_DELAY.duration_ms({"maxTriggerDelay": raw})
     assert str(info.value) == (
         f"option maxTriggerDelay={raw!r} is not accepted: use a positive duration such as "
         "'15m', '30s' or '500ms' (units ms, s, m or min, h, d; a number alone is milliseconds)"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from s2_spark._option_spec import Option
+from s2_spark._options import Option
 from s2_spark._tls import TlsConfig
 from s2_spark.errors import OptionError
 from s2_spark.retry import DEFAULT_RETRY_TIMEOUT, RetryPolicy

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from s2_spark._option_spec import Option
+from s2_spark._options import Option
 from s2_spark.errors import OptionError
 
 if TYPE_CHECKING:

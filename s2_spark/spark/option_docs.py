@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from s2_spark._option_spec import OptionSet, Role
+from s2_spark._options import OptionSet, Role
 from s2_spark.spark.durable.source import DURABLE_OPTIONS
 from s2_spark.spark.s2.source import S2_OPTIONS
 

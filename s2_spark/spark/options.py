@@ -15,8 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from s2_spark._option_spec import Option, OptionSet
-from s2_spark._option_values import get_duration_ms
+from s2_spark._options import Option, OptionSet
 from s2_spark.backends.selection import StreamSelection
 from s2_spark.errors import OptionError
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL, SPARK_VERSION
@@ -281,7 +280,7 @@ def _trigger_sizes(
     """(minimum, maximum, delay ms) per trigger, in `units`, checked together."""
     low = units.minimum.count(options)
     high = units.maximum.count(options)
-    delay = get_duration_ms(options, MAX_TRIGGER_DELAY.name)
+    delay = MAX_TRIGGER_DELAY.duration_ms(options)
     for option, value in ((units.maximum, high), (units.minimum, low)):
         if value is not None:
             require_admission_control(option.name)

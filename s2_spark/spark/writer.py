@@ -28,7 +28,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from s2_spark._option_spec import OptionSet
+from s2_spark._options import OptionSet
 from s2_spark.backends.sink import (
     SinkPlan,
     StreamWriteResult,

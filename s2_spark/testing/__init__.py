@@ -17,10 +17,15 @@ command records, retention and access-token checks (`token=`).
 `TcpProxy` sits between a client and a server and cuts or resets connections the way
 flaky networks do, for fault-injection tests; `DelayProxy` adds a round trip like a real
 service's, for benchmarks.
+
+Inside, three folders: `serving` runs the server (HTTP stack, thread or child process,
+ASGI plumbing, request counters), `semantics` is S2 as s2-lite implements it (routing,
+handlers, bodies, the store, reads, names, configurations, errors), and `proxies` holds
+the test proxies that stand between a client and a server.
 """
 
-from s2_spark.testing._delay import DelayProxy
-from s2_spark.testing._proxy import TcpProxy
-from s2_spark.testing._server import LocalS2Server, ServerProcess, ServerTls
+from s2_spark.testing.proxies.delay import DelayProxy
+from s2_spark.testing.proxies.tcp import TcpProxy
+from s2_spark.testing.serving.server import LocalS2Server, ServerProcess, ServerTls
 
 __all__ = ["DelayProxy", "LocalS2Server", "ServerProcess", "ServerTls", "TcpProxy"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from s2_spark.testing._server import ServerTls, serve_forever
+from s2_spark.testing.serving.server import ServerTls, serve_forever
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from s2_spark._option_spec import Option
-from s2_spark._option_values import get_url, split_streams
+from s2_spark._options import Option, split_streams
 from s2_spark.backends.network_options import (
     NETWORK_OPTIONS,
     NetworkSettings,
@@ -120,7 +119,7 @@ def parse_durable_connection(options: Mapping[str, str]) -> DurableSettings:
             )
         headers["authorization"] = f"Bearer {token.strip()}"
     return DurableSettings(
-        base_url=get_url(options, BASE_URL.name),
+        base_url=BASE_URL.url(options),
         headers=tuple(sorted(headers.items())),
         network=parse_network_options(options),
     )

@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from s2_spark._option_spec import Option
-from s2_spark._option_values import get_url, split_streams
+from s2_spark._options import Option
 from s2_spark.backends.network_options import (
     NETWORK_OPTIONS,
     NetworkSettings,
@@ -107,9 +106,9 @@ def parse_s2_connection(options: Mapping[str, str], *, purpose: str) -> S2Settin
         )
     if token is None:
         token = os.environ.get("S2_ACCESS_TOKEN") or None
-    endpoint = get_url(options, ENDPOINT.name)
-    account_endpoint = get_url(options, ACCOUNT_ENDPOINT.name)
-    basin_endpoint = get_url(options, BASIN_ENDPOINT.name)
+    endpoint = ENDPOINT.url(options)
+    account_endpoint = ACCOUNT_ENDPOINT.url(options)
+    basin_endpoint = BASIN_ENDPOINT.url(options)
     if endpoint and (account_endpoint or basin_endpoint):
         raise OptionError(
             "set either option endpoint (one URL for everything, e.g. s2-lite) or "
@@ -142,4 +141,4 @@ def parse_s2_selection(options: Mapping[str, str]) -> StreamSelection:
         if not raw.strip():
             raise OptionError(f"option stream={raw!r} is not accepted: use a stream name")
         return StreamSelection(streams=(raw.strip(),))
-    return StreamSelection(streams=split_streams(raw, option.name))
+    return StreamSelection(streams=option.streams(options) or ())

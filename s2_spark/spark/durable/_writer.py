@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from s2_spark._option_spec import OptionSet
+from s2_spark._options import OptionSet
 from s2_spark.backends.durable.sink import DurableInputLayout, DurableSinkPlan, check_target
 from s2_spark.backends.durable.stream_sink import StreamTarget, TargetError
 from s2_spark.errors import OptionError

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from s2_spark._option_spec import Option
+from s2_spark._options import Option
 from s2_spark.backends.durable.options import (
     DurableSettings,
     check_stream_urls,

@@ -6,7 +6,7 @@ from typing import Any
 
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
-from s2_spark._option_spec import Option, OptionSet
+from s2_spark._options import Option, OptionSet
 from s2_spark.backends.base import StreamBackend
 from s2_spark.backends.durable.backend import DurableBackend, StreamKind, check_offset_position
 from s2_spark.backends.durable.options import (

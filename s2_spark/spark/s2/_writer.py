@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from s2_spark._option_spec import OptionSet
+from s2_spark._options import OptionSet
 from s2_spark.backends.s2.sink import InputLayout, S2SinkPlan, check_target
 from s2_spark.spark._write_common import as_bytes, chunk_rows
 from s2_spark.spark.s2._writer_options import WriteOptions, check_input, parse_write_options

@@ -24,7 +24,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from s2_spark._option_spec import Option
+from s2_spark._options import Option
 from s2_spark.backends.s2.options import S2Settings, parse_s2_connection
 from s2_spark.backends.s2.sink import (
     DATA_MAX_RECORDS,

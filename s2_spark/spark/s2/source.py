@@ -14,7 +14,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from s2_spark._option_spec import OptionSet
+from s2_spark._options import OptionSet
 from s2_spark.backends.base import StreamBackend
 from s2_spark.backends.s2.backend import seq_num_position
 from s2_spark.backends.s2.options import (

@@ -17,8 +17,8 @@ from urllib.parse import parse_qsl, unquote_to_bytes
 
 import zstandard
 
-from s2_spark.testing._errors import ApiError
-from s2_spark.testing._names import validate_basin_name
+from s2_spark.testing.semantics.errors import ApiError
+from s2_spark.testing.semantics.names import validate_basin_name
 
 __all__ = [
     "JSON_HEADERS",

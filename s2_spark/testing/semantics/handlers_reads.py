@@ -11,7 +11,14 @@ from __future__ import annotations
 import math
 import time
 
-from s2_spark.testing._asgi import (
+from s2_spark.testing.semantics.codecs import batch_json, is_proto, pos_json, record_format
+from s2_spark.testing.semantics.errors import ApiError
+from s2_spark.testing.semantics.names import stream_in_path
+from s2_spark.testing.semantics.read import Batch, ReadSpec, read_session, resolve_start
+from s2_spark.testing.semantics.records import encode_position
+from s2_spark.testing.semantics.store import Store
+from s2_spark.testing.semantics.stream import Stream
+from s2_spark.testing.serving.asgi import (
     PROTO_HEADERS,
     Request,
     Send,
@@ -22,13 +29,6 @@ from s2_spark.testing._asgi import (
     respond_json,
     until_disconnect,
 )
-from s2_spark.testing._codecs import batch_json, is_proto, pos_json, record_format
-from s2_spark.testing._errors import ApiError
-from s2_spark.testing._names import stream_in_path
-from s2_spark.testing._read import Batch, ReadSpec, read_session, resolve_start
-from s2_spark.testing._records import encode_position
-from s2_spark.testing._store import Store
-from s2_spark.testing._stream import Stream
 from s2_spark.wire.frames import (
     MAX_PAYLOAD_BYTES,
     Compression,

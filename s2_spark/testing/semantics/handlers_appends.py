@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 
-from s2_spark.testing._append_rules import AppendRecord
-from s2_spark.testing._asgi import PROTO_HEADERS, Request, Send, respond, respond_json
-from s2_spark.testing._codecs import (
+from s2_spark.testing.semantics.append_rules import AppendRecord
+from s2_spark.testing.semantics.codecs import (
     ack_json,
     ack_proto,
     is_proto,
@@ -20,11 +19,12 @@ from s2_spark.testing._codecs import (
     parse_proto_input,
     record_format,
 )
-from s2_spark.testing._counter import KindCounter
-from s2_spark.testing._errors import ApiError
-from s2_spark.testing._names import stream_in_path
-from s2_spark.testing._store import Store
-from s2_spark.testing._stream import Stream
+from s2_spark.testing.semantics.errors import ApiError
+from s2_spark.testing.semantics.names import stream_in_path
+from s2_spark.testing.semantics.store import Store
+from s2_spark.testing.semantics.stream import Stream
+from s2_spark.testing.serving.asgi import PROTO_HEADERS, Request, Send, respond, respond_json
+from s2_spark.testing.serving.counter import KindCounter
 from s2_spark.wire.frames import (
     Compression,
     FrameDecoder,

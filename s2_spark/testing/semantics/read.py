@@ -16,10 +16,10 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 
-from s2_spark.testing._errors import ApiError
-from s2_spark.testing._records import MAX_BATCH_BYTES, MAX_BATCH_RECORDS
-from s2_spark.testing._store import Store
-from s2_spark.testing._stream import Stream
+from s2_spark.testing.semantics.errors import ApiError
+from s2_spark.testing.semantics.records import MAX_BATCH_BYTES, MAX_BATCH_RECORDS
+from s2_spark.testing.semantics.store import Store
+from s2_spark.testing.semantics.stream import Stream
 
 __all__ = ["Batch", "Heartbeat", "ReadSpec", "read_session", "resolve_start"]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from s2_spark.testing._errors import ApiError
-from s2_spark.testing._records import (
+from s2_spark.testing.semantics.errors import ApiError
+from s2_spark.testing.semantics.records import (
     MAX_BATCH_BYTES,
     MAX_BATCH_RECORDS,
     MAX_FENCING_TOKEN_BYTES,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from s2_spark.testing._errors import ApiError
+from s2_spark.testing.semantics.errors import ApiError
 
 __all__ = ["checked_name", "stream_in_path", "validate_basin_name", "validate_stream_name"]
 

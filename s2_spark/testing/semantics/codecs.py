@@ -14,14 +14,14 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from s2_spark._proto import s2_pb2
-from s2_spark.testing._append_rules import (
+from s2_spark.testing.semantics.append_rules import (
     AppendRecord,
     validate_fencing_token,
     validate_records,
 )
-from s2_spark.testing._asgi import Request
-from s2_spark.testing._errors import ApiError
-from s2_spark.testing._records import decode_entry, encode_position, parse_append_input
+from s2_spark.testing.semantics.errors import ApiError
+from s2_spark.testing.semantics.records import decode_entry, encode_position, parse_append_input
+from s2_spark.testing.serving.asgi import Request
 
 __all__ = [
     "Ack",

@@ -27,8 +27,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from s2_spark.testing._app import STATS_PATH, S2App
-from s2_spark.testing._store import Store
+from s2_spark.testing.semantics.app import STATS_PATH, S2App
+from s2_spark.testing.semantics.store import Store
 
 __all__ = [
     "LocalS2Server",

@@ -8,15 +8,15 @@ or `noop`.
 
 from __future__ import annotations
 
-from s2_spark.testing._asgi import Request, Send, query_int, respond, respond_json
-from s2_spark.testing._errors import ApiError
-from s2_spark.testing._names import (
+from s2_spark.testing.semantics.errors import ApiError
+from s2_spark.testing.semantics.names import (
     checked_name,
     stream_in_path,
     validate_basin_name,
     validate_stream_name,
 )
-from s2_spark.testing._store import Store
+from s2_spark.testing.semantics.store import Store
+from s2_spark.testing.serving.asgi import Request, Send, query_int, respond, respond_json
 
 __all__ = ["LIST_LIMIT", "BasinHandlers"]
 

@@ -13,9 +13,9 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
-from s2_spark.testing._append_rules import AppendRecord
-from s2_spark.testing._errors import ApiError
-from s2_spark.testing._records import encode_entries
+from s2_spark.testing.semantics.append_rules import AppendRecord
+from s2_spark.testing.semantics.errors import ApiError
+from s2_spark.testing.semantics.records import encode_entries
 
 __all__ = ["PreparedAppend", "Stream"]
 

@@ -1,7 +1,9 @@
-"""Each option declared once: its name, what it takes, its default and one line of doc.
+"""Each option declared once, and read through its declaration (no pyspark, no protocol).
 
-A format's options are `Option`s gathered in an `OptionSet`. The declaration drives the
-parsing (`Option.flag`, `Option.count`, `Option.raw`), the check that fails a name the
+A format's options are `Option`s gathered in an `OptionSet`. Spark hands a data source its
+options as a case-insensitive map of strings; an `Option` reads its own value out of it
+(`raw`, `flag`, `count`, `duration_ms`, `url`, `streams`), raising `OptionError` naming the
+option and what it accepts. The declaration also drives the check that fails a name the
 format does not declare (Spark passes every option through, so a misspelled one would be
 ignored and the query run with the default: a backlog skipped, a limit not applied), and
 the options tables of the docs (`OptionSet.markdown`), so the three cannot drift.
@@ -11,14 +13,14 @@ from __future__ import annotations
 
 import difflib
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from s2_spark._option_values import get, get_bool, get_positive_int
 from s2_spark.errors import OptionError
 
-__all__ = ["SPARK_OPTIONS", "UNKNOWN_OPTIONS", "Option", "OptionSet", "Role"]
+__all__ = ["SPARK_OPTIONS", "UNKNOWN_OPTIONS", "Option", "OptionSet", "Role", "split_streams"]
 
 log = logging.getLogger("s2_spark.options")
 
@@ -46,25 +48,39 @@ class Option:
 
     def given_as(self, options: Mapping[str, str]) -> str:
         """The name the option was given under: its own, or one of its aliases."""
-        given = [n for n in (self.name, *self.aliases) if get(options, n) is not None]
+        given = [n for n in (self.name, *self.aliases) if _get(options, n) is not None]
         if len(given) > 1:
             raise OptionError(f"options {' and '.join(given)} are the same option: set one")
         return given[0] if given else self.name
 
     def raw(self, options: Mapping[str, str]) -> str | None:
         """The value as given (Spark's option names are case-insensitive)."""
-        return get(options, self.given_as(options))
+        return _get(options, self.given_as(options))
 
     def flag(self, options: Mapping[str, str]) -> bool:
         """A `true`/`false` option; the declared default when unset."""
-        return get_bool(options, self.given_as(options), bool(self.default))
+        return _bool(options, self.given_as(options), bool(self.default))
 
     def count(self, options: Mapping[str, str]) -> int | None:
         """A positive integer; the declared default (an int, or None) when unset."""
-        value = get_positive_int(options, self.given_as(options))
+        value = _positive_int(options, self.given_as(options))
         if value is None and isinstance(self.default, int):
             return self.default
         return value
+
+    def duration_ms(self, options: Mapping[str, str]) -> int | None:
+        """A positive duration such as `15m`, `30s`, `500ms` or `60000` (milliseconds), in
+        milliseconds; None when unset."""
+        return _duration_ms(options, self.given_as(options))
+
+    def url(self, options: Mapping[str, str]) -> str | None:
+        """An http:// or https:// URL; None when unset."""
+        return _url(options, self.given_as(options))
+
+    def streams(self, options: Mapping[str, str]) -> tuple[str, ...] | None:
+        """Comma-separated distinct, non-empty names (or URLs, or paths); None when unset."""
+        raw = self.raw(options)
+        return None if raw is None else split_streams(raw, self.given_as(options))
 
     def described(self) -> str:
         """The doc line, naming the older names still accepted."""
@@ -201,3 +217,86 @@ def _cell(text: str) -> str:
     """Text in a Markdown table cell: pipes escaped, and `<...>` kept from reading as HTML."""
     return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
             .replace("|", "\\|").replace("\n", " "))
+
+
+# -- values out of Spark's option map ----------------------------------------------------
+
+#: Milliseconds per unit of a duration option (Spark's time strings, as Kafka's
+#: maxTriggerDelay takes them); a number without a unit is milliseconds.
+_DURATION_UNITS = {"": 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+                   "d": 86_400_000}
+_DURATION = re.compile(r"(\d+)\s*([a-z]*)")
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    """Look an option up case-insensitively (Spark's map already is; plain dicts too)."""
+    if name in options:
+        return options[name]
+    lowered = name.lower()
+    for key, value in options.items():
+        if key.lower() == lowered:
+            return value
+    return None
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in ("true", "false"):
+        return value == "true"
+    raise OptionError(f"option {name}={raw!r} is not accepted: use 'true' or 'false'")
+
+
+def _positive_int(options: Mapping[str, str], name: str) -> int | None:
+    raw = _get(options, name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise OptionError(f"option {name}={raw!r} is not accepted: use a positive integer")
+    return value
+
+
+def _duration_ms(options: Mapping[str, str], name: str) -> int | None:
+    """A positive duration such as `15m`, `30s`, `500ms` or `60000` (milliseconds), in
+    milliseconds."""
+    raw = _get(options, name)
+    if raw is None:
+        return None
+    match = _DURATION.fullmatch(raw.strip().lower())
+    if match is None or match.group(2) not in _DURATION_UNITS or int(match.group(1)) == 0:
+        raise OptionError(
+            f"option {name}={raw!r} is not accepted: use a positive duration such as '15m', "
+            "'30s' or '500ms' (units ms, s, m or min, h, d; a number alone is milliseconds)"
+        )
+    return int(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def _url(options: Mapping[str, str], name: str) -> str | None:
+    raw = _get(options, name)
+    if raw is None:
+        return None
+    value = raw.strip()
+    if not value.startswith(("http://", "https://")) or len(value) <= len("https://"):
+        raise OptionError(
+            f"option {name}={raw!r} is not accepted: use an http:// or https:// URL"
+        )
+    return value
+
+
+def split_streams(raw: str, name: str) -> tuple[str, ...]:
+    """A comma-separated list of distinct, non-empty stream names (or URLs, or paths)."""
+    names = [s.strip() for s in raw.split(",")]
+    if any(not n for n in names):
+        raise OptionError(
+            f"option {name}={raw!r} is not accepted: use comma-separated stream names "
+            "(names must not be empty)"
+        )
+    if len(set(names)) != len(names):
+        raise OptionError(f"option {name}={raw!r} names a stream more than once")
+    return tuple(names)

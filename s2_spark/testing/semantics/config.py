@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from s2_spark.testing._errors import ApiError
+from s2_spark.testing.semantics.errors import ApiError
 
 __all__ = [
     "DEFAULT_RETENTION_SECS",

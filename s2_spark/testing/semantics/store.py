@@ -1,10 +1,10 @@
 """Basins and their streams, in memory, optionally journaled to a directory.
 
 Everything here runs on the server's one event loop, so there are no locks. With a data
-directory, every change is appended to one journal (`_journal`) with a single `os.write`
+directory, every change is appended to one journal (`journal`) with a single `os.write`
 before it is acknowledged, so acknowledged appends survive the process being killed; on
-start the journal is replayed. Configurations are checked in `_config`, names in
-`_names`, a stream's records are kept by `_stream.Stream`.
+start the journal is replayed. Configurations are checked in `config`, names in
+`names`, a stream's records are kept by `stream.Stream`.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from s2_spark.testing._append_rules import AppendRecord, command_effect
-from s2_spark.testing._config import (
+from s2_spark.testing.semantics.append_rules import AppendRecord, command_effect
+from s2_spark.testing.semantics.config import (
     apply_basin_config,
     apply_stream_config,
     default_basin_config,
 )
-from s2_spark.testing._errors import ApiError
-from s2_spark.testing._journal import (
+from s2_spark.testing.semantics.errors import ApiError
+from s2_spark.testing.semantics.journal import (
     KIND_APPEND,
     KIND_META,
     Journal,
@@ -32,8 +32,8 @@ from s2_spark.testing._journal import (
     decode_append,
     meta_entry,
 )
-from s2_spark.testing._names import validate_basin_name, validate_stream_name
-from s2_spark.testing._stream import Stream
+from s2_spark.testing.semantics.names import validate_basin_name, validate_stream_name
+from s2_spark.testing.semantics.stream import Stream
 
 __all__ = ["Basin", "Store", "now_ms"]
 

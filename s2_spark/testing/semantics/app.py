@@ -3,8 +3,8 @@
 One `/v1` endpoint serves account and basin operations; the basin comes from the
 `S2-Basin` header, as in s2-lite. Unary calls speak JSON or protobuf; reads also speak
 SSE and S2S; appends also run as S2S sessions (full duplex on HTTP/2). The handlers are
-grouped by resource (`_handlers_basins`, `_handlers_appends`, `_handlers_reads`), the
-plumbing is in `_asgi`, the body shapes in `_codecs`.
+grouped by resource (`handlers_basins`, `handlers_appends`, `handlers_reads`), the
+plumbing is in `serving.asgi`, the body shapes in `codecs`.
 
 Not S2: the app counts the requests it receives per kind (counted on arrival; kinds are the
 handler names, e.g. `check_tail`, `read`, `read_session`, `append_session`,
@@ -21,14 +21,14 @@ import hmac
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from s2_spark.testing._asgi import Receive, Request, Scope, Send, respond_json
-from s2_spark.testing._counter import KindCounter
-from s2_spark.testing._errors import ApiError
-from s2_spark.testing._handlers_appends import AppendHandlers
-from s2_spark.testing._handlers_basins import BasinHandlers
-from s2_spark.testing._handlers_reads import ReadHandlers
-from s2_spark.testing._names import checked_name, validate_basin_name
-from s2_spark.testing._store import Store
+from s2_spark.testing.semantics.errors import ApiError
+from s2_spark.testing.semantics.handlers_appends import AppendHandlers
+from s2_spark.testing.semantics.handlers_basins import BasinHandlers
+from s2_spark.testing.semantics.handlers_reads import ReadHandlers
+from s2_spark.testing.semantics.names import checked_name, validate_basin_name
+from s2_spark.testing.semantics.store import Store
+from s2_spark.testing.serving.asgi import Receive, Request, Scope, Send, respond_json
+from s2_spark.testing.serving.counter import KindCounter
 
 __all__ = ["STATS_PATH", "UNROUTED", "S2App"]
 
