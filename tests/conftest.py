@@ -1,7 +1,10 @@
 """Shared fixtures: one local S2 server, one Durable Streams reference server and one
 SparkSession per test session.
 
-Spark workers run `sys.executable`, the interpreter that has s2_spark installed.
+Spark workers run `sys.executable`, the interpreter that has s2_spark installed. With
+`S2_TEST_ENDPOINT` set, `s2_server` is that S2 instead of the local server (see
+`_s2_target`): tests marked `local_server` are skipped, and Spark's S2 source and sink
+find the endpoint's token in S2_ACCESS_TOKEN.
 """
 
 from __future__ import annotations
@@ -14,8 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from _s2_target import ENDPOINT, EXTERNAL, LOCAL_ONLY, TOKEN, ExternalS2, s2_config
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
+if EXTERNAL and TOKEN is not None:
+    # The S2 options' fallback for accessToken, on Spark's driver.
+    os.environ["S2_ACCESS_TOKEN"] = TOKEN
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 # The servers under test are on loopback: a proxy set in the machine's environment (the
 # clients honour HTTP_PROXY / HTTPS_PROXY) must not stand in between. Spark's workers
@@ -36,18 +43,42 @@ LONGEST_FIRST = (
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The modules of `LONGEST_FIRST` first, in that order; the rest, and the tests within
-    every module, keep their order."""
+    every module, keep their order. Against an external S2, `local_server` tests skip."""
     rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    if EXTERNAL:
+        for item in items:
+            if item.get_closest_marker("local_server") is not None:
+                item.add_marker(pytest.mark.skip(reason=LOCAL_ONLY))
+
+
+#: Names `unique` made in this run: against an external S2, the basins among them are
+#: deleted when the run ends.
+_MADE_NAMES: set[str] = set()
 
 
 @pytest.fixture(scope="session")
 def s2_server() -> Iterator[Any]:
-    """An in-memory local S2 server on a free port, shared by the whole test session."""
+    """An in-memory local S2 server on a free port, shared by the whole test session
+    (heartbeats every 0.5 s, so tests see them soon); or the S2 of `S2_TEST_ENDPOINT`."""
+    if ENDPOINT is not None:
+        yield ExternalS2(ENDPOINT, TOKEN)
+        _delete_made_basins(ENDPOINT)
+        return
     from s2_spark.testing import LocalS2Server
 
     with LocalS2Server(heartbeat_interval=0.5) as server:
         yield server
+
+
+def _delete_made_basins(url: str) -> None:
+    """Delete the basins this run made on an external S2 (those `unique` named)."""
+    from s2_spark.s2 import S2Client
+
+    with S2Client(s2_config(url)) as client:
+        for info in list(client.list_basins()):
+            if info.name in _MADE_NAMES:
+                client.delete_basin(info.name, missing_ok=True)
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +95,9 @@ def unique() -> Callable[[str], str]:
     """Make names unique per test, so tests sharing a server never see each other's data."""
 
     def make(prefix: str) -> str:
-        return f"{prefix}-{uuid.uuid4().hex[:12]}"
+        name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        _MADE_NAMES.add(name)
+        return name
 
     return make
 
@@ -73,9 +106,9 @@ def unique() -> Callable[[str], str]:
 def basin(s2_server: Any, unique: Callable[[str], str]) -> Iterator[Any]:
     """A new, empty basin on the shared local S2 server (its BasinClient); modules that
     need another kind of basin define their own `basin`."""
-    from s2_spark.s2 import S2Client, S2Config
+    from s2_spark.s2 import S2Client
 
-    with S2Client(S2Config(endpoint=s2_server.url)) as client:
+    with S2Client(s2_config(s2_server.url)) as client:
         name = unique("basin")
         client.create_basin(name)
         yield client.basin(name)

@@ -54,6 +54,8 @@ class Api:
             for line in block.split("\n"):
                 key, _, value = line.partition(": ")
                 event[key] = value
+            # An event without a name is a "message" (the SSE spec); s2-lite's end is one.
+            event.setdefault("event", "message")
             events.append(event)
         return events
 
@@ -151,7 +153,7 @@ def test_protobuf_append_and_read(api: Api) -> None:
 def test_sse_events_ids_and_last_event_id_resume(api: Api) -> None:
     api.append([{"body": f"r{i}"} for i in range(5)])
     events = api.sse(seq_num=0, count=3)
-    assert [e.get("event") for e in events] == ["batch", "done"]
+    assert [e.get("event") for e in events] == ["batch", "message"]
     data = json.loads(events[0]["data"])
     assert [x["body"] for x in data["records"]] == ["r0", "r1", "r2"]
     metered = 3 * (8 + 2)
@@ -163,7 +165,7 @@ def test_sse_events_ids_and_last_event_id_resume(api: Api) -> None:
     data = json.loads(resumed[0]["data"])
     assert [x["body"] for x in data["records"]] == ["r3", "r4"]
     assert resumed[0]["id"] == f"4,2,{2 * 10}"
-    assert resumed[-1]["event"] == "done"
+    assert resumed[-1] == {"event": "message", "data": "[DONE]"}
 
     b64 = api.sse({"s2-format": "base64"}, seq_num=4, count=1)
     assert json.loads(b64[0]["data"])["records"][0]["body"] == base64.b64encode(b"r4").decode()
@@ -173,7 +175,8 @@ def test_sse_ping_when_caught_up_then_done_after_wait(api: Api) -> None:
     api.append([{"body": "a"}])
     events = api.sse(seq_num=0, wait=1)
     kinds = [e["event"] for e in events]
-    assert kinds[0] == "batch" and kinds[1] == "ping" and kinds[-1] == "done"
+    assert kinds[0] == "batch" and kinds[1] == "ping"
+    assert events[-1] == {"event": "message", "data": "[DONE]"}
     ping = json.loads(events[1]["data"])
     assert ping["tail"]["seq_num"] == 1 and isinstance(ping["timestamp"], int)
 
@@ -218,7 +221,8 @@ def test_clamp_streaming_read_follows_from_tail(api: Api) -> None:
     api.append([{"body": "a"}, {"body": "b"}])
     events = api.sse(seq_num=50, clamp="true", wait=1)
     kinds = [e["event"] for e in events]
-    assert kinds[-1] == "done" and set(kinds[:-1]) == {"ping"}
+    assert events[-1] == {"event": "message", "data": "[DONE]"}
+    assert set(kinds[:-1]) == {"ping"}
     assert json.loads(events[0]["data"])["tail"]["seq_num"] == 2
 
 

@@ -56,6 +56,8 @@ def _basin_info(d: dict[str, Any]) -> BasinInfo:
         created_at=d.get("created_at"),
         deleted_at=d.get("deleted_at"),
         state=d.get("state"),
+        # `location` (S2 now; s2 `api/src/v1/basin.rs`), or `scope` from older servers.
+        location=d.get("location", d.get("scope")),
     )
 
 
@@ -119,7 +121,11 @@ class S2Client(Closeable):
         return _basin_info(resp.json()) if resp.content else BasinInfo(name)
 
     def ensure_basin(self, name: str, config: dict[str, Any] | None = None) -> BasinInfo:
-        """Create the basin unless it exists (PUT); existing basins are left as they are."""
+        """Make the basin exist with exactly `config` (PUT): created if missing; an
+        existing basin's whole config is *replaced*, settings left out (all of them when
+        `config` is None) going back to S2's defaults. To create a basin only when it is
+        missing, use `create_basin` and catch `AlreadyExistsError`; to change single
+        settings, reconfigure it."""
         check_basin_name(name)
         resp = self._transport.request(
             "PUT",
@@ -248,7 +254,11 @@ class BasinClient:
         return _stream_info(resp.json()) if resp.content else StreamInfo(name, "")
 
     def ensure_stream(self, name: str, config: StreamConfig | None = None) -> StreamInfo:
-        """Create the stream unless it exists (PUT)."""
+        """Make the stream exist with exactly `config` (PUT): created if missing; an
+        existing stream's whole config is *replaced*, settings left out (all of them when
+        `config` is None) going back to the basin's defaults. Its records are kept. To
+        create a stream only when it is missing, use `create_stream` and catch
+        `AlreadyExistsError`."""
         check_stream_name(name)
         resp = self._transport.request(
             "PUT",

@@ -48,6 +48,10 @@ class S2Config:
     * otherwise S2 cloud: `account_endpoint` (default https://a.s2.dev) and
       `basin_endpoint` (default https://{basin}.b.s2.dev; "{basin}" is substituted, and
       without it the basin is sent in the `S2-Basin` header).
+    * `session_idle_timeout`: seconds a read session may stay silent (no records, no
+      heartbeat) before it counts as dead and is reopened. S2 sends a heartbeat after a
+      random 5-15 s while a session waits at the tail (s2-lite `lite/src/backend/read.rs`),
+      so keep it above 15 s; the default, 20 s, is.
     * `retry`: how transient failures are retried (until `retry.timeout` seconds pass
       without progress; 120 s by default).
     * `tls`: a private CA bundle or a client certificate (`TlsConfig`); by default the

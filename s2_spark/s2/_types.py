@@ -127,12 +127,14 @@ class StreamInfo:
 
 @dataclass(frozen=True, slots=True)
 class BasinInfo:
-    """One basin of the account as listed."""
+    """One basin of the account as listed. `location` is where it lives (None on s2-lite);
+    servers older than S2's `location` field send `scope`, read into it the same way."""
 
     name: str
     created_at: str | None = None
     deleted_at: str | None = None
     state: str | None = None
+    location: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

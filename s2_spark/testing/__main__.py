@@ -1,5 +1,5 @@
 """CLI: `python -m s2_spark.testing --host H --port P [--data-dir D] [--token T]
-[--tls-cert CERT --tls-key KEY [--tls-client-ca CA]]`.
+[--heartbeat-interval LOW[,HIGH]] [--tls-cert CERT --tls-key KEY [--tls-client-ca CA]]`.
 
 Prints the server URL on its own line once it accepts connections. The token may also
 come from the S2_LOCAL_SERVER_TOKEN environment variable (kept out of `ps` output).
@@ -10,7 +10,19 @@ from __future__ import annotations
 import argparse
 import os
 
+from s2_spark.testing.semantics.read import HEARTBEAT_INTERVAL, HeartbeatInterval, heartbeat_range
 from s2_spark.testing.serving.server import ServerTls, serve_forever
+
+
+def _interval(text: str) -> HeartbeatInterval:
+    try:
+        parts = [float(p) for p in text.split(",")]
+        if len(parts) not in (1, 2):
+            raise ValueError(text)
+        return heartbeat_range((parts[0], parts[-1]))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(
+            f"expected seconds or LOW,HIGH with 0 < LOW <= HIGH (got {text!r})") from e
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -21,7 +33,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--data-dir", default=None, help="journal directory (default: memory)")
     parser.add_argument("--token", default=None, help="require `Authorization: Bearer TOKEN`")
-    parser.add_argument("--heartbeat-interval", type=float, default=5.0)
+    parser.add_argument(
+        "--heartbeat-interval", type=_interval, default=HEARTBEAT_INTERVAL,
+        help="seconds between read-session heartbeats, fixed or LOW,HIGH drawn at random "
+        "(default 5,15, as s2-lite)")
     parser.add_argument("--tls-cert", default=None, help="serve HTTPS with this PEM chain")
     parser.add_argument("--tls-key", default=None, help="the private key of --tls-cert")
     parser.add_argument("--tls-client-ca", default=None,

@@ -45,7 +45,7 @@ from s2_spark.backends.s2.tokens import (
     run_key,
 )
 from s2_spark.backends.sink import AfterAppend, SinksByStream, TaskAttempt
-from s2_spark.errors import NotFoundError, OptionError, S2SparkError
+from s2_spark.errors import AlreadyExistsError, NotFoundError, OptionError, S2SparkError
 from s2_spark.s2._append_session import MAX_INPUTS_PER_SESSION
 from s2_spark.wire.appends import encode_entries
 from s2_spark.wire.records import HEADER_TYPE
@@ -340,4 +340,7 @@ def check_target(settings: S2Settings, stream: str | None, sink: SinkSettings) -
                     f"stream {stream!r} does not exist in basin {settings.basin!r}: create it "
                     "first, or set option createStreams=true"
                 ) from None
-            basin.ensure_stream(stream)
+            # Not `ensure_stream`: a PUT would reset the config of a stream created
+            # meanwhile by someone else (S2 replaces the whole config).
+            with contextlib.suppress(AlreadyExistsError):
+                basin.create_stream(stream)

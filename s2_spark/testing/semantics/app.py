@@ -26,8 +26,16 @@ from s2_spark.testing.semantics.handlers_appends import AppendHandlers
 from s2_spark.testing.semantics.handlers_basins import BasinHandlers
 from s2_spark.testing.semantics.handlers_reads import ReadHandlers
 from s2_spark.testing.semantics.names import checked_name, validate_basin_name
+from s2_spark.testing.semantics.read import HEARTBEAT_INTERVAL, HeartbeatInterval, heartbeat_range
 from s2_spark.testing.semantics.store import Store
-from s2_spark.testing.serving.asgi import Receive, Request, Scope, Send, respond_json
+from s2_spark.testing.serving.asgi import (
+    Receive,
+    Request,
+    Scope,
+    Send,
+    respond,
+    respond_json,
+)
 from s2_spark.testing.serving.counter import KindCounter
 
 __all__ = ["STATS_PATH", "UNROUTED", "S2App"]
@@ -83,14 +91,18 @@ class S2App:
     """ASGI app over a `Store`. Token comparison is constant-time; tokens are never logged."""
 
     def __init__(
-        self, store: Store, *, token: str | None = None, heartbeat_interval: float = 5.0
+        self,
+        store: Store,
+        *,
+        token: str | None = None,
+        heartbeat_interval: float | HeartbeatInterval = HEARTBEAT_INTERVAL,
     ) -> None:
         self.store = store
         self._token = token
         self.requests = KindCounter()
         self.basins = BasinHandlers(store)
         self.appends = AppendHandlers(store, KindCounter())
-        self.reads = ReadHandlers(store, heartbeat_interval)
+        self.reads = ReadHandlers(store, heartbeat_range(heartbeat_interval))
         self._routes = self._route_table()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -119,7 +131,9 @@ class S2App:
             await self._route(req, tracking_send)
         except ApiError as e:
             count_unrouted()
-            if not started:
+            if not started and e.empty_body:
+                await respond(send, e.status)
+            elif not started:
                 await respond_json(send, e.status, e.body)
         except UnicodeDecodeError:
             count_unrouted()
@@ -171,18 +185,24 @@ class S2App:
         m = req.method
         if seg == ["_local", "stats"] and m == "GET":
             return await self._stats(req, send)
+        if seg in (["health"], ["ping"]) and m == "GET":
+            # s2-lite's health check (`lite/src/handlers/mod.rs`, `health`); not counted.
+            req.counted = True
+            return await respond(send, 200, b"OK", [(b"content-type", b"text/plain")])
         if len(seg) < 2 or seg[0] != "v1":
-            raise ApiError.standard(404, "not_found", f"no route for {m} {req.scope['path']}")
+            raise ApiError.empty(404)  # axum: no route, no body
         kind, rest = seg[1], seg[2:]
         if kind in ("access-tokens", "metrics", "locations"):
             # s2-lite answers these with 501 too.
             raise ApiError.standard(501, "not_implemented", "Not implemented")
+        by_method = self._routes.get((kind, _shape(rest)))
+        if by_method is None:
+            raise ApiError.empty(404)
+        handler = by_method.get(m)
+        if handler is None:
+            raise ApiError.empty(405)  # axum: a route without this method
         if kind == "basins" and len(rest) == 1:
             checked_name(validate_basin_name, rest[0], "bad_path", "basin")
-        by_method = self._routes.get((kind, _shape(rest)))
-        handler = None if by_method is None else by_method.get(m)
-        if handler is None:
-            raise ApiError.standard(404, "not_found", f"no route for {m} {req.scope['path']}")
         await self._dispatch(handler, req, send, *rest[:1])
 
     def _route_table(self) -> dict[tuple[str, str | None], dict[str, Handler]]:

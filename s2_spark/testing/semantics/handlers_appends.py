@@ -68,7 +68,7 @@ class AppendHandlers:
             stream = self.store.stream(basin, name, auto_create="create_stream_on_append")
             return await self._append_session(req, send, stream)
         if is_proto(ctype):
-            data = await req.body()
+            data = await req.body("bad_proto")
             records, match, fence = parse_proto_input(data)
         else:
             fmt = record_format(req)

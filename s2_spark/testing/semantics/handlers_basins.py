@@ -8,12 +8,16 @@ or `noop`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from s2_spark.testing.semantics.errors import ApiError
 from s2_spark.testing.semantics.names import (
     checked_name,
     stream_in_path,
     validate_basin_name,
+    validate_basin_prefix,
     validate_stream_name,
+    validate_stream_prefix,
 )
 from s2_spark.testing.semantics.store import Store
 from s2_spark.testing.serving.asgi import Request, Send, query_int, respond, respond_json
@@ -23,13 +27,22 @@ __all__ = ["LIST_LIMIT", "BasinHandlers"]
 LIST_LIMIT = 1000
 
 
-def _list_params(req: Request) -> tuple[str, str, int]:
+def _list_params(req: Request, validate: Callable[[str, str], None]) -> tuple[str, str, int]:
+    """A listing's prefix, cursor and limit, as s2-lite reads them (`ListItemsRequest`):
+    a limit of 0 or over 1000 is 1000; a cursor before the prefix is allowed (the listing
+    starts at the prefix); a prefix or cursor that no name could have is a 400
+    `bad_query`."""
     limit = query_int(req, "limit")
-    limit = LIST_LIMIT if limit is None or limit == 0 else min(limit, LIST_LIMIT)
+    limit = LIST_LIMIT if limit is None or not 0 < limit <= LIST_LIMIT else limit
     prefix = req.query.get("prefix", "")
     start_after = req.query.get("start_after", "")
-    if start_after and prefix and start_after < prefix:
-        raise ApiError.invalid("`start_after` must be greater than or equal to `prefix`")
+    for field, value in (("prefix", prefix), ("start_after", start_after)):
+        try:
+            validate(value, field.replace("_", "-"))
+        except ApiError as e:
+            raise ApiError.bad(
+                "bad_query", f"Failed to deserialize query string: {field}: {e.body['message']}"
+            ) from e
     return prefix, start_after, limit
 
 
@@ -47,7 +60,7 @@ class BasinHandlers:
     # -- listing
 
     async def list_basins(self, req: Request, send: Send) -> None:
-        prefix, start_after, limit = _list_params(req)
+        prefix, start_after, limit = _list_params(req, validate_basin_prefix)
         names, more = _page(list(self.store.basins), prefix, start_after, limit)
         await respond_json(
             send,
@@ -56,8 +69,9 @@ class BasinHandlers:
         )
 
     async def list_streams(self, req: Request, send: Send) -> None:
-        basin = self.store.basin(req.basin_name())
-        prefix, start_after, limit = _list_params(req)
+        basin_name = req.basin_name()
+        prefix, start_after, limit = _list_params(req, validate_stream_prefix)
+        basin = self.store.basin(basin_name)
         names, more = _page(list(basin.streams), prefix, start_after, limit)
         await respond_json(
             send,
@@ -83,7 +97,7 @@ class BasinHandlers:
         await respond_json(send, 200, self.store.basin(name).config)
 
     async def ensure_basin(self, req: Request, send: Send, name: str) -> None:
-        body = await req.json()
+        body = await req.json(optional=True)
         if body is not None and not isinstance(body, dict):
             raise ApiError.bad("bad_json", "request body must be a JSON object")
         basin, result = self.store.ensure_basin(name, (body or {}).get("config"))
@@ -123,10 +137,11 @@ class BasinHandlers:
     async def ensure_stream(self, req: Request, send: Send, name: str) -> None:
         basin = req.basin_name()
         name = stream_in_path(name)
-        body = await req.json()
+        body = await req.json(optional=True)
         if body is not None and not isinstance(body, dict):
             raise ApiError.bad("bad_json", "request body must be a JSON object")
-        # The PUT body is the StreamConfig itself (spec: `oneOf [null, StreamConfig]`).
+        # The PUT body is the StreamConfig itself; without one (no Content-Type, or an
+        # empty body) the stream gets the basin's defaults, replacing what it had.
         stream, result = self.store.ensure_stream(basin, name, body)
         await respond_json(
             send,

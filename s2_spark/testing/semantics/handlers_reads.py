@@ -14,7 +14,13 @@ import time
 from s2_spark.testing.semantics.codecs import batch_json, is_proto, pos_json, record_format
 from s2_spark.testing.semantics.errors import ApiError
 from s2_spark.testing.semantics.names import stream_in_path
-from s2_spark.testing.semantics.read import Batch, ReadSpec, read_session, resolve_start
+from s2_spark.testing.semantics.read import (
+    Batch,
+    HeartbeatInterval,
+    ReadSpec,
+    read_session,
+    resolve_start,
+)
 from s2_spark.testing.semantics.records import encode_position
 from s2_spark.testing.semantics.store import Store
 from s2_spark.testing.semantics.stream import Stream
@@ -112,9 +118,10 @@ async def _start_session(send: Send, content_type: bytes) -> None:
 
 
 class ReadHandlers:
-    """Reads of the streams of a `Store`; sessions send a heartbeat every interval."""
+    """Reads of the streams of a `Store`; sessions send a heartbeat after a random delay
+    within `heartbeat_interval` (seconds, low and high)."""
 
-    def __init__(self, store: Store, heartbeat_interval: float) -> None:
+    def __init__(self, store: Store, heartbeat_interval: HeartbeatInterval) -> None:
         self.store = store
         self.heartbeat_interval = heartbeat_interval
 
@@ -133,7 +140,9 @@ class ReadHandlers:
         basin = req.basin_name()
         name = stream_in_path(name)
         spec = _read_spec(req)
-        if req.mime("content-type") == "s2s/proto" or req.mime("accept") == "s2s/proto":
+        # An S2S session is asked for by its Content-Type alone (s2 `api/src/v1/stream/
+        # extract.rs`, `ReadRequest`); `Accept: s2s/proto` alone is a unary JSON read.
+        if req.mime("content-type") == "s2s/proto":
             stream, start = self._start(basin, name, spec)
             return await until_disconnect(req, self._read_s2s(req, send, stream, start, spec))
         fmt = record_format(req)
@@ -152,7 +161,7 @@ class ReadHandlers:
         tail: tuple[int, int] | None = None
         wait_mode = False
         # Heartbeats tell a unary read only that it caught up (the first): no more.
-        async for out in read_session(self.store, stream, start, spec, math.inf):
+        async for out in read_session(self.store, stream, start, spec, (math.inf, math.inf)):
             if isinstance(out, Batch):
                 entries.extend(out.entries)
                 tail = out.tail
@@ -222,7 +231,8 @@ class ReadHandlers:
                     ping = {"timestamp": time.time_ns() // 1_000_000, "tail": pos_json(out.tail)}
                     event = b"event: ping\ndata: " + json_bytes(ping) + b"\n\n"
                 await send({"type": "http.response.body", "body": event, "more_body": True})
-            final = b"event: done\ndata: [DONE]\n\n"
+            # s2-lite ends with an unnamed event (s2 `api/src/v1/stream/sse.rs`, `done_event`).
+            final = b"data: [DONE]\n\n"
         except ApiError as e:
             final = b"event: error\ndata: " + json_bytes(e.body) + b"\n\n"
         await send({"type": "http.response.body", "body": final, "more_body": False})

@@ -10,7 +10,14 @@ from collections.abc import Callable
 
 from s2_spark.testing.semantics.errors import ApiError
 
-__all__ = ["checked_name", "stream_in_path", "validate_basin_name", "validate_stream_name"]
+__all__ = [
+    "checked_name",
+    "stream_in_path",
+    "validate_basin_name",
+    "validate_basin_prefix",
+    "validate_stream_name",
+    "validate_stream_prefix",
+]
 
 
 def validate_basin_name(name: str, what: str = "name") -> None:
@@ -28,6 +35,29 @@ def validate_basin_name(name: str, what: str = "name") -> None:
             raise ApiError.invalid(
                 f"basin {what} must comprise lowercase letters, numbers, and hyphens"
             )
+
+
+def validate_basin_prefix(value: str, what: str = "prefix") -> None:
+    """A listing's basin prefix or cursor (s2 `common/src/basin.rs`, `IS_PREFIX`): at most
+    48 bytes of [a-z0-9-], not starting with a hyphen; may be empty."""
+    if len(value.encode()) > 48:
+        raise ApiError.invalid(f"basin {what} must not exceed 48 bytes in length")
+    if not value:
+        return
+    if not (value[0].isascii() and (value[0].islower() or value[0].isdigit())):
+        raise ApiError.invalid(f"basin {what} must begin with a lowercase letter or number")
+    for c in value:
+        if not (c.isascii() and (c.islower() or c.isdigit() or c == "-")):
+            raise ApiError.invalid(
+                f"basin {what} must comprise lowercase letters, numbers, and hyphens"
+            )
+
+
+def validate_stream_prefix(value: str, what: str = "prefix") -> None:
+    """A listing's stream prefix or cursor (s2 `common/src/stream.rs`, `IS_PREFIX`): at
+    most 512 bytes; may be empty, ".", or ".."."""
+    if len(value.encode()) > 512:
+        raise ApiError.invalid(f"stream {what} must not exceed 512 bytes in length")
 
 
 def validate_stream_name(name: str, what: str = "name") -> None:

@@ -1,9 +1,11 @@
 """Read sessions over a stream, following s2-lite's `read_session` step by step.
 
 A session yields `Batch` (a slice of stored entries, at most 1000 records / 1 MiB) and
-`Heartbeat` (the tail, sent when the session catches up and then every heartbeat
-interval while it follows). It ends when a bound (count, bytes, until) is reached,
-when it is caught up and may not follow, or when `wait` passes without records.
+`Heartbeat` (the tail, sent when the session catches up and then, while it follows,
+after a random delay drawn anew each time: 5-15 s, as s2-lite's `new_heartbeat_sleep`
+in `lite/src/backend/read.rs`; tests may set a shorter range). It ends when a bound
+(count, bytes, until) is reached, when it is caught up and may not follow, or when `wait`
+passes without records.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import bisect
 import contextlib
 import math
+import random
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
@@ -21,7 +24,34 @@ from s2_spark.testing.semantics.records import MAX_BATCH_BYTES, MAX_BATCH_RECORD
 from s2_spark.testing.semantics.store import Store
 from s2_spark.testing.semantics.stream import Stream
 
-__all__ = ["Batch", "Heartbeat", "ReadSpec", "read_session", "resolve_start"]
+__all__ = [
+    "HEARTBEAT_INTERVAL",
+    "Batch",
+    "Heartbeat",
+    "HeartbeatInterval",
+    "ReadSpec",
+    "heartbeat_range",
+    "read_session",
+    "resolve_start",
+]
+
+#: Seconds between heartbeats of a following session: (low, high), drawn uniformly.
+HeartbeatInterval = tuple[float, float]
+#: s2-lite's: `rand::random_range(5_000..15_000)` ms (`lite/src/backend/read.rs`).
+HEARTBEAT_INTERVAL: HeartbeatInterval = (5.0, 15.0)
+
+
+def heartbeat_range(value: float | tuple[float, float]) -> HeartbeatInterval:
+    """A heartbeat interval from seconds (fixed) or (low, high), checked."""
+    low, high = (value, value) if isinstance(value, int | float) else value
+    if not 0 < low <= high:
+        raise ValueError(f"heartbeat interval must be 0 < low <= high seconds (got {value!r})")
+    return float(low), float(high)
+
+
+def _next_beat(interval: HeartbeatInterval) -> float:
+    low, high = interval
+    return low if low == high else random.uniform(low, high)
 
 
 @dataclass(slots=True)
@@ -135,19 +165,19 @@ def _cut_batch(
 
 
 async def _follow(
-    stream: Stream, pos: int, deadline: float | None, heartbeat_interval: float
+    stream: Stream, pos: int, deadline: float | None, heartbeat_interval: HeartbeatInterval
 ) -> AsyncGenerator[Heartbeat, None]:
-    """Wait for a record at `pos` (or the stream's deletion), sending a heartbeat every
-    interval; ends then, or at `deadline` with none arrived."""
+    """Wait for a record at `pos` (or the stream's deletion), sending a heartbeat after
+    each random delay; ends then, or at `deadline` with none arrived."""
     loop = asyncio.get_running_loop()
-    next_beat = loop.time() + heartbeat_interval
+    next_beat = loop.time() + _next_beat(heartbeat_interval)
     while stream.next_seq <= pos and not stream.deleted:
         now = loop.time()
         if deadline is not None and deadline <= now:
             return
         if next_beat <= now:
             yield Heartbeat(stream.tail)
-            next_beat = loop.time() + heartbeat_interval
+            next_beat = loop.time() + _next_beat(heartbeat_interval)
             continue
         timeout = next_beat - now
         if deadline is not None:
@@ -163,7 +193,7 @@ async def read_session(
     stream: Stream,
     start_seq: int,
     spec: ReadSpec,
-    heartbeat_interval: float,
+    heartbeat_interval: HeartbeatInterval,
 ) -> AsyncIterator[Batch | Heartbeat]:
     """Yield batches and heartbeats until a bound, the end of catch-up, or `wait` ends it."""
     pos = start_seq
@@ -175,7 +205,11 @@ async def read_session(
     loop = asyncio.get_running_loop()
     while True:
         if stream.deleted:
-            raise ApiError.standard(404, "stream_not_found", f"stream {stream.name} not found")
+            raise ApiError.standard(
+                404,
+                "stream_not_found",
+                f"stream `{stream.name}` in basin `{stream.basin}` not found",
+            )
         stream.apply_retention(store.clock())
         pos = max(pos, stream.first_seq)
         if pos < stream.next_seq:

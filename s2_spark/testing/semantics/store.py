@@ -20,8 +20,9 @@ from typing import Any
 from s2_spark.testing.semantics.append_rules import AppendRecord, command_effect
 from s2_spark.testing.semantics.config import (
     apply_basin_config,
-    apply_stream_config,
-    default_basin_config,
+    ensure_basin_config,
+    reconfigure_stream_config,
+    resolve_stream_config,
 )
 from s2_spark.testing.semantics.errors import ApiError
 from s2_spark.testing.semantics.journal import (
@@ -57,7 +58,7 @@ class Basin:
     def info(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "scope": "aws:us-east-1",
+            "location": None,  # s2-lite: `api/src/v1/basin.rs` (was `scope`)
             "created_at": self.created_at,
             "deleted_at": None,
             "state": "active",
@@ -146,7 +147,7 @@ class Store:
     def basin(self, name: str) -> Basin:
         basin = self.basins.get(name)
         if basin is None:
-            raise ApiError.standard(404, "basin_not_found", f"basin {name} not found")
+            raise ApiError.standard(404, "basin_not_found", f"basin `{name}` not found")
         return basin
 
     def create_basin(
@@ -159,8 +160,10 @@ class Store:
             key = _idempotency_key(request_token, config)
             if key is not None and existing.request_token == key:
                 return existing, False
-            raise ApiError.standard(409, "resource_already_exists", f"basin {name} already exists")
-        cfg = apply_basin_config(default_basin_config(), config)
+            raise ApiError.standard(
+                409, "resource_already_exists", f"basin `{name}` already exists"
+            )
+        cfg = ensure_basin_config(config)
         self._meta(
             {
                 "op": "create_basin",
@@ -180,7 +183,7 @@ class Store:
             basin, _ = self.create_basin(name, config)
             return basin, "created"
         # As in s2-lite, the desired config replaces the current one (defaults fill gaps).
-        new = apply_basin_config(default_basin_config(), config)
+        new = ensure_basin_config(config)
         if new == basin.config:
             return basin, "noop"
         self._meta({"op": "basin_config", "name": name, "config": new})
@@ -207,7 +210,9 @@ class Store:
             if auto_create is not None and basin.config.get(auto_create):
                 stream, _ = self.create_stream(basin_name, name, None)
                 return stream
-            raise ApiError.standard(404, "stream_not_found", f"stream {name} not found")
+            raise ApiError.standard(
+                404, "stream_not_found", f"stream `{name}` in basin `{basin_name}` not found"
+            )
         return stream
 
     def create_stream(
@@ -228,8 +233,12 @@ class Store:
         if existing is not None:
             if exist_ok or (key is not None and existing.request_token == key):
                 return existing, False
-            raise ApiError.standard(409, "resource_already_exists", f"stream {name} already exists")
-        cfg = apply_stream_config(basin.config["default_stream_config"], config)
+            raise ApiError.standard(
+                409,
+                "resource_already_exists",
+                f"stream `{name}` in basin `{basin_name}` already exists",
+            )
+        cfg = resolve_stream_config(config, basin.config)
         sid = self._next_stream_id
         self._meta(
             {
@@ -253,7 +262,7 @@ class Store:
             return stream, "created"
         # As in s2-lite, the desired config replaces the current one (basin defaults
         # fill gaps); PATCH is the way to change single fields.
-        new = apply_stream_config(basin.config["default_stream_config"], config)
+        new = resolve_stream_config(config, basin.config)
         if new == stream.config:
             return stream, "noop"
         self._meta({"op": "stream_config", "id": stream.id, "config": new})
@@ -261,7 +270,7 @@ class Store:
 
     def reconfigure_stream(self, basin_name: str, name: str, update: Any) -> Stream:
         stream = self.stream(basin_name, name)
-        new = apply_stream_config(stream.config, update)
+        new = reconfigure_stream_config(stream.config, update, self.basin(basin_name).config)
         if new != stream.config:
             self._meta({"op": "stream_config", "id": stream.id, "config": new})
         return stream
@@ -281,7 +290,11 @@ class Store:
     ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
         """Append a validated batch; returns (start, end, tail) positions."""
         if stream.deleted:
-            raise ApiError.standard(404, "stream_not_found", f"stream {stream.name} not found")
+            raise ApiError.standard(
+                404,
+                "stream_not_found",
+                f"stream `{stream.name}` in basin `{stream.basin}` not found",
+            )
         now = self.clock()
         entries, timestamps, metered, commands = stream.prepare_append(
             records, match_seq_num, fencing_token, now

@@ -154,7 +154,9 @@ class Stream:
         self.notify()
 
     def info(self) -> dict[str, Any]:
-        return {"name": self.name, "created_at": self.created_at, "deleted_at": None}
+        """As S2 lists it (`api/src/v1/stream/mod.rs`, `StreamInfo`)."""
+        return {"name": self.name, "created_at": self.created_at, "deleted_at": None,
+                "cipher": None}
 
 
 def _stamp(
@@ -173,9 +175,7 @@ def _stamp(
             t = now
         else:
             if ts is None:
-                raise ApiError.invalid(
-                    "client timestamp is required by the stream's timestamping mode"
-                )
+                raise ApiError.invalid("record timestamp was required but was missing")
             t = ts
         if not uncapped and t > now:
             t = now

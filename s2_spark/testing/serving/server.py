@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from s2_spark.testing.semantics.app import STATS_PATH, S2App
+from s2_spark.testing.semantics.read import HEARTBEAT_INTERVAL, HeartbeatInterval, heartbeat_range
 from s2_spark.testing.semantics.store import Store
 
 __all__ = [
@@ -207,6 +208,8 @@ class LocalS2Server:
     """An S2-compatible server in a background thread with its own event loop.
 
     In memory unless `data_dir` is given. `url` holds the real port even for port 0.
+    Read sessions send heartbeats at s2-lite's random 5-15 s; `heartbeat_interval` (seconds,
+    or (low, high)) makes them come sooner in tests.
     """
 
     def __init__(
@@ -216,14 +219,14 @@ class LocalS2Server:
         *,
         data_dir: str | Path | None = None,
         token: str | None = None,
-        heartbeat_interval: float = 5.0,
+        heartbeat_interval: float | HeartbeatInterval = HEARTBEAT_INTERVAL,
         tls: ServerTls | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.data_dir = None if data_dir is None else Path(data_dir)
         self._token = token
-        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_interval = heartbeat_range(heartbeat_interval)
         self.tls = tls
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -320,7 +323,7 @@ def serve_forever(
     *,
     data_dir: str | Path | None,
     token: str | None,
-    heartbeat_interval: float,
+    heartbeat_interval: float | HeartbeatInterval,
     tls: ServerTls | None = None,
     out: IO[str] | None = None,
 ) -> None:
@@ -359,7 +362,7 @@ class ServerProcess:
         *,
         data_dir: str | Path | None = None,
         token: str | None = None,
-        heartbeat_interval: float = 5.0,
+        heartbeat_interval: float | HeartbeatInterval = HEARTBEAT_INTERVAL,
         startup_timeout: float = 30.0,
         tls: ServerTls | None = None,
     ) -> None:
@@ -367,7 +370,7 @@ class ServerProcess:
         self.port = port
         self.data_dir = None if data_dir is None else Path(data_dir)
         self._token = token
-        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_interval = heartbeat_range(heartbeat_interval)
         self.startup_timeout = startup_timeout
         self.tls = tls
         self._proc: subprocess.Popen[str] | None = None
@@ -399,7 +402,7 @@ class ServerProcess:
             "--port",
             str(self.port),
             "--heartbeat-interval",
-            str(self.heartbeat_interval),
+            "{},{}".format(*self.heartbeat_interval),
         ]
         if self.data_dir is not None:
             cmd += ["--data-dir", str(self.data_dir)]

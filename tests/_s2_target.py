@@ -1,0 +1,66 @@
+"""Which S2 the service-facing tests talk to: the local server (default), or any S2
+endpoint named in the environment, so the same tests prove the connector against s2-lite
+or S2 itself.
+
+* `S2_TEST_ENDPOINT`: one URL serving account and basin operations (s2-lite; the basin
+  goes in the `S2-Basin` header). Unset: every test runs against the local server.
+* `S2_TEST_TOKEN`: the access token for it (s2-lite ignores tokens; S2 needs one).
+
+Against an external endpoint, tests that need the local server's own features (request
+counters, kill -9 restarts, fault hooks, proxies in front, a token of their choosing) are
+skipped, marked `@pytest.mark.local_server`. Names are unique per test (a random suffix),
+and the basins a run creates through `unique` are deleted when the run ends.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+ENDPOINT: str | None = os.environ.get("S2_TEST_ENDPOINT") or None
+TOKEN: str | None = os.environ.get("S2_TEST_TOKEN") or None
+EXTERNAL = ENDPOINT is not None
+
+#: Why a `local_server` test is skipped against an external endpoint.
+LOCAL_ONLY = "needs the local S2 server's own features; S2_TEST_ENDPOINT names another S2"
+
+
+def token(local: str | None = None) -> str | None:
+    """The token a test sends: `local` against the local server (which takes any), the
+    external endpoint's own otherwise."""
+    return TOKEN if EXTERNAL else local
+
+
+def s2_config(url: str, **kw: Any) -> Any:
+    """An `S2Config` for `url` carrying the test endpoint's token (unless given)."""
+    from s2_spark.s2 import S2Config
+
+    kw.setdefault("access_token", token())
+    return S2Config(endpoint=url, **kw)
+
+
+class ExternalS2:
+    """The external endpoint, in place of the local server in the `s2_server` fixture.
+    What only the local server has skips the calling test."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+
+    def __repr__(self) -> str:
+        return f"ExternalS2(url={self.url!r})"
+
+    def _local_only(self, what: str) -> Any:
+        import pytest
+
+        pytest.skip(f"{LOCAL_ONLY} ({what})")
+
+    def request_counts(self) -> dict[str, int]:
+        return self._local_only("request counts")  # type: ignore[no-any-return]
+
+    def append_counts(self) -> dict[str, int]:
+        return self._local_only("append counts")  # type: ignore[no-any-return]
+
+    @property
+    def store(self) -> Any:
+        return self._local_only("its store")
