@@ -10,19 +10,20 @@ import uuid
 from typing import Any
 
 import pytest
+from _s2_target import s2_config
 
 from s2_spark.backends.durable.backend import DurableBackend
 from s2_spark.backends.durable.options import DurableSettings
 from s2_spark.backends.s2 import S2Backend, S2Settings
 from s2_spark.errors import DurableStreamsError, NotFoundError, S2Error, S2NotFoundError
-from s2_spark.s2 import S2Client, S2Config
+from s2_spark.s2 import S2Client
 
 pytestmark = pytest.mark.backend
 
 
 def test_a_missing_s2_stream_raises_s2s_not_found(s2_server: Any) -> None:
     basin = f"errors-{uuid.uuid4().hex[:10]}"
-    with S2Client(S2Config(endpoint=s2_server.url)) as client:
+    with S2Client(s2_config(s2_server.url)) as client:
         client.create_basin(basin)
     backend = S2Backend(S2Settings(basin=basin, endpoint=s2_server.url))
     with pytest.raises(NotFoundError) as e:

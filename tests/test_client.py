@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from _s2_target import s2_config, token
 
 from s2_spark.errors import (
     AlreadyExistsError,
@@ -35,7 +36,7 @@ TOKEN = "tok-SECRET-abcdef987654"
 
 @pytest.fixture
 def client(s2_server: Any) -> Iterator[S2Client]:
-    with S2Client(S2Config(access_token=TOKEN, endpoint=s2_server.url)) as c:
+    with S2Client(s2_config(s2_server.url, access_token=token(TOKEN))) as c:
         yield c
 
 
@@ -292,6 +293,7 @@ def test_unreachable_server_is_unavailable_without_token() -> None:
             assert "'s'" in str(e.value)
 
 
+@pytest.mark.local_server
 def test_token_checked_and_never_leaked(unique: Callable[[str], str]) -> None:
     from s2_spark.errors import UnauthorizedError
     from s2_spark.testing import LocalS2Server
@@ -324,7 +326,7 @@ def test_token_checked_and_never_leaked(unique: Callable[[str], str]) -> None:
 
 @pytest.mark.parametrize("compression", ["zstd", "gzip", "none"])
 def test_compressed_sessions(s2_server: Any, stream: StreamClient, compression: str) -> None:
-    cfg = S2Config(endpoint=s2_server.url, compression=compression)  # type: ignore[arg-type]
+    cfg = s2_config(s2_server.url, compression=compression)  # type: ignore[arg-type]
     with S2Client(cfg) as c:
         s = c.basin(stream.basin).stream(stream.name)
         records = [AppendRecord(b"%06d" % i * 20) for i in range(3000)]  # compressible

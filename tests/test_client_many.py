@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from _s2_target import s2_config
 
 from s2_spark.errors import NotFoundError, Position, ReadPastTailError
 from s2_spark.s2 import AppendRecord, RetryPolicy, S2Client, S2Config, SmallRead
@@ -23,7 +24,7 @@ def _bodies(batch: Any) -> list[bytes]:
 def streams(s2_server: Any, unique: Callable[[str], str]) -> Iterator[tuple[str, dict[str, int]]]:
     """A basin of 40 streams, stream k holding k records; (basin, tails)."""
     basin = unique("many")
-    with S2Client(S2Config(endpoint=s2_server.url)) as c:
+    with S2Client(s2_config(s2_server.url)) as c:
         c.create_basin(basin)
         b = c.basin(basin)
         for k in range(40):
@@ -38,7 +39,7 @@ def test_tails_of_many_streams_at_once_and_none_for_a_missing_one(
     s2_server: Any, streams: tuple[str, dict[str, int]]
 ) -> None:
     basin, tails = streams
-    with S2Client(S2Config(endpoint=s2_server.url)) as c:
+    with S2Client(s2_config(s2_server.url)) as c:
         b = c.basin(basin)
         got = b.check_tails([*tails, "nope"])
         assert {s: p.seq_num for s, p in got.items() if p is not None} == tails
@@ -52,7 +53,7 @@ def test_many_small_reads_give_what_single_reads_give(
 ) -> None:
     basin, _ = streams
     reads = [SmallRead(f"s{k:02d}", 1, 5) for k in range(2, 40)]
-    with S2Client(S2Config(endpoint=s2_server.url)) as c:
+    with S2Client(s2_config(s2_server.url)) as c:
         b = c.basin(basin)
         got = b.read_many([*reads, SmallRead("s01", 1, 1), SmallRead("nope", 0, 1)],
                           include_headers=False)
@@ -65,6 +66,7 @@ def test_many_small_reads_give_what_single_reads_give(
         assert isinstance(got[-1], NotFoundError)
 
 
+@pytest.mark.local_server
 def test_over_a_network_that_cuts_connections_the_answers_are_the_same(
     s2_server: Any, streams: tuple[str, dict[str, int]]
 ) -> None:
@@ -83,6 +85,7 @@ def test_over_a_network_that_cuts_connections_the_answers_are_the_same(
         assert got_bodies and got_bodies == [f"{n}/{i}".encode() for i in range(len(got_bodies))]
 
 
+@pytest.mark.local_server
 def test_appends_to_many_streams_create_the_missing_ones_at_once(
     s2_server: Any, streams: tuple[str, dict[str, int]]
 ) -> None:
@@ -97,7 +100,7 @@ def test_appends_to_many_streams_create_the_missing_ones_at_once(
     basin, tails = streams
     names = [*list(tails)[:10], *(f"new{k:02d}" for k in range(10))]
     batch = encode_records([(b"x", [], None)])[0]
-    with S2Client(S2Config(endpoint=s2_server.url)) as c:
+    with S2Client(s2_config(s2_server.url)) as c:
         b = c.basin(basin)
         assert all(isinstance(o, NotFoundError) for o in b.append_each(
             [SingleAppend(n, batch) for n in names[10:]]))

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from _s2_target import EXTERNAL, LOCAL_ONLY, s2_config, token
 
 from s2_spark.errors import NotFoundError, ReadPastTailError, UnavailableError
 from s2_spark.s2 import AppendRecord, RetryPolicy, S2Client, S2Config, StreamClient
@@ -187,7 +188,7 @@ def server_port(server: Any) -> int:
 
 @pytest.fixture
 def client(s2_server: Any) -> Iterator[S2Client]:
-    with S2Client(S2Config(access_token=TOKEN, endpoint=s2_server.url)) as c:
+    with S2Client(s2_config(s2_server.url, access_token=token(TOKEN))) as c:
         yield c
 
 
@@ -206,6 +207,8 @@ def stream(client: S2Client, names: tuple[str, str]) -> StreamClient:
 
 @pytest.fixture
 def proxy(s2_server: Any) -> Iterator[FaultProxy]:
+    if EXTERNAL:
+        pytest.skip(f"{LOCAL_ONLY} (a fault proxy in front)")
     p = FaultProxy(server_port(s2_server))
     yield p
     p.close()

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from _s2_target import s2_config
 
 from s2_spark.s2 import AppendRecord, BasinClient, S2Client, S2Config
 from s2_spark.s2._watch import TailWatch
@@ -16,7 +17,7 @@ from s2_spark.s2._watch import TailWatch
 
 @pytest.fixture
 def basin(s2_server: Any) -> Iterator[BasinClient]:
-    with S2Client(S2Config(endpoint=s2_server.url)) as client:
+    with S2Client(s2_config(s2_server.url)) as client:
         name = f"watch-{uuid.uuid4().hex[:10]}"
         client.create_basin(name)
         yield client.basin(name)
@@ -123,6 +124,7 @@ def test_streams_past_their_own_connections_share_http2(basin: BasinClient) -> N
         until(lambda: watch.quiet(positions) == set(), "every stream has news")
 
 
+@pytest.mark.local_server
 def test_a_dropped_connection_is_polled_again_on_a_new_one_and_no_news_is_lost(
     s2_server: Any, basin: BasinClient,
 ) -> None:
@@ -155,7 +157,7 @@ def test_a_dropped_connection_is_polled_again_on_a_new_one_and_no_news_is_lost(
 #: watches: each stream's news is still seen, over two HTTP/2 connections (the local
 #: server takes 1,000 streams per connection, of which the watch uses 900).
 _OVER_THE_FD_LIMIT = """
-import resource, sys, time
+import os, resource, sys, time
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
 
 url, basin_name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -168,7 +170,8 @@ def until(cond, what):
         assert time.monotonic() < deadline, what
         time.sleep(0.05)
 
-with S2Client(S2Config(endpoint=url)) as client:
+token = os.environ.get("S2_TEST_TOKEN") or None
+with S2Client(S2Config(endpoint=url, access_token=token)) as client:
     basin = client.basin(basin_name)
     with basin.watch_tails(wait=30) as watch:
         positions = dict.fromkeys(names, 0)
@@ -223,6 +226,7 @@ def test_the_watch_raises_the_open_files_limit_and_keeps_a_reserve() -> None:
     assert (soft, limit) == (hard, hard - reserve)
 
 
+@pytest.mark.local_server
 def test_news_with_its_tail_is_followed_while_nothing_comes_after_it(
     s2_server: Any, basin: BasinClient,
 ) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from _s2_target import token
 from jsonschema import Draft202012Validator, FormatChecker
 
 SPEC: dict[str, Any] = json.loads(
@@ -114,7 +115,7 @@ def schema_ref(name: str) -> dict[str, Any]:
 def http(s2_server: Any) -> Iterator[httpx.Client]:
     with httpx.Client(
         base_url=f"{s2_server.url}/v1",
-        headers={"authorization": f"Bearer {TOKEN}"},
+        headers={"authorization": f"Bearer {token(TOKEN)}"},
         timeout=15,
     ) as client:
         yield client
@@ -568,6 +569,7 @@ def test_validation_errors(http: httpx.Client, basin: str) -> None:
     assert tail["tail"]["seq_num"] == 0
 
 
+@pytest.mark.local_server
 def test_auth_errors() -> None:
     from s2_spark.testing import LocalS2Server
 

@@ -9,12 +9,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _s2_target import s2_config
 
 from s2_spark.backends._batches import COALESCE_ROWS
 from s2_spark.backends.base import ReadSettings
 from s2_spark.backends.s2 import S2Backend, S2Settings
 from s2_spark.errors import DataLossError, NotFoundError
-from s2_spark.s2 import AppendRecord, S2Client, S2Config
+from s2_spark.s2 import AppendRecord, S2Client
 from s2_spark.spark.partitions import split_ranges
 
 pytestmark = pytest.mark.backend
@@ -24,7 +25,7 @@ T0 = (int(time.time()) - 3600) * 1000
 
 @pytest.fixture(scope="module")
 def basin(s2_server: Any) -> Iterator[tuple[S2Client, str, S2Backend]]:
-    client = S2Client(S2Config(endpoint=s2_server.url))
+    client = S2Client(s2_config(s2_server.url))
     name = f"backend-{uuid.uuid4().hex[:10]}"
     client.create_basin(name)
     yield client, name, S2Backend(S2Settings(basin=name, endpoint=s2_server.url))

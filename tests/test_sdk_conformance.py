@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
+from _s2_target import token
 from s2_sdk import (
     S2,
     AppendInput,
@@ -75,7 +76,7 @@ def run(coro: Coroutine[Any, Any, R], timeout: float = 60.0) -> R:
 def sdk(url: str, compression: Compression = Compression.NONE) -> S2:
     """An s2-sdk client pointed at the local server; no retries, so server faults surface."""
     return S2(
-        TOKEN,
+        token(TOKEN) or TOKEN,
         endpoints=Endpoints(url, url),
         retry=Retry(max_attempts=1),
         compression=compression,
@@ -434,6 +435,7 @@ def test_basin_config_defaults_and_auto_create(s2_server: Any, unique: Unique) -
     run(body())
 
 
+@pytest.mark.local_server
 def test_access_token_is_enforced_and_never_echoed(unique: Unique) -> None:
     from s2_spark.testing import LocalS2Server
 

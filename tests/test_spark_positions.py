@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _s2_target import s2_config
 from _versions import progress_offsets
 
 from s2_spark.backends.s2.backend import S2Backend
-from s2_spark.s2 import AppendRecord, S2Client, S2Config
+from s2_spark.s2 import AppendRecord, S2Client
 from s2_spark.spark._planner import Planner
 from s2_spark.spark.datasource import stream_reader
 from s2_spark.spark.options import parse_read_options
@@ -50,7 +51,7 @@ class Env:
     def __init__(self, url: str, spark: Any) -> None:
         self.url = url
         self.spark = spark
-        self.client = S2Client(S2Config(endpoint=url))
+        self.client = S2Client(s2_config(url))
         self.basin = f"spark-pos-{uuid.uuid4().hex[:10]}"
         self.client.create_basin(self.basin)
         self.tmp = Path(tempfile.mkdtemp(prefix="s2-spark-positions-"))

@@ -15,8 +15,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from _s2_target import s2_config
 
-from s2_spark.s2 import AppendRecord, S2Client, S2Config
+from s2_spark.s2 import AppendRecord, S2Client
 from s2_spark.spark import S2DataSource
 from s2_spark.spark._compat import HAS_FILTER_PUSHDOWN, SPARK_VERSION
 from s2_spark.spark.partitions import PackedPartition, RangePartition
@@ -57,7 +58,7 @@ class Env:
     def __init__(self, url: str, spark: Any) -> None:
         self.url = url
         self.spark = spark
-        self.client = S2Client(S2Config(endpoint=url))
+        self.client = S2Client(s2_config(url))
         self.basin = f"spark-pushdown-{uuid.uuid4().hex[:10]}"
         self.client.create_basin(self.basin)
         basin = self.client.basin(self.basin)

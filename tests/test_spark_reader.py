@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _s2_target import s2_config
 from _versions import limit, needs_admission_control, progress_offsets
 
-from s2_spark.s2 import AppendRecord, S2Client, S2Config
+from s2_spark.s2 import AppendRecord, S2Client
 from s2_spark.spark import S2DataSource
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
 from s2_spark.spark.stream_reader import RangeStreamReader
@@ -41,7 +42,7 @@ class Env:
     def __init__(self, url: str, spark: Any) -> None:
         self.url = url
         self.spark = spark
-        self.client = S2Client(S2Config(endpoint=url))
+        self.client = S2Client(s2_config(url))
         self.basin = f"spark-read-{uuid.uuid4().hex[:10]}"
         self.client.create_basin(self.basin)
         self.tmp = Path(tempfile.mkdtemp(prefix="s2-spark-reader-"))

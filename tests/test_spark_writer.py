@@ -23,9 +23,10 @@ from typing import Any
 
 import pytest
 from _child import kill_at_marker
+from _s2_target import s2_config
 from _versions import limit, needs_admission_control
 
-from s2_spark.s2 import AppendRecord, S2Client, S2Config
+from s2_spark.s2 import AppendRecord, S2Client
 
 pytestmark = pytest.mark.spark
 
@@ -42,7 +43,7 @@ class Env:
     def __init__(self, url: str, spark: Any) -> None:
         self.url = url
         self.spark = spark
-        self.client = S2Client(S2Config(endpoint=url))
+        self.client = S2Client(s2_config(url))
         self.basin = f"spark-write-{uuid.uuid4().hex[:10]}"
         self.client.create_basin(self.basin)
         self.tmp = Path(tempfile.mkdtemp(prefix="s2-spark-writer-"))

@@ -25,6 +25,7 @@ from s2_spark.testing.serving.asgi import Request, Send, query_int, respond, res
 __all__ = ["LIST_LIMIT", "BasinHandlers"]
 
 LIST_LIMIT = 1000
+MAX_REQUEST_TOKEN_BYTES = 36
 
 
 def _list_params(req: Request, validate: Callable[[str, str], None]) -> tuple[str, str, int]:
@@ -49,6 +50,19 @@ def _list_params(req: Request, validate: Callable[[str, str], None]) -> tuple[st
 def _page(names: list[str], prefix: str, start_after: str, limit: int) -> tuple[list[str], bool]:
     selected = [n for n in sorted(names) if n.startswith(prefix) and n > start_after]
     return selected[:limit], len(selected) > limit
+
+
+def _request_token(req: Request) -> str | None:
+    """`S2-Request-Token`: at most 36 bytes, else 400 `bad_header` (s2 `common/src/
+    resources.rs`, `RequestToken`)."""
+    value = req.header("s2-request-token")
+    if value is not None and len(value.encode()) > MAX_REQUEST_TOKEN_BYTES:
+        raise ApiError.bad(
+            "bad_header",
+            f"invalid s2-request-token header: request token was longer than "
+            f"{MAX_REQUEST_TOKEN_BYTES} bytes in length: {len(value.encode())}",
+        )
+    return value
 
 
 class BasinHandlers:
@@ -87,7 +101,7 @@ class BasinHandlers:
             raise ApiError.bad("bad_json", "request body must be an object with a `basin` name")
         checked_name(validate_basin_name, body["basin"], "bad_json", "basin")
         basin, created = self.store.create_basin(
-            body["basin"], body.get("config"), request_token=req.header("s2-request-token")
+            body["basin"], body.get("config"), request_token=_request_token(req)
         )
         # s2-lite answers 201 for an idempotent retry too; the header tells them apart.
         result = b"created" if created else b"noop"
@@ -125,7 +139,7 @@ class BasinHandlers:
             raise ApiError.bad("bad_json", "request body must be an object with a `stream` name")
         checked_name(validate_stream_name, body["stream"], "bad_json", "stream")
         stream, created = self.store.create_stream(
-            basin, body["stream"], body.get("config"), request_token=req.header("s2-request-token")
+            basin, body["stream"], body.get("config"), request_token=_request_token(req)
         )
         result = b"created" if created else b"noop"
         await respond_json(send, 201, stream.info(), [(b"s2-provision-result", result)])

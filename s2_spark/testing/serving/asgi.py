@@ -95,10 +95,20 @@ class Request:
             if chunk:
                 size += len(chunk)
                 if size > limit:
+                    if msg.get("more_body", False):
+                        await self._drain()
                     raise _too_large(code)
                 chunks.append(chunk)
             if not msg.get("more_body", False):
                 return self._decoded(b"".join(chunks), limit, code)
+
+    async def _drain(self) -> None:
+        """Read a body that is not used, so the connection stays usable for the next
+        request (an unread body makes the HTTP/1.1 server close it)."""
+        while True:
+            msg = await self.receive()
+            if msg["type"] == "http.disconnect" or not msg.get("more_body", False):
+                return
 
     def _decoded(self, data: bytes, limit: int, code: str) -> bytes:
         """Undo a `Content-Encoding`: s2-sdk with compression on compresses unary bodies."""
@@ -134,8 +144,10 @@ class Request:
         Content-Type, or with an empty body, has none (None), whatever it sent."""
         ctype = self.headers.get("content-type")
         if ctype is None and optional:
+            await self._drain()
             return None
         if not _is_json(self.mime("content-type")):
+            await self._drain()
             raise ApiError.bad("bad_json", _NO_JSON)
         data = await self.body("bad_json")
         if optional and not data:
