@@ -15,6 +15,7 @@ and the basins a run creates through `unique` are deleted when the run ends.
 from __future__ import annotations
 
 import os
+import uuid
 from typing import Any
 
 ENDPOINT: str | None = os.environ.get("S2_TEST_ENDPOINT") or None
@@ -25,10 +26,27 @@ EXTERNAL = ENDPOINT is not None
 LOCAL_ONLY = "needs the local S2 server's own features; S2_TEST_ENDPOINT names another S2"
 
 
+#: Names `unique_name` made in this run: against an external S2, the basins named so (or
+#: with such a name and a suffix) are deleted when the run ends.
+MADE_NAMES: set[str] = set()
+
+
+def unique_name(prefix: str) -> str:
+    """`prefix` and a random suffix, remembered for the clean-up."""
+    name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+    MADE_NAMES.add(name)
+    return name
+
+
+def made_here(basin: str) -> bool:
+    """Whether this run made the basin (a name from `unique_name`, or one plus a suffix)."""
+    return basin in MADE_NAMES or basin.rsplit("-", 1)[0] in MADE_NAMES
+
+
 def token(local: str | None = None) -> str | None:
-    """The token a test sends: `local` against the local server (which takes any), the
-    external endpoint's own otherwise."""
-    return TOKEN if EXTERNAL else local
+    """The token a test sends: the external endpoint's own where one is set, else
+    `local` (the local server and s2-lite take any)."""
+    return TOKEN if EXTERNAL and TOKEN is not None else local
 
 
 def s2_config(url: str, **kw: Any) -> Any:

@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from _s2_target import ENDPOINT, EXTERNAL, LOCAL_ONLY, TOKEN, ExternalS2, s2_config
+from _s2_target import (
+    ENDPOINT,
+    EXTERNAL,
+    LOCAL_ONLY,
+    TOKEN,
+    ExternalS2,
+    made_here,
+    s2_config,
+    unique_name,
+)
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 if EXTERNAL and TOKEN is not None:
@@ -52,11 +60,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(pytest.mark.skip(reason=LOCAL_ONLY))
 
 
-#: Names `unique` made in this run: against an external S2, the basins among them are
-#: deleted when the run ends.
-_MADE_NAMES: set[str] = set()
-
-
 @pytest.fixture(scope="session")
 def s2_server() -> Iterator[Any]:
     """An in-memory local S2 server on a free port, shared by the whole test session
@@ -72,12 +75,12 @@ def s2_server() -> Iterator[Any]:
 
 
 def _delete_made_basins(url: str) -> None:
-    """Delete the basins this run made on an external S2 (those `unique` named)."""
+    """Delete the basins this run made on an external S2 (named by `unique_name`)."""
     from s2_spark.s2 import S2Client
 
     with S2Client(s2_config(url)) as client:
         for info in list(client.list_basins()):
-            if info.name in _MADE_NAMES:
+            if made_here(info.name):
                 client.delete_basin(info.name, missing_ok=True)
 
 
@@ -94,12 +97,7 @@ def ds_server() -> Iterator[Any]:
 def unique() -> Callable[[str], str]:
     """Make names unique per test, so tests sharing a server never see each other's data."""
 
-    def make(prefix: str) -> str:
-        name = f"{prefix}-{uuid.uuid4().hex[:12]}"
-        _MADE_NAMES.add(name)
-        return name
-
-    return make
+    return unique_name
 
 
 @pytest.fixture

@@ -6,11 +6,10 @@ the Durable backend's must not be an S2 error (it used to be).
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import pytest
-from _s2_target import s2_config
+from _s2_target import s2_config, unique_name
 
 from s2_spark.backends.durable.backend import DurableBackend
 from s2_spark.backends.durable.options import DurableSettings
@@ -22,7 +21,7 @@ pytestmark = pytest.mark.backend
 
 
 def test_a_missing_s2_stream_raises_s2s_not_found(s2_server: Any) -> None:
-    basin = f"errors-{uuid.uuid4().hex[:10]}"
+    basin = unique_name("errors")
     with S2Client(s2_config(s2_server.url)) as client:
         client.create_basin(basin)
     backend = S2Backend(S2Settings(basin=basin, endpoint=s2_server.url))

@@ -4,12 +4,11 @@ record arrives, after a failure, or before it was watched; moving a position re-
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from _s2_target import s2_config
+from _s2_target import s2_config, unique_name
 
 from s2_spark.s2 import AppendRecord, BasinClient, S2Client, S2Config
 from s2_spark.s2._watch import TailWatch
@@ -18,7 +17,7 @@ from s2_spark.s2._watch import TailWatch
 @pytest.fixture
 def basin(s2_server: Any) -> Iterator[BasinClient]:
     with S2Client(s2_config(s2_server.url)) as client:
-        name = f"watch-{uuid.uuid4().hex[:10]}"
+        name = unique_name("watch")
         client.create_basin(name)
         yield client.basin(name)
 

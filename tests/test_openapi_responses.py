@@ -490,7 +490,8 @@ def test_sse_follow_pings_then_delivers_new_records(
             kinds.append(event["event"])
             if event["event"] == "ping" and not appended:
                 assert event["data"]["tail"]["seq_num"] == 1
-                with httpx.Client(base_url=f"{s2_server.url}/v1", timeout=15) as other:
+                with httpx.Client(base_url=f"{s2_server.url}/v1", timeout=15,
+                                  headers=http.headers) as other:
                     check(
                         other.post(
                             "/streams/live/records",

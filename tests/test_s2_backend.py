@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _s2_target import s2_config
+from _s2_target import s2_config, unique_name
 
 from s2_spark.backends._batches import COALESCE_ROWS
 from s2_spark.backends.base import ReadSettings
@@ -26,7 +25,7 @@ T0 = (int(time.time()) - 3600) * 1000
 @pytest.fixture(scope="module")
 def basin(s2_server: Any) -> Iterator[tuple[S2Client, str, S2Backend]]:
     client = S2Client(s2_config(s2_server.url))
-    name = f"backend-{uuid.uuid4().hex[:10]}"
+    name = unique_name("backend")
     client.create_basin(name)
     yield client, name, S2Backend(S2Settings(basin=name, endpoint=s2_server.url))
     client.close()

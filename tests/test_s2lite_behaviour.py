@@ -412,15 +412,15 @@ def test_json_body_over_axums_limit_is_bad_json(http: httpx.Client, basin: str) 
     assert _error(http.post("/streams/s/records", headers=h, json=big)) == (400, "bad_json")
 
 
-def test_unknown_routes_and_methods_have_no_body(s2_server: Any) -> None:
+def test_unknown_routes_and_methods_have_no_body(http: httpx.Client, s2_server: Any) -> None:
     """`lite/src/handlers/mod.rs` (`router`, no fallback): an unknown path is axum's 404
     and a known path with another method its 405, both with an empty body; `/health`
     answers "OK"."""
-    r = httpx.get(s2_server.url + "/v1/nothing-here")
+    r = http.get("/nothing-here")
     assert (r.status_code, r.content) == (404, b"")
-    r = httpx.post(s2_server.url + "/v1/streams/s/records/tail")
+    r = http.post("/streams/s/records/tail")
     assert (r.status_code, r.content) == (405, b"")
-    r = httpx.get(s2_server.url + "/health")
+    r = httpx.get(s2_server.url + "/health", headers=http.headers)
     assert (r.status_code, r.text) == (200, "OK")
 
 

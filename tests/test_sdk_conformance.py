@@ -76,7 +76,7 @@ def run(coro: Coroutine[Any, Any, R], timeout: float = 60.0) -> R:
 def sdk(url: str, compression: Compression = Compression.NONE) -> S2:
     """An s2-sdk client pointed at the local server; no retries, so server faults surface."""
     return S2(
-        token(TOKEN) or TOKEN,
+        token(TOKEN),
         endpoints=Endpoints(url, url),
         retry=Retry(max_attempts=1),
         compression=compression,
@@ -1125,6 +1125,7 @@ def test_sessions_with_compression(
             "content-type": "s2s/proto",
             "accept": "s2s/proto",
             "accept-encoding": compression.value,
+            "authorization": f"Bearer {token(TOKEN)}",
         },
         timeout=DEADLINE,
     )

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _s2_target import s2_config
+from _s2_target import s2_config, token
 from _versions import progress_offsets
 
 from s2_spark.backends.s2.backend import S2Backend
@@ -30,7 +30,7 @@ from s2_spark.spark.s2.source import S2_READ_FORMAT
 
 pytestmark = pytest.mark.spark
 
-SECRET = "tok-POS-SECRET-2b8e"
+SECRET = token("tok-POS-SECRET-2b8e")
 T0 = (int(time.time()) - 3600) * 1000  # an hour ago: client timestamps kept exactly
 #: After every record any test here appends.
 PAST_EVERY_RECORD = T0 + 1_000_000

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _s2_target import s2_config
+from _s2_target import s2_config, token
 from _versions import limit, needs_admission_control, progress_offsets
 
 from s2_spark.s2 import AppendRecord, S2Client
@@ -27,7 +27,7 @@ from s2_spark.spark.stream_reader import RangeStreamReader
 
 pytestmark = pytest.mark.spark
 
-SECRET = "tok-SECRET-7f3a"  # passed as accessToken; must never show up anywhere
+SECRET = token("tok-SECRET-7f3a")  # passed as accessToken; must never show up anywhere
 T0 = (int(time.time()) - 3600) * 1000  # record timestamps: recent, so no retention trims them
 
 Row = tuple[str, int, int, list[tuple[bytes, bytes]], bytes]

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _s2_target import s2_config
+from _s2_target import s2_config, token
 from _versions import needs_admission_control, progress_offsets
 
 from s2_spark.durable import DurableStreamsClient
@@ -31,7 +31,7 @@ from s2_spark.spark.options import MAX_TRIGGER_DELAY
 
 pytestmark = pytest.mark.spark
 
-SECRET = "tok-TRIGGER-SECRET-3c1d"
+SECRET = token("tok-TRIGGER-SECRET-3c1d")
 
 
 # -- helpers ------------------------------------------------------------------------------

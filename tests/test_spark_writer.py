@@ -23,14 +23,14 @@ from typing import Any
 
 import pytest
 from _child import kill_at_marker
-from _s2_target import s2_config
+from _s2_target import s2_config, token
 from _versions import limit, needs_admission_control
 
 from s2_spark.s2 import AppendRecord, S2Client
 
 pytestmark = pytest.mark.spark
 
-SECRET = "tok-SECRET-w41d"  # passed as accessToken; must never show up in errors
+SECRET = token("tok-SECRET-w41d")  # passed as accessToken; must never show up in errors
 T0 = (int(time.time()) - 3600) * 1000
 UTC = dt.UTC
 
