@@ -2,8 +2,10 @@
 delete. A handler's name is the kind its requests are counted under (`list_streams`, ...).
 
 Creates answer 201 with `S2-Provision-Result` saying whether the resource was created
-or an idempotent retry (`noop`), as s2-lite does; PUT (ensure) says `created`, `updated`
-or `noop`.
+or an idempotent retry (`noop`), as s2-lite does; PUT (ensure) replaces an existing
+resource's whole config (s2 `lite/src/backend/streams.rs`, `provision_stream`) and says
+`created`, `updated` or `noop`. JSON bodies follow s2-lite's extractors (`api/src/data.rs`):
+they need `Content-Type: application/json`, except PUT's, which is optional.
 """
 
 from __future__ import annotations
