@@ -3,7 +3,8 @@
 A configuration is the JSON object S2 answers (`StreamConfig`, `BasinConfig`). An update
 keeps the fields it leaves out, resets the ones it sets to null and sets the others,
 after the checks s2-lite makes: a malformed field is a 400 `bad_json`, a zero retention
-age a 422 `invalid`, a stream cipher a 501 (the local server does not encrypt).
+age a 422 `invalid`. A basin's `stream_cipher` applies to the streams it creates from then
+on (`encryption`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from s2_spark.testing.semantics.encryption import check_cipher
 from s2_spark.testing.semantics.errors import ApiError
 
 __all__ = [
@@ -41,6 +43,7 @@ def default_stream_config() -> dict[str, Any]:
 def default_basin_config() -> dict[str, Any]:
     return {
         "default_stream_config": default_stream_config(),
+        "stream_cipher": None,
         "create_stream_on_append": False,
         "create_stream_on_read": False,
     }
@@ -146,10 +149,7 @@ def apply_basin_config(base: dict[str, Any], update: Any) -> dict[str, Any]:
                 raise _bad_config(f"{key} must be a boolean")
             out[key] = bool(value)
         elif key == "stream_cipher":
-            if value is not None:
-                raise ApiError.standard(
-                    501, "not_implemented", "encryption is not supported by the local server"
-                )
+            out[key] = check_cipher(value)
         else:
             raise _bad_config(f"unknown basin config field {key!r}")
     return out
