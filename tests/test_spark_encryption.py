@@ -282,3 +282,25 @@ def test_a_bad_key_option_fails_before_any_work(
                 **opts).mode("append").save()
     assert message in str(info.value)
     assert "c2hvcnQ=" not in str(info.value) and "K" * 44 not in str(info.value)
+
+
+def test_readers_and_writers_show_no_key(env: Env) -> None:
+    """The objects Spark holds and ships (and may print) hide the key; only their pickled
+    bytes carry it to the executors, as they carry the access token."""
+    import pickle
+
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from s2_spark.spark import S2DataSource
+
+    env.client.basin(env.basin).create_stream("shown")
+    ds = S2DataSource({**env.options(stream="shown"), "encryptionKey": env.key})
+    schema = ds.schema()
+    body = StructType([StructField("body", BinaryType())])
+    made = [ds.streamReader(schema), ds.reader(schema), ds.streamWriter(body, False),
+            ds.writer(body, False)]
+    for obj in made:
+        assert "encryption_key='***'" in repr(obj)
+        for leak in leaks(env.key, env.raw):
+            assert leak.decode(errors="replace") not in repr(obj)
+        assert env.key.encode() in pickle.dumps(obj)
