@@ -129,7 +129,8 @@ def _about_the_key(code: str | None, detail: object) -> bool:
     """A 400 about the encryption key: records that do not decrypt, or the key header
     refused (s2-lite says "encryption key" in each such message, never the key)."""
     return code == "decryption_failed" or (
-        code == "bad_header" and isinstance(detail, str) and "encryption key" in detail
+        code == "bad_header" and isinstance(detail, str)
+        and ("encryption key" in detail or "s2-encryption-key" in detail)
     )
 
 

@@ -90,8 +90,8 @@ ENCRYPTION_KEY = Option(
     "set), sent with every append and read; streams without a cipher ignore it. It never "
     "appears in offsets, logs, errors or classic Spark's plans and UI, but Spark Connect "
     "records option values in its event log and UI: there, and whenever the query's code "
-    "is shared, use encryptionKeyFile or S2_ENCRYPTION_KEY. Default: encryptionKeyFile, "
-    "else the S2_ENCRYPTION_KEY environment variable of the driver.")
+    "is shared, use encryptionKeyFile or S2_ENCRYPTION_KEY. Unset: the key in "
+    "encryptionKeyFile, else the S2_ENCRYPTION_KEY environment variable of the driver.")
 ENCRYPTION_KEY_FILE = Option(
     "encryptionKeyFile", "a path on the driver",
     "A file holding the key (base64 of 32 bytes; surrounding whitespace ignored), read on "
