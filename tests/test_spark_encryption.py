@@ -149,6 +149,7 @@ SITECUSTOMIZE = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.timeout(600)  # a SparkSession of its own and five queries, on a shared machine
 def test_encrypted_streams_through_spark_leave_no_key_behind(
     s2_server: Any, tmp_path: Path
 ) -> None:
