@@ -7,7 +7,7 @@ derives from it and from the service's root (`S2Error`, `DurableStreamsError`), 
 `except NotFoundError` catches a missing S2 stream and a missing Durable Stream alike, and
 `except S2Error` every failure of S2. The backend interface (`s2_spark.backends.base`)
 promises only the neutral classes. Messages say what happened and what to do. No message,
-repr or attribute ever holds an access token.
+repr or attribute ever holds an access token or an encryption key.
 
 The tree (a service's class is drawn under its neutral base; those marked S2 also derive
 from `S2Error`, those marked DS from `DurableStreamsError`):
@@ -20,7 +20,8 @@ S2SparkError
 └── ServiceError                    a call to S2 or Durable Streams failed
     ├── BadRequestError             400/422, or refused before sending
     │   ├── S2BadRequestError                      S2
-    │   │   └── RecordTooLargeError                S2
+    │   │   ├── RecordTooLargeError                S2
+    │   │   └── EncryptionKeyError                 S2
     │   └── StreamBadRequestError                  DS
     ├── UnauthorizedError           401/403: credentials missing, wrong or not enough
     │   ├── S2UnauthorizedError                    S2
@@ -248,6 +249,11 @@ class RecordTooLargeError(S2BadRequestError):
         super().__init__(message, status=0, code="record_too_large")
         self.metered_bytes = metered_bytes
         self.limit = limit
+
+
+class EncryptionKeyError(S2BadRequestError):
+    """An encrypted stream's key is missing or refused (400 `bad_header`), or its records
+    do not decrypt with the key given (400 `decryption_failed`: the key is wrong)."""
 
 
 class S2RateLimitedError(S2Error, RateLimitedError):

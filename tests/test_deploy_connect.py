@@ -127,3 +127,48 @@ def test_lag_listener_on_a_connect_client(
     # Lines of idle triggers (lag 0, the next batch id) may come in between.
     assert list(dict.fromkeys(line for line in out if line in expected)) == expected
     assert out[-1] == "kept True 0 0"
+
+
+# A Connect client on encrypted streams, the key given as a file the server reads: the way
+# that keeps it out of the server's UI and event log (which record option values).
+ENCRYPTED_CLIENT = """
+import sys
+from pyspark.sql import SparkSession
+
+remote, endpoint, basin, key_file, checkpoint = sys.argv[1:]
+spark = SparkSession.builder.remote(remote).getOrCreate()
+opts = {"endpoint": endpoint, "basin": basin, "encryptionKeyFile": key_file}
+query = (spark.readStream.format("s2").options(**opts, stream="src").load()
+         .writeStream.format("s2").options(**opts, stream="dst")
+         .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+query.awaitTermination()
+rows = spark.read.format("s2").options(**opts, stream="dst").load().orderBy("seq_num")
+print([bytes(r.body).decode() for r in rows.collect()], flush=True)
+"""
+
+
+def test_encrypted_streams_with_a_key_file_on_the_server(
+    connect_server: ConnectServer, s2_server: Any, unique: Any, tmp_path: Path
+) -> None:
+    import base64
+    import os
+
+    key = base64.b64encode(os.urandom(32)).decode()
+    key_file = tmp_path / "s2.key"
+    key_file.write_text(key)
+    basin = unique("connect-enc")
+    with S2Client(S2Config(endpoint=s2_server.url, encryption_key=key)) as client:
+        client.create_basin(basin, {"stream_cipher": "aegis-256"})
+        for name in ("src", "dst"):
+            client.basin(basin).create_stream(name)
+        client.basin(basin).stream("src").append([AppendRecord(b) for b in (b"a", b"b")])
+        done = subprocess.run(
+            [sys.executable, "-c", ENCRYPTED_CLIENT, connect_server.url, s2_server.url, basin,
+             str(key_file), str(tmp_path / "checkpoint")],
+            cwd=tmp_path, env=connect_server.env, capture_output=True, text=True, timeout=240,
+        )
+        assert done.returncode == 0, (done.stderr[-4000:], connect_server.daemon.log_tail())
+        assert done.stdout.splitlines()[-1] == "['a', 'b']"
+        got = client.basin(basin).stream("dst").read(seq_num=0, include_command_records=False)
+        assert got.batch.column("body").to_pylist() == [b"a", b"b"]
+    assert key not in connect_server.daemon.log_tail(10**8) + done.stdout + done.stderr

@@ -66,6 +66,7 @@ def _stream_info(d: dict[str, Any]) -> StreamInfo:
         name=str(d["name"]),
         created_at=str(d.get("created_at", "")),
         deleted_at=d.get("deleted_at"),
+        cipher=d.get("cipher"),
     )
 
 

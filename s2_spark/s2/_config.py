@@ -1,7 +1,8 @@
 """Client configuration: endpoints, credentials, timeouts and the retry policy.
 
-The access token lives only here and in the Authorization header built from it; the
-dataclass repr hides it so that logging a config (or an object holding one) is safe.
+The access token and the encryption key live only here and in the headers built from
+them; the dataclass repr hides both so that logging a config (or an object holding one)
+is safe.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from s2_spark._encryption_key import check_encryption_key
 from s2_spark._tls import TlsConfig
 from s2_spark.retry import RetryPolicy
 
@@ -22,6 +24,8 @@ __all__ = [
     "TlsConfig",
 ]
 
+#: Fields repr shows as '***'.
+_SECRETS = frozenset({"access_token", "encryption_key"})
 _ACCEPT_ENCODING = {"zstd": "zstd, gzip", "gzip": "gzip", "none": "identity"}
 DEFAULT_ACCOUNT_ENDPOINT = "https://a.s2.dev"
 DEFAULT_BASIN_ENDPOINT = "https://{basin}.b.s2.dev"
@@ -61,6 +65,11 @@ class S2Config:
       to S2 cloud; on loopback it only costs CPU on both ends (a 1M-record catch-up read
       ran ~5x slower with zstd). "auto" (default): none for a loopback endpoint
       (localhost, 127.x, ::1), zstd otherwise.
+    * `encryption_key`: the key of the basin's encrypted streams (those created while its
+      `stream_cipher` was set), base64 of 32 bytes, sent with every request to the basin
+      (S2 reads it on appends and reads; a stream without a cipher ignores it). S2 checks
+      it only when reading: records appended with another key fail to decrypt then
+      (`EncryptionKeyError`). Hidden from repr like the token.
     """
 
     access_token: str | None = field(default=None, repr=False)
@@ -73,6 +82,7 @@ class S2Config:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     compression: Literal["auto", "zstd", "gzip", "none"] = "auto"
     tls: TlsConfig | None = None
+    encryption_key: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.compression not in ("auto", "zstd", "gzip", "none"):
@@ -92,13 +102,18 @@ class S2Config:
             raise ValueError(f"S2Config.retry must be a RetryPolicy (got {self.retry!r})")
         if self.tls is not None and not isinstance(self.tls, TlsConfig):
             raise ValueError(f"S2Config.tls must be a TlsConfig or None (got {self.tls!r})")
+        if self.encryption_key is not None:
+            key = check_encryption_key(self.encryption_key, "S2Config.encryption_key")
+            object.__setattr__(self, "encryption_key", key)
 
     def __repr__(self) -> str:
-        token = "None" if self.access_token is None else "'***'"
-        parts = [f"access_token={token}"]
+        parts = []
         for f in fields(self):
-            if f.name != "access_token":
-                parts.append(f"{f.name}={getattr(self, f.name)!r}")
+            value = getattr(self, f.name)
+            if f.name in _SECRETS:
+                parts.append(f"{f.name}={'None' if value is None else repr('***')}")
+            else:
+                parts.append(f"{f.name}={value!r}")
         return f"S2Config({', '.join(parts)})"
 
     @classmethod
@@ -106,10 +121,12 @@ class S2Config:
         """Build a config from keyword overrides, falling back to the environment.
 
         S2_ACCESS_TOKEN, S2_ACCOUNT_ENDPOINT and S2_BASIN_ENDPOINT fill whatever the
-        overrides leave unset (None); S2_ENDPOINT fills `endpoint` likewise.
+        overrides leave unset (None); S2_ENDPOINT fills `endpoint` and S2_ENCRYPTION_KEY
+        `encryption_key` likewise.
         """
         env = {
             "access_token": "S2_ACCESS_TOKEN",
+            "encryption_key": "S2_ENCRYPTION_KEY",
             "endpoint": "S2_ENDPOINT",
             "account_endpoint": "S2_ACCOUNT_ENDPOINT",
             "basin_endpoint": "S2_BASIN_ENDPOINT",

@@ -14,6 +14,7 @@ import httpx
 from s2_spark._http import Exchange, transport_error
 from s2_spark.errors import (
     AlreadyExistsError,
+    EncryptionKeyError,
     FencingTokenMismatchError,
     Position,
     ReadPastTailError,
@@ -66,6 +67,8 @@ def error_from_status(status: int, info: dict[str, Any], target: str) -> S2Error
             f"at or before the tail, or pass clamp=True to start at the tail",
             tail=pos,
         )
+    if status == 400 and _about_the_key(code, detail):
+        return _key_error(code, target, f"{where}{said}")
     if status in (400, 422):
         return S2BadRequestError(
             f"S2 rejected the request for {target} as invalid{where}{said}; fix the request",
@@ -120,6 +123,32 @@ def _condition_failed(info: dict[str, Any], target: str) -> S2Error | None:
             expected_token=token,
         )
     return None
+
+
+def _about_the_key(code: str | None, detail: object) -> bool:
+    """A 400 about the encryption key: records that do not decrypt, or the key header
+    refused (s2-lite says "encryption key" in each such message, never the key)."""
+    return code == "decryption_failed" or (
+        code == "bad_header" and isinstance(detail, str)
+        and ("encryption key" in detail or "s2-encryption-key" in detail)
+    )
+
+
+def _key_error(code: str | None, target: str, said: str) -> S2Error:
+    if code == "decryption_failed":
+        return EncryptionKeyError(
+            f"records of {target} could not be decrypted with the encryption key given"
+            f"{said}: the key is wrong. Read with the key the records were appended with "
+            "(S2 does not check the key on append)",
+            status=400,
+            code=code,
+        )
+    return EncryptionKeyError(
+        f"{target} is encrypted and S2 refused the request for its key{said}; pass the "
+        "key its records are appended with (base64 of 32 bytes)",
+        status=400,
+        code=code,
+    )
 
 
 def _conflict(code: str | None, target: str, said: str) -> S2Error:

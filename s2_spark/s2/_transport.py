@@ -2,8 +2,8 @@
 
 Sessions and unary calls share the connection pools over HTTP/1.1. Each basin's origin
 and headers are built once (`BasinRoute`), so a request costs its own bytes and little
-else. The Authorization header is attached per request and never logged or quoted in
-errors.
+else. The Authorization and `s2-encryption-key` headers are part of each basin's headers,
+never logged or quoted in errors.
 """
 
 from __future__ import annotations
@@ -114,12 +114,16 @@ class Transport:
         return self.config.basin_base_url(basin)[0]
 
     def base_headers(self, basin: str | None) -> Headers:
-        """What every request for `basin` (None: the account) carries."""
+        """What every request for `basin` (None: the account) carries. The encryption key
+        goes with every request to a basin, so no append or read path can leave it out;
+        S2 reads it on appends and reads only."""
         out: Headers = [(b"user-agent", _USER_AGENT)]
         if self.config.access_token:
             out.append((b"authorization", f"Bearer {self.config.access_token}".encode()))
         if basin is not None and self.config.basin_base_url(basin)[1]:
             out.append((b"s2-basin", basin.encode()))
+        if basin is not None and self.config.encryption_key:
+            out.append((b"s2-encryption-key", self.config.encryption_key.encode()))
         # Always explicit: for S2S sessions it picks the frames' compression too.
         out.append((b"accept-encoding", self.config.session_accept_encoding(basin).encode()))
         return out

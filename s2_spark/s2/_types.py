@@ -118,11 +118,13 @@ class AppendAck:
 
 @dataclass(frozen=True, slots=True)
 class StreamInfo:
-    """One stream of a basin as listed; times are RFC 3339 strings."""
+    """One stream of a basin as listed; times are RFC 3339 strings. `cipher`: the stream
+    cipher its records are encrypted with (`aegis-256`, `aes-256-gcm`), None if none."""
 
     name: str
     created_at: str
     deleted_at: str | None = None
+    cipher: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

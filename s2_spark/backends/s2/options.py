@@ -1,9 +1,10 @@
 """The `s2` format's connection and stream-selection options (no pyspark).
 
-Which basin, where it is served, how to authenticate and what the network needs (retry
-budget, TLS); which streams to read. Shared by
-the reader and the writer. The token falls back to S2_ACCESS_TOKEN here, on the driver,
-so executors never depend on their environment.
+Which basin, where it is served, how to authenticate, the key of its encrypted streams and
+what the network needs (retry budget, TLS); which streams to read. Shared by the reader
+and the writer. The token falls back to S2_ACCESS_TOKEN, the key to encryptionKeyFile or
+S2_ENCRYPTION_KEY, here, on the driver, so executors never depend on their environment or
+files.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from s2_spark._encryption_key import check_encryption_key
 from s2_spark._options import Option
 from s2_spark.backends.network_options import (
     NETWORK_OPTIONS,
@@ -31,7 +34,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class S2Settings:
-    """Where the basin lives. The token is resolved once (on the driver) and never shown."""
+    """Where the basin lives. The token and the encryption key are resolved once (on the
+    driver) and never shown."""
 
     basin: str
     access_token: str | None = field(default=None, repr=False)
@@ -39,13 +43,16 @@ class S2Settings:
     account_endpoint: str | None = None
     basin_endpoint: str | None = None
     network: NetworkSettings = field(default_factory=NetworkSettings)
+    encryption_key: str | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         token = "None" if self.access_token is None else "'***'"
+        key = "None" if self.encryption_key is None else "'***'"
         return (
             f"S2Settings(basin={self.basin!r}, access_token={token}, "
             f"endpoint={self.endpoint!r}, account_endpoint={self.account_endpoint!r}, "
-            f"basin_endpoint={self.basin_endpoint!r}, network={self.network!r})"
+            f"basin_endpoint={self.basin_endpoint!r}, network={self.network!r}, "
+            f"encryption_key={key})"
         )
 
     def config(self) -> S2Config:
@@ -58,6 +65,7 @@ class S2Settings:
             basin_endpoint=self.basin_endpoint,
             retry=self.network.retry_policy(),
             tls=self.network.tls,
+            encryption_key=self.encryption_key,
         )
 
 
@@ -76,8 +84,21 @@ ACCESS_TOKEN = Option(
     "accessToken", "a token",
     "The S2 access token; default: the S2_ACCESS_TOKEN environment variable of the "
     "driver. Spark redacts it in plans; it never appears in offsets, logs or errors.")
+ENCRYPTION_KEY = Option(
+    "encryptionKey", "base64 of 32 bytes",
+    "The key of the basin's encrypted streams (those created while its stream_cipher was "
+    "set), sent with every append and read; streams without a cipher ignore it. It never "
+    "appears in offsets, logs, errors or classic Spark's plans and UI, but Spark Connect "
+    "records option values in its event log and UI: there, and whenever the query's code "
+    "is shared, use encryptionKeyFile or S2_ENCRYPTION_KEY. Unset: the key in "
+    "encryptionKeyFile, else the S2_ENCRYPTION_KEY environment variable of the driver.")
+ENCRYPTION_KEY_FILE = Option(
+    "encryptionKeyFile", "a path on the driver",
+    "A file holding the key (base64 of 32 bytes; surrounding whitespace ignored), read on "
+    "the driver when the query starts: the way to keep the key out of the query's code "
+    "and out of Spark Connect's event log; not with encryptionKey.")
 S2_CONNECTION_OPTIONS = (BASIN, ENDPOINT, ACCOUNT_ENDPOINT, BASIN_ENDPOINT, ACCESS_TOKEN,
-                         *NETWORK_OPTIONS)
+                         ENCRYPTION_KEY, ENCRYPTION_KEY_FILE, *NETWORK_OPTIONS)
 
 STREAM = Option("stream", "a stream name", "The one stream to read.", roles=("read",))
 STREAMS = Option("streams", "comma-separated stream names", "The streams to read.",
@@ -121,7 +142,37 @@ def parse_s2_connection(options: Mapping[str, str], *, purpose: str) -> S2Settin
         account_endpoint=account_endpoint,
         basin_endpoint=basin_endpoint,
         network=parse_network_options(options),
+        encryption_key=_encryption_key(options),
     )
+
+
+def _encryption_key(options: Mapping[str, str]) -> str | None:
+    """The key from encryptionKey, encryptionKeyFile or S2_ENCRYPTION_KEY, in that order
+    (the first two exclusive), checked; errors name where it came from, never the key."""
+    given = ENCRYPTION_KEY.raw(options)
+    path = ENCRYPTION_KEY_FILE.raw(options)
+    if given is not None and path is not None:
+        raise OptionError("set option encryptionKey or encryptionKeyFile, not both")
+    where = "option encryptionKey"
+    if path is not None:
+        where = f"the key in encryptionKeyFile {path!r}"
+        try:
+            given = Path(path.strip()).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise OptionError(
+                f"option encryptionKeyFile={path!r}: cannot read the key file on the "
+                f"driver ({reason})"
+            ) from None
+    elif given is None:
+        given = os.environ.get("S2_ENCRYPTION_KEY") or None
+        where = "the environment variable S2_ENCRYPTION_KEY"
+    if given is None:
+        return None
+    try:
+        return check_encryption_key(given, where)
+    except ValueError as exc:
+        raise OptionError(str(exc)) from None
 
 
 def parse_s2_selection(options: Mapping[str, str]) -> StreamSelection:

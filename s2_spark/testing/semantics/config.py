@@ -13,14 +13,15 @@ S2's defaults, field by field (`merge`). So:
   (`timestamping`, `delete_on_empty`, `default_stream_config`) are updated the same way.
 
 Malformed JSON is a 400 `bad_json`; fields S2 does not know are ignored, as serde does;
-a zero retention age is a 422 `invalid`; a stream cipher is a 501 (the local server
-does not encrypt).
+a zero retention age is a 422 `invalid`. A basin's `stream_cipher` applies to the streams
+it creates from then on (`encryption`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from s2_spark.testing.semantics.encryption import check_cipher
 from s2_spark.testing.semantics.errors import ApiError
 
 __all__ = [
@@ -235,13 +236,6 @@ def reconfigure_stream_config(
     return _merge(_reconfigure_layer(layer, update), basin_defaults(basin_config))
 
 
-def _stream_cipher(value: Any) -> None:
-    if value is not None:
-        raise ApiError.standard(
-            501, "not_implemented", "encryption is not supported by the local server"
-        )
-
-
 def ensure_basin_config(config: Any) -> dict[str, Any]:
     """A basin's config from what create or ensure was given: fields left out are
     S2's defaults (PUT replaces an existing basin's config with this)."""
@@ -250,7 +244,7 @@ def ensure_basin_config(config: Any) -> dict[str, Any]:
         return out
     config = _obj(config, "basin config")
     out["default_stream_config"] = _layer_json(parse_layer(config.get("default_stream_config")))
-    _stream_cipher(config.get("stream_cipher"))
+    out["stream_cipher"] = check_cipher(config.get("stream_cipher"))
     for key in ("create_stream_on_append", "create_stream_on_read"):
         if key in config:
             out[key] = _bool(config[key], key)
@@ -269,7 +263,7 @@ def apply_basin_config(base: dict[str, Any], update: Any) -> dict[str, Any]:
         layer = _empty() if v is None else _reconfigure_layer(basin_defaults(base), v)
         out["default_stream_config"] = _layer_json(layer)
     if "stream_cipher" in update:
-        _stream_cipher(update["stream_cipher"])
+        out["stream_cipher"] = check_cipher(update["stream_cipher"])
     for key in ("create_stream_on_append", "create_stream_on_read"):
         if key in update:
             out[key] = _bool(update[key], key)

@@ -3,7 +3,9 @@
 A session appends each input as it arrives and answers each with an ack frame; reading
 inputs never waits on writing acks, so a client may send all its inputs before reading
 any ack (HTTP/1.1) or interleave them (HTTP/2). A failure ends the session with a
-terminal frame carrying S2's error body.
+terminal frame carrying S2's error body. An encrypted stream's appends need a key (any
+well-formed one: S2 cannot tell a wrong key at append), resolved before the session's
+answer starts (`encryption`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from s2_spark.testing.semantics.codecs import (
     parse_proto_input,
     record_format,
 )
+from s2_spark.testing.semantics.encryption import Sealer, key_from_header, resolve
 from s2_spark.testing.semantics.errors import ApiError
 from s2_spark.testing.semantics.names import stream_in_path
 from s2_spark.testing.semantics.store import Store
@@ -50,9 +53,10 @@ class AppendHandlers:
         self.outcomes = outcomes
 
     def _append(self, stream: Stream, records: list[AppendRecord], match: int | None,
-                fence: str | None) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+                fence: str | None, sealer: Sealer | None
+                ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
         try:
-            ack = self.store.append(stream, records, match, fence)
+            ack = self.store.append(stream, records, match, fence, sealer)
         except ApiError as e:
             if e.status == 412:
                 self.outcomes.add("refused")
@@ -64,9 +68,11 @@ class AppendHandlers:
         basin = req.basin_name()
         name = stream_in_path(name)
         ctype = req.mime("content-type")
+        key = key_from_header(req.headers)
         if ctype == "s2s/proto":
             stream = self.store.stream(basin, name, auto_create="create_stream_on_append")
-            return await self._append_session(req, send, stream)
+            sealer = resolve(stream.cipher, key, basin, name)
+            return await self._append_session(req, send, stream, sealer)
         if is_proto(ctype):
             data = await req.body("bad_proto")
             records, match, fence = parse_proto_input(data)
@@ -74,13 +80,16 @@ class AppendHandlers:
             fmt = record_format(req)
             records, match, fence = parse_json_input(await req.json(), fmt)
         stream = self.store.stream(basin, name, auto_create="create_stream_on_append")
-        ack = self._append(stream, records, match, fence)
+        sealer = resolve(stream.cipher, key, basin, name)
+        ack = self._append(stream, records, match, fence, sealer)
         if is_proto(req.mime("accept")):
             await respond(send, 200, ack_proto(ack), PROTO_HEADERS)
         else:
             await respond_json(send, 200, ack_json(ack))
 
-    async def _append_session(self, req: Request, send: Send, stream: Stream) -> None:
+    async def _append_session(
+        self, req: Request, send: Send, stream: Stream, sealer: Sealer | None
+    ) -> None:
         """S2S append: a reader task appends each input as it arrives and queues the ack;
         this task writes acks."""
         compression = Compression.negotiate(req.header("accept-encoding"))
@@ -92,7 +101,7 @@ class AppendHandlers:
                 "headers": [(b"content-type", b"s2s/proto"), (b"cache-control", b"no-cache")],
             }
         )
-        task = asyncio.create_task(self._append_inputs(req, stream, compression, out))
+        task = asyncio.create_task(self._append_inputs(req, stream, sealer, compression, out))
         try:
             await _send_frames(send, out)
         finally:
@@ -100,7 +109,8 @@ class AppendHandlers:
                 task.cancel()
 
     async def _append_inputs(
-        self, req: Request, stream: Stream, compression: Compression, out: _Outbox
+        self, req: Request, stream: Stream, sealer: Sealer | None, compression: Compression,
+        out: _Outbox,
     ) -> None:
         """Append each input frame as it arrives, queueing its ack (or the terminal frame
         that ends the session), then the end of the session."""
@@ -116,7 +126,7 @@ class AppendHandlers:
                         raise ApiError.bad("bad_frame", "unexpected terminal frame as input")
                     assert isinstance(frame, Message)
                     records, match, fence = parse_proto_input(bytes(frame.body))
-                    ack = self._append(stream, records, match, fence)
+                    ack = self._append(stream, records, match, fence, sealer)
                     out.put_nowait(encode_message(ack_proto(ack), compression))
                 if not msg.get("more_body", False):
                     decoder.finish()

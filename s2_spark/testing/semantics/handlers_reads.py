@@ -4,6 +4,7 @@ Every read resolves its start (`_read.resolve_start`) and runs one `_read.read_s
 the formats differ only in how batches and heartbeats are framed. A unary read is
 bounded by 1000 records / 1 MiB and waits at most 60 s; SSE and S2S sessions follow
 the tail, sending heartbeats, until a bound or `wait` ends them or the client leaves.
+Reads of an encrypted stream need its key (`encryption`); tail checks do not.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import math
 import time
 
 from s2_spark.testing.semantics.codecs import batch_json, is_proto, pos_json, record_format
+from s2_spark.testing.semantics.encryption import Sealer, key_from_header, resolve
 from s2_spark.testing.semantics.errors import ApiError
 from s2_spark.testing.semantics.names import stream_in_path
 from s2_spark.testing.semantics.read import (
@@ -131,37 +133,49 @@ class ReadHandlers:
         )
         await respond_json(send, 200, {"tail": pos_json(stream.tail)})
 
-    def _start(self, basin: str, name: str, spec: ReadSpec) -> tuple[Stream, int]:
+    def _start(
+        self, basin: str, name: str, spec: ReadSpec, key: str | None
+    ) -> tuple[Stream, int, Sealer | None]:
+        """The stream, the key resolved against its cipher, then the start (s2-lite's
+        order: a missing key is answered before a start beyond the tail)."""
         _check_until(spec)
         stream = self.store.stream(basin, name, auto_create="create_stream_on_read")
-        return stream, resolve_start(self.store, stream, spec)
+        sealer = resolve(stream.cipher, key, basin, name)
+        return stream, resolve_start(self.store, stream, spec), sealer
 
     async def read(self, req: Request, send: Send, name: str) -> None:
         basin = req.basin_name()
         name = stream_in_path(name)
         spec = _read_spec(req)
+        key = key_from_header(req.headers)
         # An S2S session is asked for by its Content-Type alone (s2 `api/src/v1/stream/
         # extract.rs`, `ReadRequest`); `Accept: s2s/proto` alone is a unary JSON read.
         if req.mime("content-type") == "s2s/proto":
-            stream, start = self._start(basin, name, spec)
-            return await until_disconnect(req, self._read_s2s(req, send, stream, start, spec))
+            stream, start, sealer = self._start(basin, name, spec, key)
+            return await until_disconnect(
+                req, self._read_s2s(req, send, stream, start, spec, sealer)
+            )
         fmt = record_format(req)
         if req.mime("accept") == "text/event-stream":
             _apply_last_event_id(req, spec)
-            stream, start = self._start(basin, name, spec)
-            return await until_disconnect(req, self._read_sse(send, stream, start, spec, fmt))
+            stream, start, sealer = self._start(basin, name, spec, key)
+            return await until_disconnect(
+                req, self._read_sse(send, stream, start, spec, fmt, sealer)
+            )
         _bound_unary(spec)
-        stream, start = self._start(basin, name, spec)
-        await self._read_unary(req, send, stream, start, spec, fmt)
+        stream, start, sealer = self._start(basin, name, spec, key)
+        await self._read_unary(req, send, stream, start, spec, fmt, sealer)
 
     async def _read_unary(
-        self, req: Request, send: Send, stream: Stream, start: int, spec: ReadSpec, fmt: str
+        self, req: Request, send: Send, stream: Stream, start: int, spec: ReadSpec, fmt: str,
+        sealer: Sealer | None,
     ) -> None:
         entries: list[bytes] = []
         tail: tuple[int, int] | None = None
         wait_mode = False
         # Heartbeats tell a unary read only that it caught up (the first): no more.
-        async for out in read_session(self.store, stream, start, spec, (math.inf, math.inf)):
+        async for out in read_session(self.store, stream, start, spec, (math.inf, math.inf),
+                                      sealer):
             if isinstance(out, Batch):
                 entries.extend(out.entries)
                 tail = out.tail
@@ -180,14 +194,16 @@ class ReadHandlers:
             await respond_json(send, 200, batch_json(entries, tail, fmt))
 
     async def _read_s2s(
-        self, req: Request, send: Send, stream: Stream, start: int, spec: ReadSpec
+        self, req: Request, send: Send, stream: Stream, start: int, spec: ReadSpec,
+        sealer: Sealer | None,
     ) -> None:
         compression = Compression.negotiate(req.header("accept-encoding"))
         await _start_session(send, b"s2s/proto")
         pending: list[bytes] = []
         size = 0
+        beat = self.heartbeat_interval
         try:
-            async for out in read_session(self.store, stream, start, spec, self.heartbeat_interval):
+            async for out in read_session(self.store, stream, start, spec, beat, sealer):
                 if isinstance(out, Batch):
                     body = b"".join(out.entries)
                     if out.tail is not None:
@@ -212,12 +228,14 @@ class ReadHandlers:
         await send({"type": "http.response.body", "body": b"".join(pending), "more_body": False})
 
     async def _read_sse(
-        self, send: Send, stream: Stream, start: int, spec: ReadSpec, fmt: str
+        self, send: Send, stream: Stream, start: int, spec: ReadSpec, fmt: str,
+        sealer: Sealer | None,
     ) -> None:
         await _start_session(send, b"text/event-stream")
         count = nbytes = 0
+        beat = self.heartbeat_interval
         try:
-            async for out in read_session(self.store, stream, start, spec, self.heartbeat_interval):
+            async for out in read_session(self.store, stream, start, spec, beat, sealer):
                 if isinstance(out, Batch):
                     count += len(out.entries)
                     nbytes += out.metered

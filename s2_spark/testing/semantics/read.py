@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 
+from s2_spark.testing.semantics.encryption import Sealer
 from s2_spark.testing.semantics.errors import ApiError
 from s2_spark.testing.semantics.records import MAX_BATCH_BYTES, MAX_BATCH_RECORDS
 from s2_spark.testing.semantics.store import Store
@@ -194,8 +195,10 @@ async def read_session(
     start_seq: int,
     spec: ReadSpec,
     heartbeat_interval: HeartbeatInterval,
+    sealer: Sealer | None = None,
 ) -> AsyncIterator[Batch | Heartbeat]:
-    """Yield batches and heartbeats until a bound, the end of catch-up, or `wait` ends it."""
+    """Yield batches and heartbeats until a bound, the end of catch-up, or `wait` ends it;
+    an encrypted stream's records opened with `sealer`."""
     pos = start_seq
     bounds = _Bounds(spec.count, spec.bytes, spec.until)
     wait = spec.wait
@@ -217,6 +220,8 @@ async def read_session(
             if batch is None:
                 return  # the next record is beyond a bound
             pos = batch.last_seq + 1
+            if sealer is not None:
+                batch.entries = [sealer.open(e) for e in batch.entries]
             if wait is not None:
                 deadline = loop.time() + wait
             yield batch

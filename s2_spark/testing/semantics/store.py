@@ -24,6 +24,7 @@ from s2_spark.testing.semantics.config import (
     reconfigure_stream_config,
     resolve_stream_config,
 )
+from s2_spark.testing.semantics.encryption import Sealer
 from s2_spark.testing.semantics.errors import ApiError
 from s2_spark.testing.semantics.journal import (
     KIND_APPEND,
@@ -116,6 +117,7 @@ class Store:
             sid = op["id"]
             stream = Stream(sid, op["basin"], op["name"], op["config"], op["created_at"])
             stream.request_token = op.get("request_token")
+            stream.cipher = op.get("cipher")
             self.basins[op["basin"]].streams[op["name"]] = stream
             self._streams_by_id[sid] = stream
             self._next_stream_id = max(self._next_stream_id, sid + 1)
@@ -249,6 +251,7 @@ class Store:
                 "config": cfg,
                 "created_at": _rfc3339(),
                 "request_token": key,
+                "cipher": basin.config.get("stream_cipher"),
             }
         )
         return basin.streams[name], True
@@ -287,8 +290,11 @@ class Store:
         records: list[AppendRecord],
         match_seq_num: int | None,
         fencing_token: str | None,
+        sealer: Sealer | None = None,
     ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
-        """Append a validated batch; returns (start, end, tail) positions."""
+        """Append a validated batch; returns (start, end, tail) positions. An encrypted
+        stream's records are sealed with `sealer` (its cipher and the request's key),
+        command records excepted, before they are journaled."""
         if stream.deleted:
             raise ApiError.standard(
                 404,
@@ -305,6 +311,9 @@ class Store:
             if kind == "trim":
                 value = min(value, seq + 1)
             effects.append((kind, value))
+        if stream.cipher is not None:
+            assert sealer is not None and sealer.cipher == stream.cipher
+            entries = sealer.seal_all(entries, {seq - stream.next_seq for seq, _ in commands})
         if self._journal is not None:
             meta = [meta_entry({"op": kind, "id": stream.id,
                                 ("token" if kind == "fence" else "point"): value})

@@ -44,6 +44,9 @@ class Stream:
     trim_point: int = 0
     deleted: bool = False
     request_token: str | None = None
+    #: The basin's `stream_cipher` when the stream was created, fixed for its life: its
+    #: records other than command records are stored sealed (`encryption`).
+    cipher: str | None = None
     _changed: asyncio.Event | None = None
 
     # -- reads
@@ -155,8 +158,12 @@ class Stream:
 
     def info(self) -> dict[str, Any]:
         """As S2 lists it (`api/src/v1/stream/mod.rs`, `StreamInfo`)."""
-        return {"name": self.name, "created_at": self.created_at, "deleted_at": None,
-                "cipher": None}
+        return {
+            "name": self.name,
+            "created_at": self.created_at,
+            "deleted_at": None,
+            "cipher": self.cipher,
+        }
 
 
 def _stamp(
