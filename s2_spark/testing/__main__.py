@@ -1,5 +1,5 @@
 """CLI: `python -m s2_spark.testing --host H --port P [--data-dir D] [--token T]
-[--tls-cert CERT --tls-key KEY [--tls-client-ca CA]]`.
+[--tls-cert CERT --tls-key KEY [--tls-client-ca CA]] [--deletion-delay SECONDS]`.
 
 Prints the server URL on its own line once it accepts connections. The token may also
 come from the S2_LOCAL_SERVER_TOKEN environment variable (kept out of `ps` output).
@@ -22,6 +22,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-dir", default=None, help="journal directory (default: memory)")
     parser.add_argument("--token", default=None, help="require `Authorization: Bearer TOKEN`")
     parser.add_argument("--heartbeat-interval", type=float, default=5.0)
+    parser.add_argument("--deletion-delay", type=float, default=0.0,
+                        help="seconds a deleted stream or basin stays deletion pending "
+                        "before it is removed (default 0: at once, as s2-lite)")
     parser.add_argument("--tls-cert", default=None, help="serve HTTPS with this PEM chain")
     parser.add_argument("--tls-key", default=None, help="the private key of --tls-cert")
     parser.add_argument("--tls-client-ca", default=None,
@@ -41,6 +44,7 @@ def main(argv: list[str] | None = None) -> None:
         token=token,
         heartbeat_interval=args.heartbeat_interval,
         tls=tls,
+        deletion_delay=args.deletion_delay,
     )
 
 

@@ -42,7 +42,9 @@ class Stream:
     last_ts: int = 0
     fencing_token: str = ""
     trim_point: int = 0
-    deleted: bool = False
+    #: When the stream was deleted (RFC 3339): deletion pending until the store removes
+    #: it; sessions that still hold it end (`deletion.STREAMER_GONE`).
+    deleted_at: str | None = None
     request_token: str | None = None
     _changed: asyncio.Event | None = None
 
@@ -154,7 +156,7 @@ class Stream:
         self.notify()
 
     def info(self) -> dict[str, Any]:
-        return {"name": self.name, "created_at": self.created_at, "deleted_at": None}
+        return {"name": self.name, "created_at": self.created_at, "deleted_at": self.deleted_at}
 
 
 def _stamp(

@@ -5,7 +5,8 @@ hypercorn, which is what s2-sdk needs over `http://`; with `ServerTls` they serv
 HTTPS instead (HTTP/1.1 and HTTP/2 by ALPN), optionally requiring client certificates.
 
 Both count the requests they receive per kind: `request_counts()` (over the testing-only
-path `GET /_local/stats` for a `ServerProcess`; not part of S2's API).
+path `GET /_local/stats` for a `ServerProcess`; not part of S2's API), and can be told to
+answer an S2 error to the next requests of a kind: `inject_fault()` (testing only too).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from s2_spark.testing.semantics.app import STATS_PATH, S2App
+from s2_spark.testing.semantics.app import FAULTS_PATH, STATS_PATH, S2App
 from s2_spark.testing.semantics.store import Store
+from s2_spark.testing.serving.faults import Fault
 
 __all__ = [
     "LocalS2Server",
@@ -207,6 +209,9 @@ class LocalS2Server:
     """An S2-compatible server in a background thread with its own event loop.
 
     In memory unless `data_dir` is given. `url` holds the real port even for port 0.
+    `deletion_delay`: seconds a deleted stream or basin stays deletion pending (409
+    `stream_deletion_pending`, listed with `deleted_at`) before it is removed (404);
+    s2-lite removes it at once, as soon as its deletion is durable.
     """
 
     def __init__(
@@ -218,6 +223,7 @@ class LocalS2Server:
         token: str | None = None,
         heartbeat_interval: float = 5.0,
         tls: ServerTls | None = None,
+        deletion_delay: float = 0.0,
     ) -> None:
         self.host = host
         self.port = port
@@ -225,6 +231,7 @@ class LocalS2Server:
         self._token = token
         self.heartbeat_interval = heartbeat_interval
         self.tls = tls
+        self.deletion_delay = deletion_delay
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._shutdown: asyncio.Event | None = None
@@ -247,7 +254,7 @@ class LocalS2Server:
 
         self._sock = _listen(self.host, self.port)
         self.port = self._sock.getsockname()[1]
-        self.store = Store(self.data_dir)
+        self.store = Store(self.data_dir, deletion_delay=self.deletion_delay)
         app = S2App(self.store, token=self._token, heartbeat_interval=self.heartbeat_interval)
         self._app = app
         ready = threading.Event()
@@ -283,6 +290,19 @@ class LocalS2Server:
     def append_counts(self) -> dict[str, int]:
         """Appends taken since `start()` by outcome (see `fetch_append_counts`)."""
         return {} if self._app is None else self._app.appends.outcomes.snapshot()
+
+    def inject_fault(self, kind: str, status: int, code: str, **how: Any) -> Fault:
+        """Testing only, not S2: answer the next requests of `kind` with an S2 error
+        (`Faults.arm` in `s2_spark.testing.serving.faults` says how). The returned
+        fault's `fired` tells when it answered."""
+        if self._app is None or self._loop is None:
+            raise RuntimeError("LocalS2Server is not running")
+        app = self._app
+
+        async def arm() -> Fault:
+            return app.faults.arm(kind, status, code, **how)
+
+        return asyncio.run_coroutine_threadsafe(arm(), self._loop).result(10)
 
     def stop(self) -> None:
         thread, loop, shutdown = self._thread, self._loop, self._shutdown
@@ -323,10 +343,11 @@ def serve_forever(
     heartbeat_interval: float,
     tls: ServerTls | None = None,
     out: IO[str] | None = None,
+    deletion_delay: float = 0.0,
 ) -> None:
     """Run the server in this process until SIGTERM/SIGINT; print the URL when ready."""
     sock = _listen(host, port)
-    store = Store(data_dir)
+    store = Store(data_dir, deletion_delay=deletion_delay)
     app = S2App(store, token=token, heartbeat_interval=heartbeat_interval)
 
     async def main() -> None:
@@ -350,6 +371,7 @@ class ServerProcess:
     """The server as a child process (`python -m s2_spark.testing`), for kill -9 tests.
 
     `start()` again after `kill()` or `stop()` restarts on the same port and data dir.
+    `deletion_delay` as for `LocalS2Server` (it may be changed before a restart).
     """
 
     def __init__(
@@ -362,6 +384,7 @@ class ServerProcess:
         heartbeat_interval: float = 5.0,
         startup_timeout: float = 30.0,
         tls: ServerTls | None = None,
+        deletion_delay: float = 0.0,
     ) -> None:
         self.host = host
         self.port = port
@@ -370,6 +393,7 @@ class ServerProcess:
         self.heartbeat_interval = heartbeat_interval
         self.startup_timeout = startup_timeout
         self.tls = tls
+        self.deletion_delay = deletion_delay
         self._proc: subprocess.Popen[str] | None = None
 
     def __repr__(self) -> str:
@@ -400,6 +424,8 @@ class ServerProcess:
             str(self.port),
             "--heartbeat-interval",
             str(self.heartbeat_interval),
+            "--deletion-delay",
+            str(self.deletion_delay),
         ]
         if self.data_dir is not None:
             cmd += ["--data-dir", str(self.data_dir)]
@@ -447,6 +473,18 @@ class ServerProcess:
         if not self.running:
             raise RuntimeError("ServerProcess is not running")
         return fetch_append_counts(self.url, token=self._token, timeout=timeout)
+
+    def inject_fault(self, kind: str, status: int, code: str, **how: Any) -> None:
+        """Testing only, not S2: as `LocalS2Server.inject_fault`, over the testing-only
+        path `POST /_local/faults`."""
+        if not self.running:
+            raise RuntimeError("ServerProcess is not running")
+        import httpx
+
+        headers = {} if self._token is None else {"authorization": f"Bearer {self._token}"}
+        spec = {"kind": kind, "status": status, "code": code, **how}
+        with httpx.Client(timeout=10.0, verify=False, trust_env=False) as client:
+            client.post(self.url + FAULTS_PATH, json=spec, headers=headers).raise_for_status()
 
     def kill(self) -> None:
         """SIGKILL: the process gets no chance to flush or clean up."""
