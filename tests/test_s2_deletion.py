@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from s2_spark.errors import (
@@ -57,6 +58,13 @@ def client(pending_server: LocalS2Server) -> Iterator[S2Client]:
         yield c
 
 
+def patch(server: LocalS2Server, path: str, basin: str | None = None) -> tuple[int, str]:
+    """A reconfiguration (PATCH; the client has none) as curl would send it."""
+    headers = {} if basin is None else {"s2-basin": basin}
+    resp = httpx.patch(server.url + path, json={}, headers=headers, trust_env=False)
+    return resp.status_code, resp.json()["code"]
+
+
 def pending_code(fn: Callable[[], object]) -> tuple[int, str | None]:
     with pytest.raises(DeletionPendingError) as e:
         fn()
@@ -64,7 +72,8 @@ def pending_code(fn: Callable[[], object]) -> tuple[int, str | None]:
     return e.value.status, e.value.code
 
 
-def test_every_request_naming_a_deleted_stream_answers_409(client: S2Client,
+def test_every_request_naming_a_deleted_stream_answers_409(pending_server: LocalS2Server,
+                                                           client: S2Client,
                                                            unique: Unique) -> None:
     """`streams.rs`, `core.rs`, `handlers/v1/error.rs`: reads, tail checks, appends,
     creates, ensures, reconfigures and config lookups answer 409
@@ -85,6 +94,7 @@ def test_every_request_naming_a_deleted_stream_answers_409(client: S2Client,
     assert pending_code(lambda: basin.create_stream("s")) == pending
     assert pending_code(lambda: basin.ensure_stream("s")) == pending
     assert pending_code(lambda: basin.get_stream_config("s")) == pending
+    assert patch(pending_server, "/v1/streams/s", basin.name) == pending  # reconfigure
     basin.delete_stream("s")  # again: accepted
     assert basin.check_tails(["s"]) == {"s": None}  # gone, for whoever asks many
 
@@ -151,7 +161,8 @@ def test_an_open_append_session_is_told_unavailable(pending_server: LocalS2Serve
         asyncio.run(asyncio.wait_for(body(), 60))
 
 
-def test_a_deleted_basin_is_pending_with_its_streams(client: S2Client, unique: Unique) -> None:
+def test_a_deleted_basin_is_pending_with_its_streams(pending_server: LocalS2Server,
+                                                     client: S2Client, unique: Unique) -> None:
     """`basins.rs` (`delete_basin`, `provision_basin`, `reconfigure_basin`,
     `list_basins`), `bgtasks/basin_deletion.rs` (its streams are deleted),
     `streams.rs` `provision_stream` (no stream is created in it)."""
@@ -165,6 +176,8 @@ def test_a_deleted_basin_is_pending_with_its_streams(client: S2Client, unique: U
     assert pending_code(lambda: client.ensure_basin(name)) == going
     assert pending_code(lambda: basin.create_stream("new")) == going
     assert pending_code(basin.stream("s").check_tail) == (409, "stream_deletion_pending")
+    assert patch(pending_server, f"/v1/basins/{name}") == going
+    assert patch(pending_server, "/v1/streams/s", name) == going
     listed = [b for b in client.list_basins(prefix=name)]
     assert [(b.name, b.deleted_at is not None) for b in listed] == [(name, True)]
     client.delete_basin(name)  # again: accepted
