@@ -159,7 +159,7 @@ class Store:
 
     def _drop_stream(self, stream: Stream) -> None:
         if stream.deleted_at is None:
-            stream.deleted_at = _rfc3339()  # a journal of before deletion was pending
+            stream.deleted_at = _rfc3339()  # removed with no pending state (older journals)
         self._streams_by_id.pop(stream.id, None)
         stream.notify()
 
