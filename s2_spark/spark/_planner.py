@@ -49,9 +49,9 @@ def per_stream(fn: Callable[[str], _T], streams: Iterable[str]) -> dict[str, _T]
 class MissingStreamError(OptionError):
     """A stream to plan does not exist, or is being deleted (`stream` names it)."""
 
-    def __init__(self, message: str, *, stream: str) -> None:
+    def __init__(self, message: str, *, stream: str | None = None) -> None:
         super().__init__(message)
-        self.stream = stream
+        self.stream = stream  # (a default, so that a pickled one unpickles)
 
 
 class Planner:
