@@ -258,3 +258,30 @@ def test_deletion_pending_survives_a_restart_and_ends_after_it(tmp_path: Path,
             assert read.batch.column("body").to_pylist() == [b"new"]
             kept = basin.stream("kept").read(seq_num=0)
             assert kept.batch.column("body").to_pylist() == [b"stays"]
+
+
+def test_the_tail_watch_stops_polling_a_stream_being_deleted(client: S2Client,
+                                                             unique: Unique) -> None:
+    """A long-poll of a stream being deleted answers 409 `stream_deletion_pending`: the
+    stream is not quiet, and its poll ends there (asking again cannot change a 409)
+    instead of failing every few seconds for good."""
+    basin = client.basin(unique("watch"))
+    client.create_basin(basin.name)
+    basin.create_stream("here")
+    basin.create_stream("gone")
+    basin.delete_stream("gone")
+    watch = basin.watch_tails(wait=5)
+    try:
+        positions = {"here": 0, "gone": 1}
+        watch.watch(positions)
+
+        def gone_poll_ended() -> bool:
+            entry = watch._tasks.get("gone")
+            return entry is not None and entry[1].done()
+
+        until(gone_poll_ended, "the deleted stream's poll to end")
+        until(lambda: watch.quiet(positions) == {"here"}, "only the live stream is quiet")
+        watch.wait({"here"}, timeout=0.5)  # nothing arrives; no poll of "gone" starts
+        assert gone_poll_ended() and watch.quiet(positions) == {"here"}
+    finally:
+        watch.close()
