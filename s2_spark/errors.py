@@ -26,8 +26,9 @@ S2SparkError
     ├── UnauthorizedError           401/403: credentials missing, wrong or not enough
     │   ├── S2UnauthorizedError                    S2
     │   └── StreamUnauthorizedError                DS
-    ├── NotFoundError               404: no such basin or stream
+    ├── NotFoundError               404: no such basin or stream (or one being deleted)
     │   ├── S2NotFoundError                        S2
+    │   │   └── DeletionPendingError   (409)       S2
     │   └── StreamNotFoundError                    DS
     ├── ConflictError               409: the resource exists, or is in another state
     │   ├── AlreadyExistsError                     S2
@@ -101,10 +102,14 @@ class ServiceError(S2SparkError):
     """A call to a service (S2 or Durable Streams) failed.
 
     `status` is the HTTP status (0 when none was received), `code` the service's error code
-    when it sent one; `retryable` says whether repeating the call may succeed. For failures
-    in transit, `unsent` says the request provably never reached the server whole (so it
-    had no effect) and `stale_connection` that a pooled connection was found dead (closed
-    while idle), which says nothing about the service. `attempts` and `retried_for`
+    when it sent one; `retryable` says whether repeating the call may succeed (for S2, from
+    the table of its error codes, `s2_spark.s2._error_codes`). `unsent` says the request
+    provably had no effect: it never reached the server whole (a failure in transit), or
+    the service answered with an error it guarantees has no side effect (S2's 429
+    `rate_limited`, 503 `server_draining`, ...); only such a failure of an append without
+    a condition is retried. `stale_connection` says a pooled connection was found dead
+    (closed while idle), which says nothing about the service. `retry_after` (seconds, or
+    None) is the pause the service asked for before a retry. `attempts` and `retried_for`
     (seconds) tell how long the call was retried before this error was raised.
     """
 
@@ -117,6 +122,7 @@ class ServiceError(S2SparkError):
         self.code = code
         self.unsent = False
         self.stale_connection = False
+        self.retry_after: float | None = None
         self.attempts = 1
         self.retried_for = 0.0
 
@@ -143,7 +149,10 @@ class UnauthorizedError(ServiceError):
 
 
 class NotFoundError(ServiceError):
-    """The basin or stream does not exist (HTTP 404)."""
+    """The basin or stream does not exist (HTTP 404), or is being deleted
+    (`deletion_pending`): gone for reads and appends either way."""
+
+    deletion_pending: bool = False
 
 
 class ConflictError(ServiceError):
@@ -208,6 +217,15 @@ class S2UnauthorizedError(S2Error, UnauthorizedError):
 
 class S2NotFoundError(S2Error, NotFoundError):
     """The basin or stream does not exist (HTTP 404)."""
+
+
+class DeletionPendingError(S2NotFoundError):
+    """The basin or stream is being deleted (HTTP 409 `stream_deletion_pending` or
+    `basin_deletion_pending`): it can no longer be read, appended to, reconfigured or
+    created again until S2 has removed it, shortly after (then it is not found, 404).
+    A `NotFoundError`: whoever reads or writes it finds it gone."""
+
+    deletion_pending = True
 
 
 class AlreadyExistsError(S2Error, ConflictError):

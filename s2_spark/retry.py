@@ -2,7 +2,9 @@
 
 Protocol-neutral: an operation is retried when it failed with a `ServiceError` whose
 `retryable` flag is set, with exponential backoff and jitter, until `RetryPolicy.timeout`
-seconds have passed since its first failure without progress. Whatever an attempt
+seconds have passed since its first failure without progress; an error that names the
+pause the service asked for (`ServiceError.retry_after`, S2's `retry-after-ms`) waits at
+least that long, or ends the retries when that would pass the deadline. Whatever an attempt
 delivers (records read, an append acknowledged) is progress and resets that budget, so a
 long read on a flaky network goes on as long as it keeps moving. A dead pooled connection
 (closed by a server or proxy while idle) is retried at once on another one and costs
@@ -146,7 +148,19 @@ class RetryLoop:
             policy.max_attempts is not None and self.failures >= policy.max_attempts
         ):
             raise self._gave_up(err, elapsed)
+        asked = err.retry_after
+        if asked is not None and elapsed + asked > policy.timeout:
+            # Retrying sooner than the service asked is no use, and later is past the
+            # deadline: give up now.
+            err.attempts, err.retried_for = self.failures, elapsed
+            err.amend(f"; not retried: the service asked to wait {asked:g}s before "
+                      f"retrying (retry-after-ms), beyond the retry timeout "
+                      f"({policy.timeout:g}s, {elapsed:.1f}s of it spent): raise option "
+                      "retryTimeoutMs or RetryPolicy.timeout to wait longer")
+            raise err
         delay = min(policy.backoff(self.failures - 1), policy.timeout - elapsed)
+        if asked is not None:
+            delay = max(delay, asked)  # at least what the service asked for (S2's SDK)
         log.debug("%s retrying after %s in %.3fs", self.what, type(err).__name__, delay)
         if self._on_retry is not None:
             self._on_retry(err, delay)

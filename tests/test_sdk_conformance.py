@@ -1017,14 +1017,18 @@ def test_read_session_wait_and_stream_deletion(s2_server: Any, unique: Unique) -
                     got.extend(batch.records)
             assert seq_bodies(got) == [(0, b"only")]
 
-            # Deleting a followed stream ends the session with the server's error.
+            # Deleting a followed stream (s2-lite `streamer.rs` `append_terminal_trim`,
+            # `read.rs`): the follower gets the terminal trim, a `trim` command record to
+            # 2^64-1, then its session ends with 503 `unavailable` (the streamer is gone).
             follower = Collector(stream.read_session(start=SeqNum(0)))
             await within(follower.session.caught_up())
             await basin.delete_stream("s")
             with pytest.raises(S2ServerError) as deleted:
-                await follower.wait_for(2)
-            assert (deleted.value.status_code, deleted.value.code) == (404, "stream_not_found")
-            assert seq_bodies(follower.records) == [(0, b"only")]
+                await follower.wait_for(3)
+            assert (deleted.value.status_code, deleted.value.code) == (503, "unavailable")
+            trim = (2**64 - 1).to_bytes(8, "big")
+            assert seq_bodies(follower.records) == [(0, b"only"), (1, trim)]
+            assert follower.records[1].headers == [(b"", b"trim")]
 
     run(body())
 

@@ -5,7 +5,7 @@ connections or HTTP/1.1 ones per stream (`PollConnections`). `s2_spark.s2._watch
 
 from s2_spark._long_poll._connections import CONNECTS_AT_ONCE, ClientSettings, PollConnections
 from s2_spark._long_poll._limits import FD_RESERVE, raise_open_files_limit, watch_limit
-from s2_spark._long_poll._watch import Answer, LongPollWatch, News, Poll, jittered_wait
+from s2_spark._long_poll._watch import Answer, LongPollWatch, News, Pause, Poll, jittered_wait
 
 __all__ = [
     "CONNECTS_AT_ONCE",
@@ -14,6 +14,7 @@ __all__ = [
     "ClientSettings",
     "LongPollWatch",
     "News",
+    "Pause",
     "Poll",
     "PollConnections",
     "jittered_wait",

@@ -12,9 +12,9 @@ it, else take one HTTP/1.1 connection each, within the open-files limit
 A stream is *quiet* while a poll is waiting at its watched position: any data at or after
 it makes that poll answer, so a quiet stream has nothing new (data appended a moment ago
 may still be on its way; it is reported when it arrives). A stream that got data, failed
-(deleted, trimmed past, a network error), cannot be watched at its position or is not
-watched yet is not quiet: the caller looks it up itself and then watches it again from
-where it planned.
+(a network error: polled again after a pause; deleted or refused: not polled again), cannot
+be watched at its position or is not watched yet is not quiet: the caller looks it up
+itself and then watches it again from where it planned.
 
 News that comes with the stream's tail is *followed*: a poll waits at that tail at once,
 and while it waits the tail is exact (`news_tails`), so the caller plans up to it without
@@ -50,7 +50,7 @@ from s2_spark._http import Response
 from ._connections import ClientSettings, PollConnections
 from ._limits import watch_limit
 
-__all__ = ["Answer", "LongPollWatch", "News", "Poll", "jittered_wait"]
+__all__ = ["Answer", "LongPollWatch", "News", "Pause", "Poll", "jittered_wait"]
 
 log = logging.getLogger("s2_spark.watch")
 
@@ -66,8 +66,13 @@ class Answer(enum.Enum):
     NOTHING = "nothing"
     #: Data at or after the position: not quiet, and not polled until watched again.
     NEWS = "news"
-    #: An error (deleted stream, bad answer, network): not quiet; polled again after a pause.
+    #: A transient error (network, a 5xx, a bad answer): not quiet; polled again after a
+    #: pause.
     FAILED = "failed"
+    #: An error asking again cannot change (the stream is deleted or being deleted, the
+    #: request is refused): not quiet, and not polled again until the caller, who looks
+    #: the stream up and learns why, watches it again.
+    GONE = "gone"
     #: Nothing can ever come at this position (a closed stream's end): quiet for good, and
     #: never polled again there.
     ENDED = "ended"
@@ -82,9 +87,17 @@ class News(Generic[P]):
     tail: P
 
 
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """`Answer.FAILED`, with the pause the service asked for before asking again (S2's
+    `retry-after-ms`): the next poll waits at least that long."""
+
+    seconds: float
+
+
 #: One long-poll of one stream at one position; raising `httpx.HTTPError` or `ValueError`
 #: counts as `Answer.FAILED`. Made by `LongPollWatch._poller`, which may keep state in it.
-Poll = Callable[[], Awaitable["Answer | News[Any]"]]
+Poll = Callable[[], Awaitable["Answer | News[Any] | Pause"]]
 
 
 def jittered_wait(wait: int) -> int:
@@ -354,7 +367,7 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         poll, after a pause, waits again: a deleted stream keeps failing, slowly."""
         poll = self._poller(stream, pos)
         failures = 0
-        answer: Answer | News[Any] | None = None  # one in hand: a followed poll's
+        answer: Answer | News[Any] | Pause | None = None  # one in hand: a followed poll's
         while answer is not None or self._arm(stream, pos):
             if answer is None:
                 answer = await self._ask(stream, poll)
@@ -374,13 +387,16 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
                 continue
             if got is Answer.ENDED:
                 await asyncio.Event().wait()  # quiet for good, until `_sync` cancels it
-            self._report(stream, pos, final=got is Answer.NEWS)
-            if got is Answer.NEWS:
+            final = got is Answer.NEWS or got is Answer.GONE
+            self._report(stream, pos, final=final)
+            if final:
                 return  # the caller looks it up and watches it again from its plan
             failures += 1
-            await asyncio.sleep(_RETRY_DELAYS[min(failures, len(_RETRY_DELAYS)) - 1])
+            delay = _RETRY_DELAYS[min(failures, len(_RETRY_DELAYS)) - 1]
+            await asyncio.sleep(max(delay, got.seconds) if isinstance(got, Pause) else delay)
 
-    async def _follow(self, stream: str, tail: P) -> tuple[bool, Answer | News[Any] | None]:
+    async def _follow(self, stream: str, tail: P
+                      ) -> tuple[bool, Answer | News[Any] | Pause | None]:
         """(The stream's task) poll at the tail news came with while `news_tails` gives
         it. Once the caller watches from it (`_adopt`), this is the stream's poll at its
         watched position: (True, the answer of the poll out then, if one was). (False,
@@ -390,7 +406,7 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         assert task is not None
         self._tasks[stream] = (tail, task)  # where it polls now, for `_sync` and `_poll`
         poll = self._poller(stream, tail)
-        answer: Answer | News[Any] | None = None
+        answer: Answer | News[Any] | Pause | None = None
         while True:
             with self._lock:
                 if self._tails.get(stream) != tail:
@@ -401,7 +417,7 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
                     return False, None
             answer = await self._ask(stream, poll)
 
-    async def _ask(self, stream: str, poll: Poll) -> Answer | News[Any]:
+    async def _ask(self, stream: str, poll: Poll) -> Answer | News[Any] | Pause:
         """One poll; transport failures and malformed answers are `FAILED` (the type of
         the failure is logged, never a URL or a header)."""
         try:

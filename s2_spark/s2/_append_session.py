@@ -27,8 +27,8 @@ from s2_spark._proto import s2_pb2
 from s2_spark.errors import FrameError, Position, S2Error, ServiceError
 from s2_spark.wire.frames import Compression, FrameDecoder, Message, encode_message
 
-from ._errors import error_from_body, error_from_status, error_from_transport
-from ._transport import Transport, side_effect_free
+from ._errors import error_from_response, error_from_status, error_from_transport
+from ._transport import Transport
 from ._types import AppendAck
 
 if TYPE_CHECKING:
@@ -57,7 +57,8 @@ _COMPRESSION = {"zstd": Compression.ZSTD, "gzip": Compression.GZIP, "none": Comp
 @dataclass(slots=True)
 class SessionResult:
     """What one session achieved: acks for a prefix of the inputs, and the error if any
-    (its `unsent` is true when the failure provably happened before anything was sent)."""
+    (its `unsent` is true when the failure provably had no effect: nothing was sent, or
+    S2's answer, a status or a terminal frame, guarantees no side effect)."""
 
     acks: list[AppendAck]
     error: ServiceError | None = None
@@ -123,9 +124,8 @@ def run_append_session(
         with transport.send("POST", basin, path, SESSION_HEADERS, content=body, trace=exchange,
                             stream=True) as resp:
             if resp.status_code != 200:
-                err = error_from_body(resp.status_code, resp.read(), target)
-                err.unsent = side_effect_free(err)
-                return SessionResult(acks, err)
+                resp.read()
+                return SessionResult(acks, error_from_response(resp, target))
             ended = _read_acks(resp.iter_raw(), acks, len(batches), target)
             if ended is not None:
                 return ended
@@ -165,9 +165,7 @@ def _unary_append(transport: Transport, basin: str, stream: str, batch: AppendBa
         failure.__cause__ = exc
         return SessionResult([], failure)
     if resp.status_code != 200:
-        err = error_from_body(resp.status_code, resp.content, target)
-        err.unsent = side_effect_free(err)
-        return SessionResult([], err)
+        return SessionResult([], error_from_response(resp, target))
     return SessionResult([ack_of(resp.content)])
 
 

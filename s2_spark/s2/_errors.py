@@ -1,5 +1,8 @@
 """Turn HTTP statuses, S2S terminal frames and transport failures into typed errors.
 
+The class says what went wrong (by status, and by code where S2's codes tell more); the
+error's `retryable` and `unsent` (the call provably had no effect) come from S2's table
+of error codes (`_error_codes`), and `retry_after` from an answer's `retry-after-ms`.
 Every message names the operation's target (basin/stream), says what happened and what to
 do. Request URLs and headers are never quoted, so an access token cannot leak.
 """
@@ -7,13 +10,15 @@ do. Request URLs and headers are never quoted, so an access token cannot leak.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
-from s2_spark._http import Exchange, transport_error
+from s2_spark._http import Exchange, Response, transport_error
 from s2_spark.errors import (
     AlreadyExistsError,
+    DeletionPendingError,
     EncryptionKeyError,
     FencingTokenMismatchError,
     Position,
@@ -28,9 +33,18 @@ from s2_spark.errors import (
     ServiceError,
 )
 
-__all__ = ["error_from_body", "error_from_status", "error_from_transport", "is_retryable"]
+from ._error_codes import (
+    RETRY_AFTER_HEADER,
+    has_no_side_effects,
+    is_retryable,
+    retry_after_seconds,
+)
 
-_RETRYABLE_409_CODES = frozenset({"transaction_conflict"})
+__all__ = ["error_from_body", "error_from_response", "error_from_status",
+           "error_from_transport"]
+
+#: 409 codes that say the basin or stream is being deleted.
+_DELETION_PENDING = frozenset({"stream_deletion_pending", "basin_deletion_pending"})
 
 
 def _parse(body: bytes | str) -> dict[str, Any]:
@@ -42,14 +56,34 @@ def _parse(body: bytes | str) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {"message": str(parsed)[:500]}
 
 
-def error_from_body(status: int, body: bytes | str, target: str) -> S2Error:
-    """Map an error status and its (JSON) body to the matching S2Error subclass."""
-    return error_from_status(status, _parse(body), target)
+def error_from_response(resp: Response, target: str) -> S2Error:
+    """The error an unsuccessful answer (read whole) stands for, with the pause its
+    `retry-after-ms` header asks for."""
+    return error_from_body(resp.status_code, resp.content, target, resp.headers)
+
+
+def error_from_body(status: int, body: bytes | str, target: str,
+                    headers: Mapping[str, str] | None = None) -> S2Error:
+    """Map an error status and its (JSON) body to the matching S2Error subclass; `headers`
+    (the answer's) may carry `retry-after-ms`."""
+    err = error_from_status(status, _parse(body), target)
+    if headers is not None:
+        err.retry_after = retry_after_seconds(headers.get(RETRY_AFTER_HEADER))
+    return err
 
 
 def error_from_status(status: int, info: dict[str, Any], target: str) -> S2Error:
-    """Map an error status and its parsed body to the matching S2Error subclass."""
+    """Map an error status and its parsed body to the matching S2Error subclass, retryable
+    and side-effect free as S2's table of error codes says."""
     code = info.get("code") if isinstance(info.get("code"), str) else None
+    err = _classified(status, code, info, target)
+    err.retryable = is_retryable(status, code)
+    err.unsent = has_no_side_effects(status, code)
+    return err
+
+
+def _classified(status: int, code: str | None, info: dict[str, Any], target: str) -> S2Error:
+    """The class (and message) of an answer: what went wrong, by status and code."""
     detail = info.get("message")
     said = f": {detail}" if isinstance(detail, str) and detail else ""
     where = f" ({code})" if code else ""
@@ -76,9 +110,11 @@ def error_from_status(status: int, info: dict[str, Any], target: str) -> S2Error
             code=code,
         )
     if status in (401, 403):
+        advice = ("the account's quota is used up: raise it, or wait for it to renew"
+                  if code == "quota_exhausted" else "check the access token "
+                  "(S2_ACCESS_TOKEN) and its permissions")
         return S2UnauthorizedError(
-            f"S2 denied access to {target} (HTTP {status}{where}){said}; check the access "
-            "token (S2_ACCESS_TOKEN) and its permissions",
+            f"S2 denied access to {target} (HTTP {status}{where}){said}; {advice}",
             status=status,
             code=code,
         )
@@ -93,6 +129,13 @@ def error_from_status(status: int, info: dict[str, Any], target: str) -> S2Error
     if status == 429:
         return S2RateLimitedError(
             f"S2 rate-limited the request for {target}{where}{said}; slow down and retry",
+            status=status,
+            code=code,
+        )
+    if status == 501:
+        return S2Error(
+            f"S2 does not implement the request for {target} (HTTP 501{where}){said}; this "
+            "server cannot do it (s2-lite leaves some of S2's API out)",
             status=status,
             code=code,
         )
@@ -152,15 +195,23 @@ def _key_error(code: str | None, target: str, said: str) -> S2Error:
 
 
 def _conflict(code: str | None, target: str, said: str) -> S2Error:
-    """A 409: a transient transaction conflict (retried), else the resource exists."""
-    if code in _RETRYABLE_409_CODES:
+    """A 409: a transient transaction conflict (retried), a deletion in progress (gone),
+    else the resource exists."""
+    if code == "transaction_conflict":
         return S2UnavailableError(
             f"S2 hit a transient conflict on {target}{said}; retry", status=409, code=code
         )
+    if code in _DELETION_PENDING:
+        return DeletionPendingError(
+            f"{target} is being deleted{said}: it can no longer be read, appended to or "
+            "created again; once S2 has removed it (shortly) its name is free to create "
+            "anew",
+            status=409,
+            code=code,
+        )
     what = "already exists" if code in (None, "resource_already_exists") else "conflicts"
     return AlreadyExistsError(
-        f"{target} {what}{said}; use ensure_* to accept an existing resource, "
-        "or wait for a pending deletion to finish",
+        f"{target} {what}{said}; use ensure_* to accept an existing resource",
         status=409,
         code=code,
     )
@@ -177,7 +228,3 @@ def error_from_transport(
     """An httpx transport failure: retryable `S2UnavailableError` (with `unsent` and
     `stale_connection` from the exchange's trace), or `TlsError` for TLS misconfiguration."""
     return transport_error(exc, exchange, target, what, S2UnavailableError, streamed=streamed)
-
-
-def is_retryable(exc: BaseException) -> bool:
-    return isinstance(exc, S2Error) and exc.retryable

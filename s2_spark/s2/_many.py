@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from s2_spark._http import Call, Response, query
-from s2_spark.errors import AlreadyExistsError, Position, S2Error, ServiceError
+from s2_spark.errors import AlreadyExistsError, NotFoundError, Position, S2Error, ServiceError
 
 from ._append_session import PROTO_ACCEPT, PROTO_HEADERS, ack_of
-from ._errors import error_from_body, error_from_transport
+from ._errors import error_from_response, error_from_transport
 from ._params import read_params
 from ._stream import records_path
-from ._transport import Transport, side_effect_free
+from ._transport import Transport
 from ._types import AppendAck
 
 if TYPE_CHECKING:
@@ -81,22 +81,21 @@ def _gets(basin: Basin, targets: Sequence[str], extra: list[tuple[bytes, bytes]]
 
 
 def check_tails(basin: Basin, names: Sequence[str]) -> dict[str, Position | None]:
-    """Each stream's tail, None where the stream does not exist."""
+    """Each stream's tail, None where the stream does not exist or is being deleted."""
     results = _gets(basin, [records_path(n) + "/tail" for n in names], [])
     out: dict[str, Position | None] = {}
     for name, result in zip(names, results, strict=True):
-        if isinstance(result, Response) and result.status_code == 404:
-            out[name] = None
-            continue
         if isinstance(result, Response) and result.status_code == 200:
             tail = result.json()["tail"]
             out[name] = Position(int(tail["seq_num"]), int(tail["timestamp"]))
             continue
+        if (isinstance(result, Response)
+                and isinstance(error_from_response(result, name), NotFoundError)):
+            out[name] = None
+            continue
         try:
             out[name] = basin.stream(name).check_tail()
-        except S2Error as exc:
-            if exc.status != 404:
-                raise
+        except NotFoundError:
             out[name] = None
     return out
 
@@ -151,9 +150,7 @@ def append_each(basin: Basin, appends: Sequence[SingleAppend], *, in_flight: int
         if isinstance(result, Response) and result.status_code == 200:
             out.append(ack_of(result.content))
         elif isinstance(result, Response):
-            err = error_from_body(result.status_code, result.content, what)
-            err.unsent = side_effect_free(err)
-            out.append(err)
+            out.append(error_from_response(result, what))
         elif isinstance(result, httpx.TransportError):
             out.append(error_from_transport(result, what, "append", None))
         else:
@@ -201,7 +198,9 @@ def create_streams(basin: Basin, names: Sequence[str]) -> None:
     route = basin.transport.route(basin.name)
     results = basin.transport.fanout().run([_create_call(route, n) for n in names])
     for name, result in zip(names, results, strict=True):
-        if isinstance(result, Response) and result.status_code in (200, 201, 409):
+        if isinstance(result, Response) and (
+                result.status_code in (200, 201)
+                or isinstance(error_from_response(result, name), AlreadyExistsError)):
             continue
         with contextlib.suppress(AlreadyExistsError):
             basin.create_stream(name)

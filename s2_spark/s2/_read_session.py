@@ -38,7 +38,7 @@ from s2_spark.retry import AttemptOutcome, ResumableRead, RetryLoop, run_attempt
 from s2_spark.wire.frames import FrameDecoder, Message
 
 from ._append_session import SESSION_HEADERS
-from ._errors import error_from_body, error_from_status, error_from_transport
+from ._errors import error_from_response, error_from_status, error_from_transport
 from ._params import wait_seconds
 from ._transport import Transport, query
 
@@ -152,7 +152,8 @@ class ReadSession(ResumableRead["DecodedBatch"]):
                               timeout=self._timeout, trace=exchange, stream=True,
                               views=True) as resp:
                 if resp.status_code != 200:
-                    outcome = error_from_body(resp.status_code, resp.read(), self._target)
+                    resp.read()
+                    outcome = error_from_response(resp, self._target)
                 else:
                     outcome = yield from self._frames(resp, loop)
         except httpx.ReadTimeout as exc:

@@ -181,10 +181,12 @@ class StreamClient:
         """Append one batch (1-1000 records, <= 1 MiB metered) atomically.
 
         Retries: only when a retry cannot duplicate records, i.e. the request provably
-        never arrived whole (connect errors, a body cut before its end, 429, 502
-        hot_server, 503 unavailable), `match_seq_num` is set (a repeated attempt then fails
-        with 412 instead of appending twice), or `idempotent` says a repeat is harmless
-        (command records: setting a token twice, trimming twice). Other failures raise
+        had no effect (connect errors, a body cut before its end, or an answer S2
+        guarantees changed nothing: 429 rate_limited, 502 hot_server, 503
+        server_draining, 409 transaction_conflict; see `_error_codes`), `match_seq_num` is
+        set (a repeated attempt then fails with 412 instead of appending twice), or
+        `idempotent` says a repeat is harmless (command records: setting a token twice,
+        trimming twice). Other failures (503 unavailable, 500, 504, ...) raise
         S2UnavailableError saying the outcome is unknown.
         """
         records = list(records)
@@ -340,8 +342,9 @@ class StreamClient:
         `match_seq_num`, counted from the batches).
 
         Returns the acks of the prefix that landed and the error that stopped the rest. A
-        failure provably before sending (connect error, 429, 502 hot_server) is retried
-        under the config's retry policy (raising once it gives up); any other outcome is
+        failure that provably changed nothing (a connect error, or an answer S2 guarantees
+        had no side effect, see `_error_codes`) is retried under the config's retry policy
+        (raising once it gives up); any other outcome is
         returned, not retried: only the caller knows how to settle it (for example by
         reading the fencing token back).
         """

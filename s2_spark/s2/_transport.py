@@ -29,18 +29,19 @@ from s2_spark._http import (
     query,
     timeouts,
 )
-from s2_spark.errors import S2Error, S2UnavailableError, ServiceError
+from s2_spark.errors import S2UnavailableError, ServiceError
 from s2_spark.retry import RetryLoop, RetryPolicy
 
 from ._config import S2Config
-from ._errors import error_from_body, error_from_transport
+from ._errors import error_from_response, error_from_transport
 
-__all__ = ["BasinRoute", "Headers", "Transport", "query", "side_effect_free"]
+__all__ = ["BasinRoute", "Headers", "Transport", "query"]
 
 log = logging.getLogger("s2_spark.s2")
 
-# When a failed attempt may have taken effect: "always" (reads, idempotent writes),
-# "unsent" (only when the request provably never reached the server), "never".
+# When a failed attempt may be repeated: "always" (reads, idempotent writes), "unsent"
+# (only when it provably had no effect: it never reached the server whole, or S2's
+# answer guarantees no side effect, see `_error_codes`), "never".
 RetryMode = Literal["always", "unsent", "never"]
 
 #: Keeps the usable prefix of a body cut short in transit (None: nothing usable).
@@ -49,15 +50,6 @@ Headers = list[tuple[bytes, bytes]]
 
 _USER_AGENT = b"s2-spark/0.1 (httpx)"
 _JSON = [(b"content-type", b"application/json")]
-
-
-def side_effect_free(err: S2Error) -> bool:
-    """Statuses S2 promises carry no side effect (rate limiting, hot server, unavailable)."""
-    return (
-        (err.status == 429)
-        or (err.status == 502 and err.code == "hot_server")
-        or (err.status == 503 and err.code == "unavailable")
-    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -238,9 +230,7 @@ class _Attempt:
             err.__cause__ = exc
             return err
         if not self.ok(resp.status_code):
-            err = error_from_body(resp.status_code, resp.content, self.target)
-            err.unsent = side_effect_free(err)
-            return err
+            return error_from_response(resp, self.target)
         return resp
 
     def _salvaged(self, exc: httpx.TransportError) -> Response | None:

@@ -13,18 +13,20 @@ from urllib.parse import quote
 
 from google.protobuf.message import DecodeError
 
-from s2_spark._http import AsyncTimeouts
+from s2_spark._http import AsyncTimeouts, Response
 from s2_spark._long_poll import (
     Answer,
     ClientSettings,
     LongPollWatch,
     News,
+    Pause,
     Poll,
     jittered_wait,
     watch_limit,
 )
 from s2_spark._proto import s2_pb2
 
+from ._errors import error_from_response
 from ._transport import Transport
 
 __all__ = ["WATCH_WAIT", "TailWatch", "watch_limit"]
@@ -59,10 +61,10 @@ class TailWatch(LongPollWatch[int]):
         """A read of one record from `position` that waits a random part of `wait`."""
         path = f"/streams/{quote(stream, safe='')}/records?seq_num={position}&count=1&wait="
 
-        async def poll() -> Answer | News[int]:
+        async def poll() -> Answer | News[int] | Pause:
             resp = await self._get(stream, self._basin_url, f"{path}{jittered_wait(self._wait)}")
             if resp.status_code != 200:
-                return Answer.FAILED
+                return _failed(resp, stream)
             try:
                 batch = s2_pb2.ReadBatch.FromString(resp.content)
             except DecodeError:
@@ -73,3 +75,14 @@ class TailWatch(LongPollWatch[int]):
             return News(batch.tail.seq_num) if batch.HasField("tail") else Answer.NEWS
 
         return poll
+
+
+def _failed(resp: Response, stream: str) -> Answer | Pause:
+    """What an error answer means for the watch, by S2's table of error codes: a stream
+    deleted (or being deleted) or a refused request is not polled again (`GONE`: the
+    caller looks it up and learns why); a retryable answer is polled again after a pause,
+    at least the one its `retry-after-ms` asks for."""
+    err = error_from_response(resp, f"stream {stream!r}")
+    if not err.retryable:
+        return Answer.GONE
+    return Pause(err.retry_after) if err.retry_after is not None else Answer.FAILED

@@ -6,6 +6,7 @@ Every lookup is one request per stream, so they run `LOOKUPS_IN_FLIGHT` at a tim
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -24,7 +25,10 @@ from s2_spark.spark.partitions import (
 if TYPE_CHECKING:
     from s2_spark.spark._pushdown import Narrowing
 
-__all__ = ["Backend", "Planner", "Position", "per_stream", "plan_partitions"]
+__all__ = ["Backend", "MissingStreamError", "Planner", "Position", "per_stream",
+           "plan_partitions"]
+
+log = logging.getLogger("s2_spark.spark")
 
 #: A position of the backend in use; the readers never look inside one.
 Position = Any
@@ -42,6 +46,14 @@ def per_stream(fn: Callable[[str], _T], streams: Iterable[str]) -> dict[str, _T]
         return dict(zip(names, pool.map(fn, names), strict=True))
 
 
+class MissingStreamError(OptionError):
+    """A stream to plan does not exist, or is being deleted (`stream` names it)."""
+
+    def __init__(self, message: str, *, stream: str | None = None) -> None:
+        super().__init__(message)
+        self.stream = stream  # (a default, so that a pickled one unpickles)
+
+
 class Planner:
     """Driver-side lookups shared by the batch and streaming readers."""
 
@@ -56,11 +68,33 @@ class Planner:
             return self.backend.list_streams(selection.prefix)
         return list(selection.streams)
 
-    def _missing(self, stream: str) -> OptionError:
-        return OptionError(
-            f"{self.backend.describe(stream)} does not exist: create it first, or fix the "
-            "stream/streams option"
-        )
+    def each(self, fn: Callable[[str], _T], streams: Iterable[str]) -> dict[str, _T]:
+        """`fn` for every stream, as `per_stream`; under streamPrefix a stream found gone
+        (deleted, or being deleted, since it was listed) is left out, not a failed plan:
+        it was never read, so nothing of it is lost."""
+        skipped = object()
+
+        def one(stream: str) -> Any:
+            try:
+                return fn(stream)
+            except MissingStreamError:
+                if self.options.selection.prefix is None:
+                    raise
+                log.info("%s went away since it was listed; not read",
+                         self.backend.describe(stream))
+                return skipped
+
+        return {s: v for s, v in per_stream(one, streams).items() if v is not skipped}
+
+    def _missing(self, stream: str, err: NotFoundError | None = None) -> MissingStreamError:
+        what = self.backend.describe(stream)
+        if err is not None and err.deletion_pending:
+            return MissingStreamError(
+                f"{what} is being deleted, so it cannot be read: fix the stream/streams "
+                "option, or create it again once the deletion is done", stream=stream)
+        return MissingStreamError(
+            f"{what} does not exist: create it first, or fix the stream/streams option",
+            stream=stream)
 
     def narrow(
         self, stream: str, start: Position, end: Position, narrowing: Narrowing
@@ -77,8 +111,8 @@ class Planner:
                 lows.append(backend.at_timestamp(stream, narrowing.ts_lo_ms))
             if narrowing.ts_hi_ms is not None:
                 highs.append(backend.at_timestamp(stream, narrowing.ts_hi_ms))
-        except NotFoundError:
-            raise self._missing(stream) from None
+        except NotFoundError as err:
+            raise self._missing(stream, err) from None
         low = start
         for pos in lows:
             if backend.is_after(pos, low):
@@ -92,8 +126,8 @@ class Planner:
     def tail(self, stream: str) -> Position:
         try:
             return self.backend.latest(stream)
-        except NotFoundError:
-            raise self._missing(stream) from None
+        except NotFoundError as err:
+            raise self._missing(stream, err) from None
 
     def resolve(
         self,
@@ -128,8 +162,8 @@ class Planner:
                 found = self.backend.at_timestamp(stream, timestamp_ms)
                 return tail if tail is not None and self.backend.is_after(found, tail) else found
             return self.backend.latest(stream) if tail is None else tail
-        except NotFoundError:
-            raise self._missing(stream) from None
+        except NotFoundError as err:
+            raise self._missing(stream, err) from None
 
 
 def plan_partitions(

@@ -11,7 +11,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from s2_spark.spark._compat import PushFiltersSlot
-from s2_spark.spark._planner import Backend, Planner, Position, per_stream, plan_partitions
+from s2_spark.spark._planner import Backend, Planner, Position, plan_partitions
 from s2_spark.spark._read_task import read_partition
 from s2_spark.spark.options import BoundSpec, OptionError, ReadOptions
 from s2_spark.spark.partitions import RangePartition
@@ -77,7 +77,7 @@ class RangeBatchReader(DataSourceReader):
         if narrowing is not None and narrowing.streams is not None:
             streams = [s for s in streams if s in narrowing.streams]
         ranges: dict[str, tuple[Position, Position, bool]] = {}
-        for stream, (tail, start, end, lo, hi) in per_stream(bounds, streams).items():
+        for stream, (tail, start, end, lo, hi) in planner.each(bounds, streams).items():
             if backend.is_after(end, tail):
                 raise OptionError(
                     f"option endingPosition puts {backend.describe(stream)} at {end}, past "

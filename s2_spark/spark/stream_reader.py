@@ -69,6 +69,9 @@ class RangeStreamReader(DataSourceStreamReader):
         # Tails `latest` was resolved to, not asked again by the first plan (the watch,
         # armed from them, tells of any record that came since).
         self._fresh: dict[str, Position] = {}
+        # Streams read before and found deleted, reported (failOnDataLoss=false) and not
+        # watched any more; under streamPrefix they leave the offsets too.
+        self._gone: set[str] = set()
         # Offsets as Spark stores them: compact over many streams.
         self._codec = OffsetCodec()
         # minRecordsPerTrigger (PySpark 4.2+): whether a trigger waits for more records.
@@ -79,7 +82,7 @@ class RangeStreamReader(DataSourceStreamReader):
     #: What the driver keeps for planning: positions of every stream, the watch.
     _DRIVER_ONLY = frozenset({"_target", "_reported", "_planned", "_initial", "_watch",
                               "_discovered", "_unwatched", "_empty", "_fresh", "_hold",
-                              "_codec"})
+                              "_codec", "_gone"})
 
     def __getstate__(self) -> dict[str, Any]:
         """All but the driver's planning state, which pickled into every task made each
@@ -113,7 +116,7 @@ class RangeStreamReader(DataSourceStreamReader):
                 self._initial = self._planned = {}
                 return {}
             planner = Planner(self._backend, self._options)
-            self._initial = self._planned = per_stream(
+            self._initial = self._planned = planner.each(
                 lambda stream: planner.resolve(self._options.starting, stream, default="earliest"),
                 planner.discover(),
             )
@@ -226,9 +229,13 @@ class RangeStreamReader(DataSourceStreamReader):
         tails: dict[str, Position] = {}
         for stream, found in found_tails.items():
             if found is None:
-                if stream in start or self._options.selection.prefix is not None:
-                    continue  # deleted: nothing more to plan; a planned range reports loss
+                if stream in start:
+                    self._on_gone(stream, start[stream])
+                    continue
+                if self._options.selection.prefix is not None:
+                    continue  # listed, never read, deleted since: nothing of it is lost
                 raise Planner(self._backend, self._options)._missing(stream)
+            self._gone.discard(stream)
             tail = found
             if self._target is not None and self._backend.is_after(tail, self._target[stream]):
                 tail = self._target[stream]
@@ -255,6 +262,9 @@ class RangeStreamReader(DataSourceStreamReader):
             end = dict(start)
         else:
             end = {**start, **self._ends(start, begin, tails, max_units)}
+        if self._options.selection.prefix is not None:
+            for stream in self._gone & end.keys():
+                del end[stream]  # not listed any more: a new stream if it comes back
         if hold is not None:
             hold.planned(start, end)
         self._planned = end
@@ -272,7 +282,8 @@ class RangeStreamReader(DataSourceStreamReader):
         """Have the watch wait for records at or after these positions."""
         assert self._watch
         selection = self._options.selection
-        over = self._watch.watch({s: p for s, p in positions.items() if selection.matches(s)})
+        over = self._watch.watch({s: p for s, p in positions.items()
+                                  if selection.matches(s) and s not in self._gone})
         if set(self._unwatched) != over:
             self._unwatched = sorted(over)
 
@@ -329,6 +340,23 @@ class RangeStreamReader(DataSourceStreamReader):
                 f"Data loss: {what}; {LOSS_HINT}", stream=stream, start=tail, end=pos
             )
         log.warning("failOnDataLoss=false: %s; %s", what, going_on)
+
+    def _on_gone(self, stream: str, pos: Position) -> None:
+        """A stream read before is deleted (or being deleted): what was appended to it
+        since the last plan may never be read. Fail, or log once and go on without it,
+        per failOnDataLoss (as Spark's Kafka source does for a deleted topic)."""
+        if stream in self._gone:
+            return
+        what = (
+            f"{self._backend.describe(stream)} was deleted (or is being deleted) after it "
+            f"was read up to {pos}: records appended to it since may never have been read"
+        )
+        if self._options.fail_on_data_loss:
+            raise DataLossError(
+                f"Data loss: {what}; {LOSS_HINT}", stream=stream, start=pos, end=None
+            )
+        log.warning("failOnDataLoss=false: %s; going on with the other streams", what)
+        self._gone.add(stream)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return None if self._reported is None else self._codec.encode(self._reported)

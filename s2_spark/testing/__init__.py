@@ -12,7 +12,10 @@ serve HTTP/1.1 and h2c (HTTP/2 with prior knowledge, what s2-sdk speaks over
 
 The API follows S2's OpenAPI spec and s2-lite's behaviour: basins and streams, appends
 (JSON, protobuf, S2S sessions), reads (JSON, protobuf, SSE, S2S sessions), check tail,
-command records, retention and access-token checks (`token=`).
+command records, retention and access-token checks (`token=`). A deleted stream or basin
+is deletion pending (409 `stream_deletion_pending`, listed with `deleted_at`) for
+`deletion_delay` seconds (default 0, as s2-lite), then gone (404). Testing only, not S2:
+`inject_fault` makes the server answer an S2 error to the next requests of a kind.
 
 `TcpProxy` sits between a client and a server and cuts or resets connections the way
 flaky networks do, for fault-injection tests; `DelayProxy` adds a round trip like a real

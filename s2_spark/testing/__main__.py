@@ -1,5 +1,6 @@
 """CLI: `python -m s2_spark.testing --host H --port P [--data-dir D] [--token T]
-[--heartbeat-interval LOW[,HIGH]] [--tls-cert CERT --tls-key KEY [--tls-client-ca CA]]`.
+[--heartbeat-interval LOW[,HIGH]] [--deletion-delay SECONDS]
+[--tls-cert CERT --tls-key KEY [--tls-client-ca CA]]`.
 
 Prints the server URL on its own line once it accepts connections. The token may also
 come from the S2_LOCAL_SERVER_TOKEN environment variable (kept out of `ps` output).
@@ -37,6 +38,9 @@ def main(argv: list[str] | None = None) -> None:
         "--heartbeat-interval", type=_interval, default=HEARTBEAT_INTERVAL,
         help="seconds between read-session heartbeats, fixed or LOW,HIGH drawn at random "
         "(default 5,15, as s2-lite)")
+    parser.add_argument("--deletion-delay", type=float, default=0.0,
+                        help="seconds a deleted stream or basin stays deletion pending "
+                        "before it is removed (default 0: at once, as s2-lite)")
     parser.add_argument("--tls-cert", default=None, help="serve HTTPS with this PEM chain")
     parser.add_argument("--tls-key", default=None, help="the private key of --tls-cert")
     parser.add_argument("--tls-client-ca", default=None,
@@ -56,6 +60,7 @@ def main(argv: list[str] | None = None) -> None:
         token=token,
         heartbeat_interval=args.heartbeat_interval,
         tls=tls,
+        deletion_delay=args.deletion_delay,
     )
 
 

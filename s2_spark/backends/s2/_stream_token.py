@@ -21,7 +21,6 @@ The rules (`tokens` has the vocabulary, docs/writing.md the reasons):
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from typing import TYPE_CHECKING, Literal
 
@@ -29,6 +28,7 @@ from s2_spark.backends.s2._history import History, StreamMarks
 from s2_spark.backends.s2.tokens import ForeignFenceError, Seen, WriterId, fence_entry
 from s2_spark.errors import (
     AlreadyExistsError,
+    DeletionPendingError,
     FencingTokenMismatchError,
     NotFoundError,
     S2NotFoundError,
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from s2_spark.backends.s2.settings import AppendBudget, SinkSettings
     from s2_spark.s2 import AppendAck, BasinClient, StreamClient
 
-__all__ = ["StreamToken", "guessed_token"]
+__all__ = ["StreamToken", "being_deleted", "guessed_token"]
 
 #: Tokens this process last saw per stream, the next writer's guess (bounded).
 _SEEN_TOKENS: dict[tuple[str, str, str], str] = {}
@@ -56,6 +56,23 @@ Check = Literal["back", "forward", "takeover"]
 def guessed_token(key: tuple[str, str, str]) -> str | None:
     """The token this process last saw on stream `key` (endpoint, basin, stream)."""
     return _SEEN_TOKENS.get(key)
+
+
+def being_deleted(what: str, err: NotFoundError, create_streams: bool) -> DeletionPendingError:
+    """The error of a writer whose target stream (or its basin) is being deleted: what
+    happened, and what to do."""
+    basin_going = err.code == "basin_deletion_pending"
+    gone = "its basin is being deleted" if basin_going else "it is being deleted"
+    then = ("the basin must be created again, then createStreams=true creates the stream"
+            if basin_going else
+            "then createStreams=true creates it anew" if create_streams else
+            "then create it again (or set the writer option createStreams=true)")
+    return DeletionPendingError(
+        f"cannot write to {what}: {gone} (S2 answered 409 {err.code}), so it can neither "
+        f"be appended to nor created again until S2 has removed it. Write to another "
+        f"stream, or wait until the deletion is done and run again: {then}",
+        status=err.status, code=err.code,
+    )
 
 
 class _Cancelled(S2SparkError):
@@ -227,8 +244,8 @@ class StreamToken:
                     break
                 self._learn(exc.expected_token)
                 self._match = None
-            except NotFoundError:
-                self._create_missing()
+            except NotFoundError as exc:
+                self._create_missing(exc)
         self._remember(token)
         self._condition = self._sets = token
         self._check, self._must_bump = None, False
@@ -260,16 +277,23 @@ class StreamToken:
 
     # -- missing streams ----------------------------------------------------------------------
 
-    def _create_missing(self) -> None:
-        """The stream does not exist: create it (createStreams), or say so. A new stream
-        has the empty token."""
+    def _create_missing(self, err: NotFoundError) -> None:
+        """The stream does not exist (`err` says so): create it (createStreams), or say
+        so; one being deleted cannot be written either way. A new stream has the empty
+        token."""
+        if err.deletion_pending:
+            raise being_deleted(self._what, err, self.settings.create_streams) from err
         if not self.settings.create_streams:
             raise S2NotFoundError(
                 f"{self._what} does not exist: create it first, or set the writer "
                 "option createStreams=true", status=404, code="stream_not_found",
             ) from None
-        with contextlib.suppress(AlreadyExistsError):
+        try:
             self._basin.create_stream(self.name)
+        except AlreadyExistsError:
+            pass
+        except DeletionPendingError as exc:  # its basin is being deleted
+            raise being_deleted(self._what, exc, True) from exc
         self.created()
 
     def created(self) -> None:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, TypeVar
 import pyarrow as pa
 
 from s2_spark.backends._sink_rows import drop_command_rows, order_by_stream
+from s2_spark.backends.s2._stream_token import being_deleted
 from s2_spark.backends.s2.stream_sink import (
     DATA_MAX_BYTES,
     DATA_MAX_RECORDS,
@@ -45,7 +46,13 @@ from s2_spark.backends.s2.tokens import (
     run_key,
 )
 from s2_spark.backends.sink import AfterAppend, SinksByStream, TaskAttempt
-from s2_spark.errors import AlreadyExistsError, NotFoundError, OptionError, S2SparkError
+from s2_spark.errors import (
+    AlreadyExistsError,
+    DeletionPendingError,
+    NotFoundError,
+    OptionError,
+    S2SparkError,
+)
 from s2_spark.s2._append_session import MAX_INPUTS_PER_SESSION
 from s2_spark.wire.appends import encode_entries
 from s2_spark.wire.records import HEADER_TYPE
@@ -332,9 +339,12 @@ def check_target(settings: S2Settings, stream: str | None, sink: SinkSettings) -
 
     with S2Client(settings.config()) as client:
         basin = client.basin(settings.basin)
+        what = f"stream {stream!r} in basin {settings.basin!r}"
         try:
             basin.stream(stream).check_tail()
-        except NotFoundError:
+        except NotFoundError as missing:
+            if missing.deletion_pending:
+                raise being_deleted(what, missing, sink.create_streams) from None
             if not sink.create_streams:
                 raise OptionError(
                     f"stream {stream!r} does not exist in basin {settings.basin!r}: create it "
@@ -342,5 +352,8 @@ def check_target(settings: S2Settings, stream: str | None, sink: SinkSettings) -
                 ) from None
             # Not `ensure_stream`: a PUT would reset the config of a stream created
             # meanwhile by someone else (S2 replaces the whole config).
-            with contextlib.suppress(AlreadyExistsError):
-                basin.create_stream(stream)
+            try:
+                with contextlib.suppress(AlreadyExistsError):
+                    basin.create_stream(stream)
+            except DeletionPendingError as exc:
+                raise being_deleted(what, exc, True) from None

@@ -397,7 +397,7 @@ class StreamSink(StreamToken):
         elif isinstance(err, SeqNumMismatchError) and self._match is not None:
             self._takeover_refused()
         elif isinstance(err, NotFoundError):
-            self._create_missing()
+            self._create_missing(err)
         elif not err.retryable:
             raise err
         elif not err.unsent:

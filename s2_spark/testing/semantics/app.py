@@ -11,7 +11,9 @@ handler names, e.g. `check_tail`, `read`, `read_session`, `append_session`,
 `list_streams`) and the appends it took by outcome (`landed`, `refused`: a 412), and
 answers them as JSON at `GET /_local/stats`, a testing-only path outside `/v1` that no S2
 client calls (it needs the access token when one is set and is not counted itself). Tests
-and benchmarks use it to see how many requests a client made.
+and benchmarks use it to see how many requests a client made. Also testing only: a test
+may arm S2 errors for the next requests of a kind (`serving.faults`: in process, or over
+`POST /_local/faults`).
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ from s2_spark.testing.serving.asgi import (
     respond_json,
 )
 from s2_spark.testing.serving.counter import KindCounter
+from s2_spark.testing.serving.faults import FAULTS_PATH, Faults, answer_fault, swallowed
 
-__all__ = ["STATS_PATH", "UNROUTED", "S2App"]
+__all__ = ["FAULTS_PATH", "STATS_PATH", "UNROUTED", "S2App"]
 
 #: The testing-only path answering the request counts (not part of S2's API).
 STATS_PATH = "/_local/stats"
@@ -100,12 +103,17 @@ class S2App:
         self.store = store
         self._token = token
         self.requests = KindCounter()
+        self.faults = Faults()  # testing only: errors a test armed (`serving.faults`)
         self.basins = BasinHandlers(store)
         self.appends = AppendHandlers(store, KindCounter())
         self.reads = ReadHandlers(store, heartbeat_range(heartbeat_interval))
         self._routes = self._route_table()
+        self._started = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self._started:  # on the server's loop: replayed deletions' removals wait
+            self._started = True
+            self.store.removals.start()
         if scope["type"] == "lifespan":
             return await _lifespan(receive, send)
         if scope["type"] != "http":
@@ -171,7 +179,24 @@ class S2App:
             kind = _records_kind(req, kind)
         self.requests.add(kind)
         req.counted = True
-        await handler(req, send, *args)
+        stream = args[0] if args and req.segments[1] == "streams" else None
+        fault = self.faults.take(kind, req.header("s2-basin"), stream)
+        if fault is None:
+            await handler(req, send, *args)
+            return
+        if fault.landed:
+            await handler(req, swallowed, *args)
+        await answer_fault(fault, send)
+
+    async def _arm_fault(self, req: Request, send: Send) -> None:
+        """`POST /_local/faults`: arm a fault (`serving.faults`). Testing only, not S2."""
+        req.counted = True
+        spec = await req.json()
+        try:
+            self.faults.arm_json(spec if isinstance(spec, dict) else {})
+        except (TypeError, ValueError) as e:
+            raise ApiError.bad("bad_json", f"not a fault: {e}") from e
+        await respond_json(send, 201, spec)
 
     async def _stats(self, req: Request, send: Send) -> None:
         """`GET /_local/stats`: {"requests": {kind: count}, "appends": {outcome: count}}.
@@ -185,6 +210,8 @@ class S2App:
         m = req.method
         if seg == ["_local", "stats"] and m == "GET":
             return await self._stats(req, send)
+        if seg == ["_local", "faults"] and m == "POST":
+            return await self._arm_fault(req, send)
         if seg in (["health"], ["ping"]) and m == "GET":
             # s2-lite's health check (`lite/src/handlers/mod.rs`, `health`); not counted.
             req.counted = True

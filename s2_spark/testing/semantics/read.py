@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 
+from s2_spark.testing.semantics.deletion import streamer_gone
 from s2_spark.testing.semantics.encryption import Sealer
 from s2_spark.testing.semantics.errors import ApiError
 from s2_spark.testing.semantics.records import MAX_BATCH_BYTES, MAX_BATCH_RECORDS
@@ -172,7 +173,7 @@ async def _follow(
     each random delay; ends then, or at `deadline` with none arrived."""
     loop = asyncio.get_running_loop()
     next_beat = loop.time() + _next_beat(heartbeat_interval)
-    while stream.next_seq <= pos and not stream.deleted:
+    while stream.next_seq <= pos and stream.deleted_at is None:
         now = loop.time()
         if deadline is not None and deadline <= now:
             return
@@ -198,7 +199,9 @@ async def read_session(
     sealer: Sealer | None = None,
 ) -> AsyncIterator[Batch | Heartbeat]:
     """Yield batches and heartbeats until a bound, the end of catch-up, or `wait` ends it;
-    an encrypted stream's records opened with `sealer`."""
+    an encrypted stream's records opened with `sealer`. A session that would follow a
+    deleted stream ends with 503 once it has what was appended, the terminal trim
+    included (s2-lite: its streamer is gone)."""
     pos = start_seq
     bounds = _Bounds(spec.count, spec.bytes, spec.until)
     wait = spec.wait
@@ -207,12 +210,6 @@ async def read_session(
     following = False
     loop = asyncio.get_running_loop()
     while True:
-        if stream.deleted:
-            raise ApiError.standard(
-                404,
-                "stream_not_found",
-                f"stream `{stream.name}` in basin `{stream.basin}` not found",
-            )
         stream.apply_retention(store.clock())
         pos = max(pos, stream.first_seq)
         if pos < stream.next_seq:
@@ -231,6 +228,8 @@ async def read_session(
         # Caught up with the tail.
         if not may_follow:
             return
+        if stream.deleted_at is not None:
+            raise streamer_gone()
         if deadline is None and wait is not None:
             deadline = loop.time() + wait
         if deadline is not None and deadline <= loop.time():
@@ -241,7 +240,7 @@ async def read_session(
         async with contextlib.aclosing(_follow(stream, pos, deadline, heartbeat_interval)) as beats:
             async for beat in beats:
                 yield beat
-        if stream.next_seq <= pos and not stream.deleted:
+        if stream.next_seq <= pos and stream.deleted_at is None:
             return  # `wait` passed without records
 
 

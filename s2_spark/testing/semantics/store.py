@@ -4,7 +4,8 @@ Everything here runs on the server's one event loop, so there are no locks. With
 directory, every change is appended to one journal (`journal`) with a single `os.write`
 before it is acknowledged, so acknowledged appends survive the process being killed; on
 start the journal is replayed. Configurations are checked in `config`, names in
-`names`, a stream's records are kept by `stream.Stream`.
+`names`, a stream's records are kept by `stream.Stream`. A deleted stream or basin is
+*deletion pending* until a background removal (`deletion`, after its delay) drops it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,13 @@ from s2_spark.testing.semantics.config import (
     ensure_basin_config,
     reconfigure_stream_config,
     resolve_stream_config,
+)
+from s2_spark.testing.semantics.deletion import (
+    TERMINAL_TRIM,
+    Removals,
+    basin_deletion_pending,
+    stream_deletion_pending,
+    streamer_gone,
 )
 from s2_spark.testing.semantics.encryption import Sealer
 from s2_spark.testing.semantics.errors import ApiError
@@ -55,23 +64,28 @@ class Basin:
     created_at: str
     request_token: str | None = None
     streams: dict[str, Stream] = field(default_factory=dict)
+    deleted_at: str | None = None  # deletion pending since (RFC 3339)
 
     def info(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "location": None,  # s2-lite: `api/src/v1/basin.rs` (was `scope`)
             "created_at": self.created_at,
-            "deleted_at": None,
-            "state": "active",
+            "deleted_at": self.deleted_at,
+            "state": "active" if self.deleted_at is None else "deleting",
         }
 
 
 class Store:
     """All basins and streams; journals every change when given a directory."""
 
-    def __init__(self, data_dir: str | Path | None = None, clock: Callable[[], int] = now_ms):
+    def __init__(self, data_dir: str | Path | None = None, clock: Callable[[], int] = now_ms,
+                 *, deletion_delay: float = 0.0):
+        """`deletion_delay`: seconds a deleted stream or basin stays deletion pending
+        before it is removed (s2-lite: as soon as its deletion is durable)."""
         self.basins: dict[str, Basin] = {}
         self.clock = clock
+        self.removals = Removals(deletion_delay)
         self._streams_by_id: dict[int, Stream] = {}
         self._next_stream_id = 1
         self._journal: Journal | None = None
@@ -79,6 +93,7 @@ class Store:
             self._journal = Journal(Path(data_dir))
             self._replay(self._journal.replay())
             self._journal.open()
+            self._resume_deletions()
 
     def close(self) -> None:
         if self._journal is not None:
@@ -106,6 +121,8 @@ class Store:
             self.basins[op["name"]] = Basin(
                 op["name"], op["config"], op["created_at"], op.get("request_token")
             )
+        elif kind == "mark_basin_deleted":
+            self.basins[op["name"]].deleted_at = op["deleted_at"]
         elif kind == "delete_basin":
             basin = self.basins.pop(op["name"], None)
             if basin is not None:
@@ -121,6 +138,10 @@ class Store:
             self.basins[op["basin"]].streams[op["name"]] = stream
             self._streams_by_id[sid] = stream
             self._next_stream_id = max(self._next_stream_id, sid + 1)
+        elif kind == "mark_stream_deleted":
+            marked = self._streams_by_id[op["id"]]
+            marked.deleted_at = op["deleted_at"]
+            marked.notify()
         elif kind == "delete_stream":
             stream_ = self._streams_by_id.get(op["id"])
             if stream_ is not None:
@@ -140,9 +161,47 @@ class Store:
         self._apply_meta(op)
 
     def _drop_stream(self, stream: Stream) -> None:
-        stream.deleted = True
+        if stream.deleted_at is None:
+            stream.deleted_at = _rfc3339()  # removed with no pending state (older journals)
         self._streams_by_id.pop(stream.id, None)
         stream.notify()
+
+    # -- deletion (see `deletion`)
+
+    def _delete_stream(self, stream: Stream) -> None:
+        """Append the terminal trim and mark the stream deleted (one journal write), then
+        have it removed after the delay."""
+        now = self.clock()
+        entries, timestamps, metered, _ = stream.prepare_append([TERMINAL_TRIM], None, None, now)
+        mark = {"op": "mark_stream_deleted", "id": stream.id, "deleted_at": _rfc3339()}
+        self._write(append_entry(stream.id, now, timestamps, metered, entries) + meta_entry(mark))
+        stream.commit(entries, timestamps, metered, [], now)
+        self._apply_meta(mark)
+        self.removals.later(partial(self._remove_stream, stream))
+
+    def _remove_stream(self, stream: Stream) -> None:
+        if self._streams_by_id.get(stream.id) is not stream:
+            return
+        self._meta({"op": "delete_stream", "id": stream.id})
+        basin = self.basins.get(stream.basin)
+        if basin is not None and basin.deleted_at is not None:
+            self._remove_basin_if_empty(basin)
+
+    def _remove_basin_if_empty(self, basin: Basin) -> None:
+        if not basin.streams and self.basins.get(basin.name) is basin:
+            self._meta({"op": "delete_basin", "name": basin.name})
+
+    def _resume_deletions(self) -> None:
+        """After a replay: remove what was deletion pending (after the delay), and delete
+        the streams left live in a basin being deleted."""
+        for basin in list(self.basins.values()):
+            for stream in list(basin.streams.values()):
+                if stream.deleted_at is not None:
+                    self.removals.later(partial(self._remove_stream, stream))
+                elif basin.deleted_at is not None:
+                    self._delete_stream(stream)
+            if basin.deleted_at is not None:
+                self._remove_basin_if_empty(basin)
 
     # -- basins
 
@@ -152,12 +211,19 @@ class Store:
             raise ApiError.standard(404, "basin_not_found", f"basin `{name}` not found")
         return basin
 
+    def _pending(self, name: str) -> Basin | None:
+        """The basin of that name, unless it is being deleted (409)."""
+        basin = self.basins.get(name)
+        if basin is not None and basin.deleted_at is not None:
+            raise basin_deletion_pending(name)
+        return basin
+
     def create_basin(
         self, name: str, config: Any, *, request_token: str | None = None
     ) -> tuple[Basin, bool]:
         """Create a basin; returns (basin, created). Same request token again is a no-op."""
         validate_basin_name(name)
-        existing = self.basins.get(name)
+        existing = self._pending(name)
         if existing is not None:
             key = _idempotency_key(request_token, config)
             if key is not None and existing.request_token == key:
@@ -180,7 +246,7 @@ class Store:
     def ensure_basin(self, name: str, config: Any) -> tuple[Basin, str]:
         """PUT semantics: create, or reconfigure; returns the provision result."""
         validate_basin_name(name)
-        basin = self.basins.get(name)
+        basin = self._pending(name)
         if basin is None:
             basin, _ = self.create_basin(name, config)
             return basin, "created"
@@ -193,19 +259,29 @@ class Store:
 
     def reconfigure_basin(self, name: str, update: Any) -> Basin:
         basin = self.basin(name)
+        self._pending(name)
         new = apply_basin_config(basin.config, update)
         if new != basin.config:
             self._meta({"op": "basin_config", "name": name, "config": new})
         return basin
 
     def delete_basin(self, name: str) -> None:
-        self.basin(name)
-        self._meta({"op": "delete_basin", "name": name})
+        """Mark the basin deleted and delete its streams (again: nothing changes); it is
+        removed once they are (s2-lite `delete_basin`, `bgtasks/basin_deletion.rs`)."""
+        basin = self.basin(name)
+        if basin.deleted_at is not None:
+            return
+        self._meta({"op": "mark_basin_deleted", "name": name, "deleted_at": _rfc3339()})
+        for stream in list(basin.streams.values()):
+            if stream.deleted_at is None:
+                self._delete_stream(stream)
+        self._remove_basin_if_empty(basin)
 
     # -- streams
 
     def stream(self, basin_name: str, name: str, *, auto_create: str | None = None) -> Stream:
-        """Look a stream up; `auto_create` names the basin flag that may create it."""
+        """Look a stream up (409 while its deletion is pending); `auto_create` names the
+        basin flag that may create it."""
         basin = self.basin(basin_name)
         stream = basin.streams.get(name)
         if stream is None:
@@ -215,6 +291,18 @@ class Store:
             raise ApiError.standard(
                 404, "stream_not_found", f"stream `{name}` in basin `{basin_name}` not found"
             )
+        if stream.deleted_at is not None:
+            raise stream_deletion_pending()
+        return stream
+
+    def _unpending_stream(self, basin: Basin, name: str) -> Stream | None:
+        """The stream of that name in `basin` (a provision's view: 409 while the basin or
+        the stream is being deleted, s2-lite `provision_stream`)."""
+        if basin.deleted_at is not None:
+            raise basin_deletion_pending(basin.name)
+        stream = basin.streams.get(name)
+        if stream is not None and stream.deleted_at is not None:
+            raise stream_deletion_pending()
         return stream
 
     def create_stream(
@@ -230,7 +318,7 @@ class Store:
         token and config is a no-op, as in s2-lite."""
         validate_stream_name(name)
         basin = self.basin(basin_name)
-        existing = basin.streams.get(name)
+        existing = self._unpending_stream(basin, name)
         key = _idempotency_key(request_token, config)
         if existing is not None:
             if exist_ok or (key is not None and existing.request_token == key):
@@ -259,7 +347,7 @@ class Store:
     def ensure_stream(self, basin_name: str, name: str, config: Any) -> tuple[Stream, str]:
         validate_stream_name(name)
         basin = self.basin(basin_name)
-        stream = basin.streams.get(name)
+        stream = self._unpending_stream(basin, name)
         if stream is None:
             stream, _ = self.create_stream(basin_name, name, config)
             return stream, "created"
@@ -272,6 +360,9 @@ class Store:
         return stream, "updated"
 
     def reconfigure_stream(self, basin_name: str, name: str, update: Any) -> Stream:
+        basin = self.basin(basin_name)
+        if basin.deleted_at is not None:
+            raise basin_deletion_pending(basin_name)
         stream = self.stream(basin_name, name)
         new = reconfigure_stream_config(stream.config, update, self.basin(basin_name).config)
         if new != stream.config:
@@ -279,8 +370,13 @@ class Store:
         return stream
 
     def delete_stream(self, basin_name: str, name: str) -> None:
-        stream = self.stream(basin_name, name)
-        self._meta({"op": "delete_stream", "id": stream.id})
+        """Delete a stream: deletion pending, removed after the delay (again while it is
+        pending: nothing changes)."""
+        stream = self.basin(basin_name).streams.get(name)
+        if stream is None:
+            raise ApiError.standard(404, "stream_not_found", f"stream {name} not found")
+        if stream.deleted_at is None:
+            self._delete_stream(stream)
 
     # -- records
 
@@ -294,13 +390,10 @@ class Store:
     ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
         """Append a validated batch; returns (start, end, tail) positions. An encrypted
         stream's records are sealed with `sealer` (its cipher and the request's key),
-        command records excepted, before they are journaled."""
-        if stream.deleted:
-            raise ApiError.standard(
-                404,
-                "stream_not_found",
-                f"stream `{stream.name}` in basin `{stream.basin}` not found",
-            )
+        command records excepted, before they are journaled. A session that still holds
+        a deleted stream is told its streamer is gone (503)."""
+        if stream.deleted_at is not None:
+            raise streamer_gone()
         now = self.clock()
         entries, timestamps, metered, commands = stream.prepare_append(
             records, match_seq_num, fencing_token, now

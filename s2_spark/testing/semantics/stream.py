@@ -42,7 +42,9 @@ class Stream:
     last_ts: int = 0
     fencing_token: str = ""
     trim_point: int = 0
-    deleted: bool = False
+    #: When the stream was deleted (RFC 3339): deletion pending until the store removes
+    #: it; sessions that still hold it end (`deletion.STREAMER_GONE`).
+    deleted_at: str | None = None
     request_token: str | None = None
     #: The basin's `stream_cipher` when the stream was created, fixed for its life: its
     #: records other than command records are stored sealed (`encryption`).
@@ -161,7 +163,7 @@ class Stream:
         return {
             "name": self.name,
             "created_at": self.created_at,
-            "deleted_at": None,
+            "deleted_at": self.deleted_at,
             "cipher": self.cipher,
         }
 

@@ -5,7 +5,8 @@ hypercorn, which is what s2-sdk needs over `http://`; with `ServerTls` they serv
 HTTPS instead (HTTP/1.1 and HTTP/2 by ALPN), optionally requiring client certificates.
 
 Both count the requests they receive per kind: `request_counts()` (over the testing-only
-path `GET /_local/stats` for a `ServerProcess`; not part of S2's API).
+path `GET /_local/stats` for a `ServerProcess`; not part of S2's API), and can be told to
+answer an S2 error to the next requests of a kind: `inject_fault()` (testing only too).
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from s2_spark.testing.semantics.app import STATS_PATH, S2App
+from s2_spark.testing.semantics.app import FAULTS_PATH, STATS_PATH, S2App
 from s2_spark.testing.semantics.read import HEARTBEAT_INTERVAL, HeartbeatInterval, heartbeat_range
 from s2_spark.testing.semantics.store import Store
+from s2_spark.testing.serving.faults import Fault
 
 __all__ = [
     "LocalS2Server",
@@ -210,6 +212,9 @@ class LocalS2Server:
     In memory unless `data_dir` is given. `url` holds the real port even for port 0.
     Read sessions send heartbeats at s2-lite's random 5-15 s; `heartbeat_interval` (seconds,
     or (low, high)) makes them come sooner in tests.
+    `deletion_delay`: seconds a deleted stream or basin stays deletion pending (409
+    `stream_deletion_pending`, listed with `deleted_at`) before it is removed (404);
+    s2-lite removes it at once, as soon as its deletion is durable.
     """
 
     def __init__(
@@ -221,6 +226,7 @@ class LocalS2Server:
         token: str | None = None,
         heartbeat_interval: float | HeartbeatInterval = HEARTBEAT_INTERVAL,
         tls: ServerTls | None = None,
+        deletion_delay: float = 0.0,
     ) -> None:
         self.host = host
         self.port = port
@@ -228,6 +234,7 @@ class LocalS2Server:
         self._token = token
         self.heartbeat_interval = heartbeat_range(heartbeat_interval)
         self.tls = tls
+        self.deletion_delay = deletion_delay
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._shutdown: asyncio.Event | None = None
@@ -250,7 +257,7 @@ class LocalS2Server:
 
         self._sock = _listen(self.host, self.port)
         self.port = self._sock.getsockname()[1]
-        self.store = Store(self.data_dir)
+        self.store = Store(self.data_dir, deletion_delay=self.deletion_delay)
         app = S2App(self.store, token=self._token, heartbeat_interval=self.heartbeat_interval)
         self._app = app
         ready = threading.Event()
@@ -286,6 +293,19 @@ class LocalS2Server:
     def append_counts(self) -> dict[str, int]:
         """Appends taken since `start()` by outcome (see `fetch_append_counts`)."""
         return {} if self._app is None else self._app.appends.outcomes.snapshot()
+
+    def inject_fault(self, kind: str, status: int, code: str, **how: Any) -> Fault:
+        """Testing only, not S2: answer the next requests of `kind` with an S2 error
+        (`Faults.arm` in `s2_spark.testing.serving.faults` says how). The returned
+        fault's `fired` tells when it answered."""
+        if self._app is None or self._loop is None:
+            raise RuntimeError("LocalS2Server is not running")
+        app = self._app
+
+        async def arm() -> Fault:
+            return app.faults.arm(kind, status, code, **how)
+
+        return asyncio.run_coroutine_threadsafe(arm(), self._loop).result(10)
 
     def stop(self) -> None:
         thread, loop, shutdown = self._thread, self._loop, self._shutdown
@@ -326,10 +346,11 @@ def serve_forever(
     heartbeat_interval: float | HeartbeatInterval,
     tls: ServerTls | None = None,
     out: IO[str] | None = None,
+    deletion_delay: float = 0.0,
 ) -> None:
     """Run the server in this process until SIGTERM/SIGINT; print the URL when ready."""
     sock = _listen(host, port)
-    store = Store(data_dir)
+    store = Store(data_dir, deletion_delay=deletion_delay)
     app = S2App(store, token=token, heartbeat_interval=heartbeat_interval)
 
     async def main() -> None:
@@ -353,6 +374,7 @@ class ServerProcess:
     """The server as a child process (`python -m s2_spark.testing`), for kill -9 tests.
 
     `start()` again after `kill()` or `stop()` restarts on the same port and data dir.
+    `deletion_delay` as for `LocalS2Server` (it may be changed before a restart).
     """
 
     def __init__(
@@ -365,6 +387,7 @@ class ServerProcess:
         heartbeat_interval: float | HeartbeatInterval = HEARTBEAT_INTERVAL,
         startup_timeout: float = 30.0,
         tls: ServerTls | None = None,
+        deletion_delay: float = 0.0,
     ) -> None:
         self.host = host
         self.port = port
@@ -373,6 +396,7 @@ class ServerProcess:
         self.heartbeat_interval = heartbeat_range(heartbeat_interval)
         self.startup_timeout = startup_timeout
         self.tls = tls
+        self.deletion_delay = deletion_delay
         self._proc: subprocess.Popen[str] | None = None
 
     def __repr__(self) -> str:
@@ -403,6 +427,8 @@ class ServerProcess:
             str(self.port),
             "--heartbeat-interval",
             "{},{}".format(*self.heartbeat_interval),
+            "--deletion-delay",
+            str(self.deletion_delay),
         ]
         if self.data_dir is not None:
             cmd += ["--data-dir", str(self.data_dir)]
@@ -450,6 +476,18 @@ class ServerProcess:
         if not self.running:
             raise RuntimeError("ServerProcess is not running")
         return fetch_append_counts(self.url, token=self._token, timeout=timeout)
+
+    def inject_fault(self, kind: str, status: int, code: str, **how: Any) -> None:
+        """Testing only, not S2: as `LocalS2Server.inject_fault`, over the testing-only
+        path `POST /_local/faults`."""
+        if not self.running:
+            raise RuntimeError("ServerProcess is not running")
+        import httpx
+
+        headers = {} if self._token is None else {"authorization": f"Bearer {self._token}"}
+        spec = {"kind": kind, "status": status, "code": code, **how}
+        with httpx.Client(timeout=10.0, verify=False, trust_env=False) as client:
+            client.post(self.url + FAULTS_PATH, json=spec, headers=headers).raise_for_status()
 
     def kill(self) -> None:
         """SIGKILL: the process gets no chance to flush or clean up."""
