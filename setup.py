@@ -17,10 +17,13 @@ built against the full one.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import sysconfig
+from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 REQUIRED = os.environ.get("S2_SPARK_REQUIRE_C", "") == "1"
 LIMITED_API = (sys.implementation.name == "cpython"
@@ -41,8 +44,31 @@ def decoder(name: str) -> Extension:
     )
 
 
+# A build for one CPython version (and GIL), as installs before 0.2.0 left in the source
+# tree: `_fastwire.cpython-311-x86_64-linux-gnu.so`, `_fastwire.cp311-win_amd64.pyd`.
+PER_VERSION = re.compile(r"\.(cpython-3\d+|cp3\d+)-[^.]*\.(so|pyd)$")
+
+
+class BuildDecoders(build_ext):
+    """build_ext that, building abi3 extensions in place (an editable install), removes
+    the per-version builds beside them: Python loads `_fastwire.cpython-311-*.so` before
+    `_fastwire.abi3.so`, so an old one would shadow the new build."""
+
+    def run(self) -> None:
+        super().run()
+        if not (self.inplace and LIMITED_API):
+            return
+        for ext in self.extensions:
+            built = Path(self.get_ext_fullpath(ext.name))
+            if built.exists():
+                for stale in built.parent.glob(f"{ext.name.rsplit('.', 1)[1]}.*"):
+                    if PER_VERSION.search(stale.name):
+                        stale.unlink()
+
+
 setup(
     ext_modules=[decoder("_fastwire"), decoder("_fastjson")],
+    cmdclass={"build_ext": BuildDecoders},
     # Their sources go in the sdist (as the extensions' sources), not in wheels.
     exclude_package_data={"s2_spark.wire": ["*.c"]},
     options={"bdist_wheel": {"py_limited_api": f"cp{OLDEST[0]}{OLDEST[1]}"}} if LIMITED_API else {},

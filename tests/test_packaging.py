@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +115,25 @@ def test_a_wheel_build_fails_where_the_decoders_do_not_compile(tmp_path: Path) -
     assert done.returncode != 0
     assert "no-such-cc" in done.stderr + done.stdout
     assert not list((tmp_path / "lib").rglob("_fast*"))
+
+
+@pytest.mark.skipif(sys.platform == "win32" or bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+                    reason="abi3 builds with POSIX extension names")
+def test_an_editable_build_removes_per_version_builds_that_would_shadow_it(
+        tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "s2_spark", tree / "s2_spark",
+                    ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tree / name)
+    wire = tree / "s2_spark" / "wire"
+    stale = wire / "_fastwire.cpython-311-x86_64-linux-gnu.so"
+    free_threaded = wire / "_fastwire.cpython-313t-x86_64-linux-gnu.so"
+    stale.write_bytes(b"")
+    free_threaded.write_bytes(b"")
+    env = {k: v for k, v in os.environ.items() if k != "S2_SPARK_REQUIRE_C"}
+    done = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tree,
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in wire.glob("_fast*.so")) == [
+        "_fastjson.abi3.so", "_fastwire.abi3.so", free_threaded.name]
