@@ -12,6 +12,7 @@ imported (and pyspark with it) only when first used.
 
 from typing import TYPE_CHECKING, Any
 
+from s2_spark._version import __version__
 from s2_spark.errors import (
     AlreadyExistsError,
     BadRequestError,
@@ -60,8 +61,6 @@ from s2_spark.lag import QueryLag, SourceLag, StreamLag, lag_of
 
 if TYPE_CHECKING:
     from s2_spark.lag_listener import LagListener as LagListener
-
-__version__ = "0.1.0"
 
 # `LagListener` is public but left out: `from s2_spark import *` must work without pyspark.
 __all__ = [

@@ -65,9 +65,11 @@ def worktree(commit: str) -> Iterator[Path]:
 def prepare(tree: Path) -> None:
     """Build the C accelerator in place (without it the pure-Python decoders would be
     measured) and share this tree's Durable Streams server install."""
-    built = subprocess.run(
-        [sys.executable, "-c", "from setuptools import setup; setup()", "build_ext", "--inplace"],
-        cwd=tree, capture_output=True, text=True)
+    # Since 0.2.0 setup.py declares the extensions; before, pyproject.toml did.
+    setup = ["setup.py"] if (tree / "setup.py").exists() else [
+        "-c", "from setuptools import setup; setup()"]
+    built = subprocess.run([sys.executable, *setup, "build_ext", "--inplace"],
+                           cwd=tree, capture_output=True, text=True)
     if built.returncode != 0:
         print(f"warning: the C accelerator did not build for {tree}: the earlier commit runs "
               f"its pure-Python decoders\n{built.stderr[-2000:]}")

@@ -198,8 +198,10 @@ def _instrument(atheris: Any, modules: tuple[ModuleType, ...]) -> None:
 
 
 def _load_extensions(ext_dir: Path) -> None:
-    """Import the extensions built in `ext_dir` under the package's module names."""
-    import s2_spark.wire  # noqa: F401 - the parent package must exist first
+    """Import the extensions built in `ext_dir` under the package's module names, in place
+    of the package's own build (which importing `s2_spark.wire` has loaded, if there is
+    one): the codecs take theirs from `wire._accelerator` when they are imported."""
+    from s2_spark.wire import _accelerator
 
     for name in SOURCES:
         path = ext_dir / f"{name}{sysconfig.get_config_var('EXT_SUFFIX')}"
@@ -208,6 +210,7 @@ def _load_extensions(ext_dir: Path) -> None:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         sys.modules[spec.name] = module
+        setattr(_accelerator, name.lstrip("_"), module)
 
 
 def _build(kind: str, flags: tuple[str, ...]) -> Path:

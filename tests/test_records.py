@@ -10,8 +10,6 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from pyspark.sql import types as T
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from s2_spark._proto import s2_pb2
 from s2_spark.errors import FrameError, Position
@@ -131,6 +129,9 @@ def make_batch(
 
 
 def test_schema_equals_pyspark_arrow_schema() -> None:
+    # The codec tests also run where PySpark is not installed (each wheel's own tests).
+    T = pytest.importorskip("pyspark.sql.types")
+    to_arrow_schema = pytest.importorskip("pyspark.sql.pandas.types").to_arrow_schema
     # DDL: stream string, seq_num bigint, timestamp timestamp,
     #      headers array<struct<name: binary, value: binary>>, body binary
     spark_schema = T.StructType(

@@ -4,8 +4,12 @@ each, within the process's open-files limit (raised first, as Go's runtime does)
 from __future__ import annotations
 
 import logging
-import resource
 import threading
+
+try:
+    import resource
+except ImportError:  # Windows: no open-files limit of this kind
+    resource = None  # type: ignore[assignment]
 
 __all__ = ["FD_RESERVE", "raise_open_files_limit", "watch_limit"]
 
@@ -14,6 +18,10 @@ log = logging.getLogger("s2_spark.watch")
 #: Open files a process keeps for everything but the watch's connections (the protocol
 #: clients' pools, Spark's own sockets and files); see `watch_limit`.
 FD_RESERVE = 1024
+
+#: Where there are no such limits (Windows, no `resource` module), what bounds a process's
+#: outbound connections to one host is its ephemeral ports: 16,384 by default.
+NO_RLIMIT_CONNECTIONS = 16384
 
 
 def watch_limit() -> int:
@@ -30,7 +38,10 @@ _RAISED = threading.Lock()
 def raise_open_files_limit() -> int:
     """Raise this process's soft limit on open files to its hard limit, as Go's runtime
     does for every program (the soft default, often 1024, dates from `select`); return
-    the soft limit now in force. A process whose limit cannot be raised keeps it."""
+    the soft limit now in force. A process whose limit cannot be raised keeps it. Where
+    there is no such limit (Windows), `NO_RLIMIT_CONNECTIONS`."""
+    if resource is None:
+        return NO_RLIMIT_CONNECTIONS
     with _RAISED:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft == resource.RLIM_INFINITY:

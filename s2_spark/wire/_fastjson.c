@@ -15,6 +15,10 @@
  * (or by the closing bracket, then closed is true), where consumed is how many bytes of
  * body they took; the caller keeps body[consumed:] and prepends it to the next piece, with
  * continued true (the piece then starts right after a top-level comma, not at '[').
+ *
+ * Builds against the full C API or the limited one (Py_LIMITED_API, for abi3 wheels);
+ * without _PyBytes_Resize there, the elements are gathered in a buffer of our own and
+ * copied once into a bytes object of their size.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -56,6 +60,7 @@ static PyObject *split(Py_buffer *view, int partial, int continued) {
     const unsigned char *s = (const unsigned char *)view->buf;
     Py_ssize_t n = view->len, i = 0;
     PyObject *data = NULL, *offsets = NULL, *result = NULL;
+    char *out = NULL; /* the elements as written: into data, or a buffer of our own */
     int32_t *offs = NULL;
     Py_ssize_t count = 0, cap = 1024;
     char stack[MAX_DEPTH];
@@ -69,10 +74,14 @@ static PyObject *split(Py_buffer *view, int partial, int continued) {
         i++;
     }
     if (n > INT32_MAX) { err = "body too large"; goto done; }
+#ifdef Py_LIMITED_API
+    out = PyMem_Malloc(n > 0 ? (size_t)n : 1);
+#else
     data = PyBytes_FromStringAndSize(NULL, n);
+    if (data != NULL) out = PyBytes_AS_STRING(data);
+#endif
     offs = PyMem_Malloc(sizeof(int32_t) * cap);
-    if (data == NULL || offs == NULL) { PyErr_NoMemory(); goto done; }
-    char *out = PyBytes_AS_STRING(data);
+    if (out == NULL || offs == NULL) { PyErr_NoMemory(); goto done; }
     Py_ssize_t w = 0;
     offs[0] = 0;
     stack[depth++] = ']';
@@ -150,7 +159,12 @@ static PyObject *split(Py_buffer *view, int partial, int continued) {
         if (i != n) { err = "unbalanced brackets or data after the array"; goto done; }
         consumed = n;
     }
+#ifdef Py_LIMITED_API
+    data = PyBytes_FromStringAndSize(out, w);
+    if (data == NULL) goto done;
+#else
     if (_PyBytes_Resize(&data, w) < 0) goto done;
+#endif
     offsets = PyBytes_FromStringAndSize((const char *)offs, sizeof(int32_t) * (count + 1));
     if (offsets == NULL) goto done;
     if (partial)
@@ -162,6 +176,9 @@ done:
     Py_XDECREF(offsets);
     Py_XDECREF(data);
     PyMem_Free(offs);
+#ifdef Py_LIMITED_API
+    PyMem_Free(out);
+#endif
     return result;
 }
 

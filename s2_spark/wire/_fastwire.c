@@ -14,10 +14,13 @@
  * merge, unknown fields (including groups) are skipped; field number 0, wire types 6/7,
  * a tag longer than 5 bytes or above 2^32 - 1, unbalanced groups, nesting deeper than 100
  * (messages and groups together) and truncated data are errors.
+ *
+ * Builds against the full C API or the limited one (Py_LIMITED_API, for abi3 wheels).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define WT_VARINT 0
@@ -267,7 +270,11 @@ static void emit_headers(const rec_t *r, int32_t *name_off, size_t *ni, uint8_t 
     }
 }
 
+#ifdef Py_LIMITED_API
+#define U8(b) ((uint8_t *)PyBytes_AsString(b))
+#else
 #define U8(b) ((uint8_t *)PyBytes_AS_STRING(b))
+#endif
 
 static PyObject *new_bytes(size_t n) { return PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n); }
 
@@ -284,7 +291,8 @@ typedef struct {
     uint64_t tail_seq, tail_ts;
 } scan_t;
 
-/* Pass 1 (no Python API, runs without the GIL): validate and index every record.
+/* Pass 1 (no Python API, runs without the GIL, so the index grows by the C allocator):
+ * validate and index every record.
  * Returns 1 on success, 0 on malformed input (err set), -1 when out of memory. */
 static int scan_batch(const uint8_t *p, const uint8_t *end, scan_t *s, perr_t *err) {
     while (p < end) {
@@ -297,7 +305,7 @@ static int scan_batch(const uint8_t *p, const uint8_t *end, scan_t *s, perr_t *e
             if (!read_len(&p, end, &r, &rl, err)) return 0;
             if (s->n_recs == s->cap) {
                 size_t ncap = s->cap ? s->cap * 2 : 64;
-                rec_t *nr = (rec_t *)PyMem_RawRealloc(s->recs, ncap * sizeof(rec_t));
+                rec_t *nr = (rec_t *)realloc(s->recs, ncap * sizeof(rec_t));
                 if (!nr) return -1;
                 s->recs = nr;
                 s->cap = ncap;
@@ -356,16 +364,22 @@ static int hold_parts(PyObject *payloads, parts_t *parts) {
     parts->views = NULL;
     parts->seq = PySequence_Fast(payloads, "payloads must be a list or tuple of buffers");
     if (!parts->seq) return 0;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(parts->seq);
+    Py_ssize_t n = PySequence_Size(parts->seq);
+    if (n < 0) return 0;
     parts->views = (Py_buffer *)PyMem_Calloc(n ? (size_t)n : 1, sizeof(Py_buffer));
     if (!parts->views) {
         PyErr_NoMemory();
         return 0;
     }
-    PyObject **items = PySequence_Fast_ITEMS(parts->seq);
-    for (; parts->n < n; parts->n++)
-        if (PyObject_GetBuffer(items[parts->n], &parts->views[parts->n], PyBUF_SIMPLE) < 0)
+    int is_list = PyList_Check(parts->seq);
+    for (; parts->n < n; parts->n++) {
+        /* Borrowed, and looked up each time: taking a buffer may run code that changes a
+         * list (an item gone is an IndexError). */
+        PyObject *item = is_list ? PyList_GetItem(parts->seq, parts->n)
+                                 : PyTuple_GetItem(parts->seq, parts->n);
+        if (!item || PyObject_GetBuffer(item, &parts->views[parts->n], PyBUF_SIMPLE) < 0)
             return 0;
+    }
     return 1;
 }
 
@@ -545,7 +559,7 @@ error:
     for (int k = 0; k < 11; k++) Py_XDECREF(bufs[k]);
     result = NULL;
 done:
-    PyMem_RawFree(sc.recs);
+    free(sc.recs);
     release_parts(&parts);
     PyBuffer_Release(&sview);
     return result;
@@ -748,8 +762,10 @@ done:
 }
 
 static PyObject *fw_set_error_type(PyObject *self, PyObject *arg) {
+    PyObject *old = FrameErrorType;
     Py_XINCREF(arg);
-    Py_XSETREF(FrameErrorType, arg);
+    FrameErrorType = arg;
+    Py_XDECREF(old);
     Py_RETURN_NONE;
 }
 

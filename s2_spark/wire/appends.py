@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from s2_spark.errors import RecordTooLargeError
+from s2_spark.wire._accelerator import fastwire as _fastwire
 
 __all__ = [
     "MAX_BATCH_BYTES",
@@ -39,11 +40,6 @@ MAX_BATCH_RECORDS = 1000
 MAX_BATCH_BYTES = 1024 * 1024
 MAX_RECORD_BYTES = 1024 * 1024
 _U64_MAX = (1 << 64) - 1
-
-try:
-    from s2_spark.wire import _fastwire  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - depends on the build
-    _fastwire = None
 
 IMPLEMENTATION = "c" if _fastwire is not None else "python"
 """Which encoder `encode_append_batches` uses: "c" (the `_fastwire` extension) or "python"."""

@@ -28,11 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from s2_spark.errors import MalformedResponseError
-
-try:  # the optional C accelerator (built with the package when a compiler is present)
-    from s2_spark.wire import _fastjson  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover
-    _fastjson = None
+from s2_spark.wire._accelerator import fastjson as _fastjson
 
 IMPLEMENTATION = "c" if _fastjson is not None else "numpy"
 """Which splitter `split_json_array` uses: "c" (the `_fastjson` extension) or "numpy"."""

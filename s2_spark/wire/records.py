@@ -18,6 +18,7 @@ from google.protobuf.message import DecodeError
 
 from s2_spark._proto import s2_pb2
 from s2_spark.errors import FrameError, Position
+from s2_spark.wire._accelerator import fastwire as _fastwire
 
 __all__ = [
     "HEADER_TYPE",
@@ -47,12 +48,8 @@ READ_SCHEMA_NO_HEADERS = pa.schema([f for f in READ_SCHEMA if f.name != "headers
 _INT64_MAX = (1 << 63) - 1
 _MAX_TIMESTAMP_MS = _INT64_MAX // 1000
 
-try:
-    from s2_spark.wire import _fastwire  # type: ignore[attr-defined]
-
+if _fastwire is not None:
     _fastwire._set_error_type(FrameError)
-except ImportError:  # pragma: no cover - depends on the build
-    _fastwire = None
 
 IMPLEMENTATION = "c" if _fastwire is not None else "python"
 """Which decoder `decode_read_batch` uses: "c" (the `_fastwire` extension) or "python"."""
