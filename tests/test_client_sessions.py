@@ -128,8 +128,9 @@ class FaultProxy:
 
 
 class _AdviseRewriter:
-    """Sets the "reconnect advised" flag bit on the n-th S2S frame of an HTTP/1.1 chunked
-    response, as a draining S2 server would, leaving every length unchanged."""
+    """Sets the "reconnect advised" flag bit on the n-th S2S frame of an HTTP/1.1
+    response (chunked, or with a Content-Length when the server had it all at once), as a
+    draining S2 server would, leaving every length unchanged."""
 
     def __init__(self, frame_index: int) -> None:
         self.target = frame_index
@@ -149,7 +150,8 @@ class _AdviseRewriter:
                 self.line += out[i : i + 1]
                 i += 1
                 if self.state == "headers" and self.line.endswith(b"\r\n\r\n"):
-                    self.state, self.line = "size", b""
+                    chunked = b"transfer-encoding: chunked" in self.line.lower()
+                    self.state, self.line = ("size" if chunked else "plain"), b""
                 elif self.state == "size" and self.line.endswith(b"\r\n"):
                     self.chunk_left = int(self.line[:-2].split(b";")[0], 16)
                     self.state = "data" if self.chunk_left else "done"
@@ -162,6 +164,9 @@ class _AdviseRewriter:
                 self.chunk_left -= 1
                 if self.chunk_left == 0:
                     self.state = "crlf"
+            elif self.state == "plain":
+                self._body_byte(out, i)
+                i += 1
             else:
                 break
         return bytes(out)

@@ -1,6 +1,6 @@
 """CLI: `python -m s2_spark.testing --host H --port P [--data-dir D] [--token T]
 [--heartbeat-interval LOW[,HIGH]] [--deletion-delay SECONDS]
-[--tls-cert CERT --tls-key KEY [--tls-client-ca CA]]`.
+[--tls-cert CERT --tls-key KEY [--tls-client-ca CA]] [--http-stack auto|granian|hypercorn]`.
 
 Prints the server URL on its own line once it accepts connections. The token may also
 come from the S2_LOCAL_SERVER_TOKEN environment variable (kept out of `ps` output).
@@ -9,6 +9,7 @@ come from the S2_LOCAL_SERVER_TOKEN environment variable (kept out of `ps` outpu
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 
 from s2_spark.testing.semantics.read import HEARTBEAT_INTERVAL, HeartbeatInterval, heartbeat_range
@@ -45,7 +46,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tls-key", default=None, help="the private key of --tls-cert")
     parser.add_argument("--tls-client-ca", default=None,
                         help="require client certificates signed by a CA in this PEM file")
+    parser.add_argument("--http-stack", default="auto", choices=["auto", "granian", "hypercorn"],
+                        help="the HTTP stack (auto: granian where installed, else hypercorn)")
     args = parser.parse_args(argv)
+    # The stack chosen, and why, on stderr (stdout carries the URL).
+    log = logging.getLogger("s2_spark.testing.server")
+    log.setLevel(logging.INFO)
+    log.addHandler(logging.StreamHandler())
     if (args.tls_cert is None) != (args.tls_key is None):
         parser.error("--tls-cert and --tls-key go together")
     if args.tls_client_ca is not None and args.tls_cert is None:
@@ -61,6 +68,7 @@ def main(argv: list[str] | None = None) -> None:
         heartbeat_interval=args.heartbeat_interval,
         tls=tls,
         deletion_delay=args.deletion_delay,
+        stack=args.http_stack,
     )
 
 
