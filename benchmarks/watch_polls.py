@@ -33,8 +33,11 @@ def run(url: str, basin: str, streams: list[str], args: argparse.Namespace, serv
         _h2_origin._SPEAKS.clear()
         if not h2:
             _h2_origin._SPEAKS[key] = False
+    # HTTP/2 for every stream: none gets a connection of its own (by default the first
+    # streams up to the open-files limit do).
+    own = 0 if h2 else None
     with S2Client(S2Config(endpoint=url)) as client, \
-            client.basin(basin).watch_tails(wait=args.wait) as watch:
+            client.basin(basin).watch_tails(wait=args.wait, own_connections=own) as watch:
         watch.watch(dict.fromkeys(streams, 0))
         time.sleep(args.settle)
         used = watch.connections()
