@@ -150,18 +150,15 @@ class AsyncConnection:
         if self._wire is not None and (self._wire.lost or self._wire.stray):
             self.close()
         await self.connect(timeouts)
-        head = [(b"host", self._host_header), *headers]
-        if content is not None:
-            head.append((b"content-length", b"%d" % len(content)))
-        data = request_head(method, self._target(target), head)
-        if content:
-            data += content
         reader = ResponseReader(head_request=method == b"HEAD",
                                 head_only=HEAD_BYTES if head_only else None)
         wire = self._wire
         assert wire is not None
         try:
-            await _answer(wire, data, reader, timeouts.read)
+            # The request's bytes are not kept while the answer takes (a long-poll's:
+            # per watched stream).
+            await _answer(wire, self._request_bytes(method, target, headers, content),
+                          reader, timeouts.read)
         except BaseException:
             self.close()
             raise
@@ -173,6 +170,14 @@ class AsyncConnection:
         wire, self._wire = self._wire, None
         if wire is not None and wire.transport is not None:
             wire.transport.close()
+
+    def _request_bytes(self, method: bytes, target: str, headers: Headers,
+                       content: bytes | None) -> bytes:
+        head = [(b"host", self._host_header), *headers]
+        if content is not None:
+            head.append((b"content-length", b"%d" % len(content)))
+        data = request_head(method, self._target(target), head)
+        return data + content if content else data
 
     def _target(self, target: str) -> bytes:
         path = self._prefix + target
@@ -250,6 +255,7 @@ async def _answer(wire: _Wire, data: bytes, reader: ResponseReader,
     wire.reader, wire.waiter = reader, waiter
     try:
         wire.transport.write(data)
+        del data  # the transport holds what it has not sent yet
         async with asyncio.timeout(read_timeout):
             await waiter
     except TimeoutError as exc:

@@ -143,14 +143,7 @@ class H2Connection(asyncio.Protocol):
         enough (the stream is reset if more come)."""
         if not self.usable:
             raise Unprocessed("the connection takes no new requests")
-        sid = self._h2.get_next_available_stream_id()
-        head = [(b":method", method), (b":scheme", scheme), (b":authority", authority),
-                (b":path", path)]
-        head += [(k.lower(), v) for k, v in headers if k.lower() not in _HOP_BY_HOP]
-        try:
-            self._h2.send_headers(sid, head, end_stream=True)  # counts `_exchanges`: first
-        except h2.exceptions.ProtocolError as exc:
-            raise httpx.LocalProtocolError(f"{type(exc).__name__}: {exc}") from exc
+        sid = self._send_head(method, authority, scheme, path, headers)
         exchange = _Exchange(asyncio.get_running_loop().create_future(), head_only)
         self._exchanges[sid] = exchange
         self._flush()
@@ -164,6 +157,21 @@ class H2Connection(asyncio.Protocol):
                 self._reset(sid)  # given up on (timeout, cancelled) or cut short
             self._close_if_drained()
         return Response(exchange.status, exchange.headers, content=bytes(exchange.body))
+
+    def _send_head(self, method: bytes, authority: bytes, scheme: bytes, path: bytes,
+                   headers: Headers) -> int:
+        """Open a stream with these headers (and no body); its id. Apart from `request`:
+        the header list is garbage once sent, not kept for as long as the answer takes
+        (a long-poll's, per watched stream)."""
+        sid: int = self._h2.get_next_available_stream_id()
+        head = [(b":method", method), (b":scheme", scheme), (b":authority", authority),
+                (b":path", path)]
+        head += [(k.lower(), v) for k, v in headers if k.lower() not in _HOP_BY_HOP]
+        try:
+            self._h2.send_headers(sid, head, end_stream=True)  # counts `_exchanges`: first
+        except h2.exceptions.ProtocolError as exc:
+            raise httpx.LocalProtocolError(f"{type(exc).__name__}: {exc}") from exc
+        return sid
 
     def close(self) -> None:
         self._closing = True

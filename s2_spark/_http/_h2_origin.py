@@ -51,6 +51,7 @@ class Http2Origin:
         end = Endpoint.of(base_url)
         self._tls, self._host, self._port = end.tls, end.host, end.port
         self._authority = end.authority
+        self._authority_bytes = end.authority.encode()
         self._scheme = end.scheme.encode()
         self._prefix = end.prefix
         self._proxy = end.proxy
@@ -95,7 +96,7 @@ class Http2Origin:
         for send in range(1, _SENDS + 1):
             conn = await self._connection(timeouts, newer_than=last)
             try:
-                return await conn.request(method, self._authority.encode(), self._scheme,
+                return await conn.request(method, self._authority_bytes, self._scheme,
                                           path, headers, timeouts.read,
                                           HEAD_BYTES if head_only else None)
             except Unprocessed as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from s2_spark._http import AsyncConnection, AsyncTimeouts, Response
@@ -54,13 +55,24 @@ class PollConnections:
         self._connects = asyncio.Semaphore(CONNECTS_AT_ONCE)
         self._ssl: dict[bool, ssl.SSLContext] = {}  # ALPN offering h2? -> the context
 
-    async def get(self, stream: str, base_url: str, target: str, *,
-                  head_only: bool = False) -> Response:
+    def get(self, stream: str, base_url: str, target: str, *,
+            head_only: bool = False) -> Awaitable[Response]:
         """GET `base_url` + `target` for `stream`, with the settings' headers and timeouts
         (see `AsyncConnection.request`): on the stream's own HTTP/1.1 connection, or over
-        HTTP/2 once `own_connections` streams have one (where the origin speaks it)."""
-        settings = self._settings
+        HTTP/2 once `own_connections` streams have one (where the origin speaks it).
+        Where the origin is known to speak HTTP/2 this is the origin's request itself, not
+        a coroutine around it: a waiting poll holds every frame of its chain, per stream."""
         origin = self._origin(base_url)
+        if (stream not in self._h1 and len(self._h1) >= self._own
+                and origin.speaks_h2 is True):
+            settings = self._settings
+            return origin.request(b"GET", target, settings.headers, settings.timeout,
+                                  head_only=head_only)
+        return self._get(origin, stream, base_url, target, head_only)
+
+    async def _get(self, origin: Http2Origin, stream: str, base_url: str, target: str,
+                   head_only: bool) -> Response:
+        settings = self._settings
         if (stream not in self._h1 and len(self._h1) >= self._own
                 and origin.speaks_h2 is not False):
             try:

@@ -310,10 +310,11 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         await asyncio.gather(*tasks, return_exceptions=True)
         self._conns.close()
 
-    async def _get(self, stream: str, base_url: str, target: str, *,
-                   head_only: bool = False) -> Response:
-        """(Loop thread) GET `base_url` + `target` for `stream` (see `PollConnections`)."""
-        return await self._conns.get(stream, base_url, target, head_only=head_only)
+    def _get(self, stream: str, base_url: str, target: str, *,
+             head_only: bool = False) -> Awaitable[Response]:
+        """(Loop thread) GET `base_url` + `target` for `stream` (see `PollConnections`).
+        Not a coroutine of its own: every frame a waiting poll holds is held per stream."""
+        return self._conns.get(stream, base_url, target, head_only=head_only)
 
     def _sync(self) -> None:
         """(Loop thread) start and cancel the polls of the streams `watch` touched, to
@@ -342,58 +343,66 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
                 self._polled.add(stream)
 
     async def _poll(self, stream: str, pos: P) -> None:
-        """Long-poll `stream` at `pos` (see `_poll_until_news`). When the task ends by
-        itself, for whatever reason, the stream stops being quiet; one `_sync` cancelled
-        was moved on by the caller, who saw to that."""
+        """Long-poll `stream` at `pos` until data arrives there (see `Answer`); news that
+        came with the tail is followed (`_follow`), and once the caller watches from that
+        tail, polling goes on there. A transient failure makes the stream not quiet until
+        a later poll, after a pause, waits again.
+
+        When the task ends by itself, for whatever reason, the stream stops being quiet;
+        one `_sync` cancelled was moved on by the caller, who saw to that. (One coroutine,
+        the poll's own answer asked inline: each frame a waiting poll holds costs a few
+        hundred bytes per watched stream.)"""
         try:
-            await self._poll_until_news(stream, pos)
+            poll = self._poller(stream, pos)
+            failures = 0
+            answer: Answer | News[Any] | Pause | None = None  # one in hand: a followed poll's
+            while answer is not None or self._arm(stream, pos):
+                if answer is None:
+                    try:
+                        answer = await poll()
+                    except (httpx.HTTPError, ValueError) as exc:
+                        self._failed(stream, exc)
+                        answer = Answer.FAILED
+                got, answer = answer, None
+                if isinstance(got, News):
+                    if not self._report(stream, pos, final=True, tail=got.tail):
+                        return
+                    adopted, answer = await self._follow(stream, got.tail)
+                    if not adopted:
+                        return
+                    pos, poll, failures = got.tail, self._poller(stream, got.tail), 0
+                    continue
+                if got is Answer.NOTHING:
+                    failures = 0
+                    if self._repoll_pause > 0:
+                        await asyncio.sleep(random.uniform(0, self._repoll_pause))
+                    continue
+                if got is Answer.ENDED:
+                    await asyncio.Event().wait()  # quiet for good, until `_sync` cancels it
+                final = got is Answer.NEWS or got is Answer.GONE
+                self._report(stream, pos, final=final)
+                if final:
+                    return  # the caller looks it up and watches it again from its plan
+                failures += 1
+                delay = _RETRY_DELAYS[min(failures, len(_RETRY_DELAYS)) - 1]
+                await asyncio.sleep(max(delay, got.seconds) if isinstance(got, Pause)
+                                    else delay)
         except Exception as exc:
             log.warning("tail watch of %s stopped: %r", self._describe(stream), exc)
         finally:
-            entry = self._tasks.get(stream)
-            if entry is not None and entry[1] is asyncio.current_task():
-                with self._news:  # a stream no poll waits on is never quiet
-                    self._quiet.pop(stream, None)
-                    if self._tails.get(stream) == entry[0]:
-                        del self._tails[stream]
-                    if self._want.get(stream) == entry[0]:
-                        self._changed.add(stream)  # polled again once watched again
-                    self._news.notify_all()
+            self._ended(stream)
 
-    async def _poll_until_news(self, stream: str, pos: P) -> None:
-        """Long-poll `stream` at `pos` until data arrives there (see `Answer`); news that
-        came with the tail is followed (`_follow`), and once the caller watches from that
-        tail, polling goes on there. A failure makes the stream not quiet until a later
-        poll, after a pause, waits again: a deleted stream keeps failing, slowly."""
-        poll = self._poller(stream, pos)
-        failures = 0
-        answer: Answer | News[Any] | Pause | None = None  # one in hand: a followed poll's
-        while answer is not None or self._arm(stream, pos):
-            if answer is None:
-                answer = await self._ask(stream, poll)
-            got, answer = answer, None
-            if isinstance(got, News):
-                if not self._report(stream, pos, final=True, tail=got.tail):
-                    return
-                adopted, answer = await self._follow(stream, got.tail)
-                if not adopted:
-                    return
-                pos, poll, failures = got.tail, self._poller(stream, got.tail), 0
-                continue
-            if got is Answer.NOTHING:
-                failures = 0
-                if self._repoll_pause > 0:
-                    await asyncio.sleep(random.uniform(0, self._repoll_pause))
-                continue
-            if got is Answer.ENDED:
-                await asyncio.Event().wait()  # quiet for good, until `_sync` cancels it
-            final = got is Answer.NEWS or got is Answer.GONE
-            self._report(stream, pos, final=final)
-            if final:
-                return  # the caller looks it up and watches it again from its plan
-            failures += 1
-            delay = _RETRY_DELAYS[min(failures, len(_RETRY_DELAYS)) - 1]
-            await asyncio.sleep(max(delay, got.seconds) if isinstance(got, Pause) else delay)
+    def _ended(self, stream: str) -> None:
+        """(The stream's task, ending) unless `_sync` moved it on: not quiet any more."""
+        entry = self._tasks.get(stream)
+        if entry is not None and entry[1] is asyncio.current_task(self._loop):
+            with self._news:  # a stream no poll waits on is never quiet
+                self._quiet.pop(stream, None)
+                if self._tails.get(stream) == entry[0]:
+                    del self._tails[stream]
+                if self._want.get(stream) == entry[0]:
+                    self._changed.add(stream)  # polled again once watched again
+                self._news.notify_all()
 
     async def _follow(self, stream: str, tail: P
                       ) -> tuple[bool, Answer | News[Any] | Pause | None]:
@@ -423,8 +432,12 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         try:
             return await poll()
         except (httpx.HTTPError, ValueError) as exc:
-            log.debug("tail watch of %s: %s", self._describe(stream), type(exc).__name__)
+            self._failed(stream, exc)
             return Answer.FAILED
+
+    def _failed(self, stream: str, exc: Exception) -> None:
+        """A poll failed (the type of the failure is logged, never a URL or a header)."""
+        log.debug("tail watch of %s: %s", self._describe(stream), type(exc).__name__)
 
     def _arm(self, stream: str, pos: P) -> bool:
         """Mark `stream` quiet at `pos` as a poll goes out, unless the caller moved on or
