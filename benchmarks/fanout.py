@@ -219,13 +219,15 @@ def main() -> None:
     ap.add_argument("--rtt-ms", type=float, default=0.0,
                     help="round trip the queries see (s2_spark.testing.DelayProxy)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each query (best counts)")
+    ap.add_argument("--http-stack", default="auto", choices=["auto", "granian", "hypercorn"],
+                    help="the local server's HTTP stack (see docs/local-server.md)")
     add_pin_option(ap)
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     placement = placed(args)  # before Spark starts
     spark = session()
     out = []
-    with ServerProcess() as server, contextlib.ExitStack() as stack:
+    with ServerProcess(stack=args.http_stack) as server, contextlib.ExitStack() as stack:
         placement.pin_server(server.pid)
         cpu = CpuMeter(server=server.pid, here="this process (driver)")
         url = server.url
