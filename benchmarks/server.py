@@ -20,7 +20,8 @@ that turn, the best turn counting (the machine may be loaded: CPU time, not wall
   session, in ms).
 
 Ends with `server: <stack> append <a> ms, tail <t> ms, read <r> ms, long-poll h1 <p> ms,
-h2 <q> ms, s2s read <s> ms per 1M; <x>x-<y>x less CPU than hypercorn (<pinned|unpinned>)`.
+long-poll h2 <q> ms, s2s read 1M <s> ms; <x>x-<y>x less CPU than hypercorn
+(<pinned|unpinned>)`.
 """
 
 from __future__ import annotations
@@ -203,6 +204,10 @@ def main() -> None:
     report(best, stacks, placement.mode, args)
 
 
+def _ms(value: float) -> str:
+    return f"{value:.3f}" if value < 10 else f"{value:.0f}"
+
+
 def report(best: dict[tuple[str, str], float], stacks: list[str], mode: str,
            args: argparse.Namespace) -> None:
     first, others = stacks[0], stacks[1:]
@@ -214,14 +219,14 @@ def report(best: dict[tuple[str, str], float], stacks: list[str], mode: str,
           + "".join(f"{o + '/' + first:>20s}" for o in others) + f"{'target':>9s}")
     ratios = []
     for kind in kinds:
-        row = f"{kind:14s}" + "".join(f"{best[(kind, s)]:11.3f}" for s in stacks)
+        row = f"{kind:14s}" + "".join(f"{_ms(best[(kind, s)]):>11s}" for s in stacks)
         for other in others:
             ratio = best[(kind, other)] / max(best[(kind, first)], 1e-9)
             ratios.append(ratio)
             row += f"{ratio:19.2f}x"
         target = TARGETS.get(kind)
         print(row + (f"{'<= ' + str(target):>9s}" if target else ""))
-    figures = ", ".join(f"{kind} {best[(kind, first)]:.3f} ms" for kind in kinds)
+    figures = ", ".join(f"{kind} {_ms(best[(kind, first)])} ms" for kind in kinds)
     span = f"{min(ratios):.2f}x-{max(ratios):.2f}x" if ratios else "-"
     print(f"server: {first} {figures}; {span} less CPU than {','.join(others) or '-'} ({mode})")
 
