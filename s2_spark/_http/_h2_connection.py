@@ -163,7 +163,8 @@ class H2Connection(asyncio.Protocol):
             if self._exchanges.pop(sid, None) is not None:
                 self._reset(sid)  # given up on (timeout, cancelled) or cut short
             self._close_if_drained()
-        return Response(exchange.status, exchange.headers, content=bytes(exchange.body))
+        return Response(exchange.status, exchange.headers, content=bytes(exchange.body),
+                        prefix=head_only is not None)
 
     def close(self) -> None:
         self._closing = True

@@ -53,10 +53,13 @@ class S2Config:
     * `tls`: a private CA bundle or a client certificate (`TlsConfig`); by default the
       CAs httpx trusts, `SSL_CERT_FILE` / `SSL_CERT_DIR` when set. Proxies come from
       `HTTPS_PROXY` / `HTTP_PROXY` / `NO_PROXY`.
-    * `compression`: how S2S sessions compress frames. zstd (then gzip) saves bandwidth
-      to S2 cloud; on loopback it only costs CPU on both ends (a 1M-record catch-up read
-      ran ~5x slower with zstd). "auto" (default): none for a loopback endpoint
-      (localhost, 127.x, ::1), zstd otherwise.
+    * `compression`: what every request asks S2 to compress with, and compresses with
+      itself: its Accept-Encoding (S2 compresses answers of 1 KiB or more, and the
+      frames of S2S sessions, with it), the frames of append sessions, and unary request
+      bodies of 1 KiB or more (as S2's SDKs do). "zstd" (gzip where a server has no zstd)
+      or "gzip" save bandwidth to S2 cloud; on loopback they only cost CPU on both ends
+      (a 1M-record catch-up read ran ~5x slower with zstd). "auto" (default): none for
+      a loopback endpoint (localhost, 127.x, ::1), zstd otherwise.
     """
 
     access_token: str | None = field(default=None, repr=False)
@@ -136,7 +139,8 @@ class S2Config:
         return replace(self, retry=retry)
 
     def session_compression(self, basin: str | None = None) -> Literal["zstd", "gzip", "none"]:
-        """The compression sessions use, resolving "auto" by the endpoint's host."""
+        """The compression requests to `basin` (None: the account) use, resolving "auto"
+        by the endpoint's host."""
         if self.compression != "auto":
             return self.compression
         url = self.basin_base_url(basin)[0] if basin else self.account_base_url()
@@ -145,8 +149,8 @@ class S2Config:
         return "none" if loopback else "zstd"
 
     def session_accept_encoding(self, basin: str | None = None) -> str:
-        """The Accept-Encoding a session sends: always explicit, since httpx's default
-        (gzip) would make the server gzip every frame."""
+        """The Accept-Encoding every request sends: always explicit, since httpx's default
+        (gzip) would make the server gzip every answer and frame."""
         return _ACCEPT_ENCODING[self.session_compression(basin)]
 
     def account_base_url(self) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from s2_spark._http import Exchange, transport_error
+from s2_spark._http import BodyDecodingError, Exchange, transport_error
 from s2_spark.errors import (
     AlreadyExistsError,
     FencingTokenMismatchError,
@@ -27,7 +27,8 @@ from s2_spark.errors import (
     ServiceError,
 )
 
-__all__ = ["error_from_body", "error_from_status", "error_from_transport", "is_retryable"]
+__all__ = ["error_from_body", "error_from_decoding", "error_from_status", "error_from_transport",
+           "is_retryable"]
 
 _RETRYABLE_409_CODES = frozenset({"transaction_conflict"})
 
@@ -148,6 +149,20 @@ def error_from_transport(
     """An httpx transport failure: retryable `S2UnavailableError` (with `unsent` and
     `stale_connection` from the exchange's trace), or `TlsError` for TLS misconfiguration."""
     return transport_error(exc, exchange, target, what, S2UnavailableError, streamed=streamed)
+
+
+def error_from_decoding(exc: BodyDecodingError, target: str) -> S2Error:
+    """An answer whose body does not decode by its Content-Encoding (corrupt, cut short,
+    an encoding not asked for): not retried, as S2's SDK does not; `status` 0, since the
+    answer's own status cannot be trusted to mean what it says."""
+    err = S2Error(
+        f"S2's answer for {target} could not be read: {exc}. The server or a proxy on the "
+        "way sent a broken compressed body; if it persists, ask for uncompressed answers "
+        "(option compression=none, S2Config(compression='none'))",
+        code="response_compression",
+    )
+    err.__cause__ = exc
+    return err
 
 
 def is_retryable(exc: BaseException) -> bool:

@@ -30,6 +30,7 @@ __all__ = [
     "FrameDecoder",
     "Message",
     "Terminal",
+    "compress",
     "encode_message",
     "encode_terminal",
 ]
@@ -110,7 +111,7 @@ def encode_message(
     if compression is Compression.NONE or len(body) < COMPRESSION_THRESHOLD:
         compression, payload = Compression.NONE, body
     else:
-        payload = _compress(compression, body)
+        payload = compress(compression, body)
         if len(payload) > MAX_PAYLOAD_BYTES:
             compression, payload = Compression.NONE, body
     flag = (compression << _COMPRESSION_SHIFT) | (_RECONNECT_ADVISED if reconnect_advised else 0)
@@ -238,7 +239,9 @@ def _decode_frame(flag: int, payload: bytes | memoryview) -> Message | Terminal:
     return Message(body, bool(flag & _RECONNECT_ADVISED))
 
 
-def _compress(compression: Compression, data: bytes) -> bytes:
+def compress(compression: Compression, data: bytes) -> bytes:
+    """`data` compressed whole (zstd, or gzip's container): a frame's payload, or an HTTP
+    request body of the same algorithm."""
     if compression is Compression.ZSTD:
         return zstandard.ZstdCompressor().compress(data)
     return zlib.compress(data, wbits=31)  # gzip container
