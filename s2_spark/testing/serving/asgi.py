@@ -1,7 +1,8 @@
 """The ASGI plumbing of the local server: a request's parts, bodies, answers, disconnects.
 
 Nothing here knows S2's resources: `Request` reads an HTTP scope (path segments split
-before unescaping, query, headers, a body undone from its Content-Encoding),
+before unescaping, query, headers, a body: undone from its Content-Encoding before the
+app sees it, by `compression.HttpCompression`),
 `respond`/`respond_json` answer it, and `until_disconnect` ends a streaming answer
 when its client goes away.
 """
@@ -10,12 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import zlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl, unquote_to_bytes
-
-import zstandard
 
 from s2_spark.testing.semantics.errors import ApiError
 from s2_spark.testing.semantics.names import validate_basin_name
@@ -92,36 +90,7 @@ class Request:
                     raise ApiError.standard(413, "invalid", "request body is too large")
                 chunks.append(chunk)
             if not msg.get("more_body", False):
-                return self._decoded(b"".join(chunks), limit)
-
-    def _decoded(self, data: bytes, limit: int) -> bytes:
-        """Undo a `Content-Encoding`: s2-sdk with compression on compresses unary bodies."""
-        encoding = (self.headers.get("content-encoding") or "identity").strip().lower()
-        if encoding == "identity" or not data:
-            return data
-        if encoding not in ("zstd", "gzip"):
-            raise ApiError.bad(
-                "bad_header", f"unsupported Content-Encoding {encoding!r}: use zstd or gzip"
-            )
-        parts: list[bytes] = []
-        size = 0
-        try:
-            if encoding == "zstd":
-                reader = zstandard.ZstdDecompressor().stream_reader(data)
-                while chunk := reader.read(1 << 16):
-                    size += len(chunk)
-                    if size > limit:
-                        break
-                    parts.append(chunk)
-            else:
-                out = zlib.decompressobj(wbits=31).decompress(data, limit + 1)
-                size = len(out)
-                parts.append(out)
-        except (zstandard.ZstdError, zlib.error) as e:
-            raise ApiError.bad("bad_request", f"corrupt {encoding} request body: {e}") from e
-        if size > limit:
-            raise ApiError.standard(413, "invalid", "request body is too large")
-        return b"".join(parts)
+                return b"".join(chunks)
 
     async def json(self) -> Any:
         data = await self.body()

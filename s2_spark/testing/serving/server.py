@@ -1,7 +1,8 @@
 """Running the local S2 server: in a background thread, or as a child process.
 
 Both serve HTTP/1.1 and HTTP/2 cleartext (prior knowledge) on one port through
-hypercorn, which is what s2-sdk needs over `http://`; with `ServerTls` they serve
+hypercorn, which is what s2-sdk needs over `http://`, the app behind s2-lite's
+compression layers (`compression.HttpCompression`); with `ServerTls` they serve
 HTTPS instead (HTTP/1.1 and HTTP/2 by ALPN), optionally requiring client certificates.
 
 Both count the requests they receive per kind: `request_counts()` (over the testing-only
@@ -29,6 +30,7 @@ from typing import IO, Any
 
 from s2_spark.testing.semantics.app import STATS_PATH, S2App
 from s2_spark.testing.semantics.store import Store
+from s2_spark.testing.serving.compression import HttpCompression
 
 __all__ = [
     "LocalS2Server",
@@ -192,7 +194,7 @@ def _tolerate_data_after_response() -> None:
 
 
 async def _serve(
-    sock: socket.socket, app: S2App, shutdown: asyncio.Event, tls: ServerTls | None
+    sock: socket.socket, app: HttpCompression, shutdown: asyncio.Event, tls: ServerTls | None
 ) -> None:
     from hypercorn.asyncio import serve
 
@@ -232,6 +234,7 @@ class LocalS2Server:
         self._error: BaseException | None = None
         self.store: Store | None = None
         self._app: S2App | None = None
+        self._served: HttpCompression | None = None
 
     def __repr__(self) -> str:
         return f"LocalS2Server(url={self.url if self._sock else None!r})"
@@ -250,6 +253,8 @@ class LocalS2Server:
         self.store = Store(self.data_dir)
         app = S2App(self.store, token=self._token, heartbeat_interval=self.heartbeat_interval)
         self._app = app
+        # Behind s2-lite's compression layers: answers compressed, request bodies undone.
+        served = self._served = HttpCompression(app)
         ready = threading.Event()
 
         def run() -> None:
@@ -261,7 +266,7 @@ class LocalS2Server:
             ready.set()
             try:
                 assert self._sock is not None
-                loop.run_until_complete(_serve(self._sock, app, self._shutdown, self.tls))
+                loop.run_until_complete(_serve(self._sock, served, self._shutdown, self.tls))
             except BaseException as e:  # surfaced by stop()
                 self._error = e
             finally:
@@ -283,6 +288,11 @@ class LocalS2Server:
     def append_counts(self) -> dict[str, int]:
         """Appends taken since `start()` by outcome (see `fetch_append_counts`)."""
         return {} if self._app is None else self._app.appends.outcomes.snapshot()
+
+    def compressed_counts(self) -> dict[str, int]:
+        """Answers sent compressed since `start()`, by coding (`zstd`, `gzip`): how tests
+        see that a client asked for compression and got it. Read in process."""
+        return {} if self._served is None else self._served.compressed.snapshot()
 
     def stop(self) -> None:
         thread, loop, shutdown = self._thread, self._loop, self._shutdown
@@ -337,7 +347,7 @@ def serve_forever(
             loop.add_signal_handler(sig, shutdown.set)
         stream = out or sys.stdout
         print(_url(host, sock.getsockname()[1], tls), file=stream, flush=True)
-        await _serve(sock, app, shutdown, tls)
+        await _serve(sock, HttpCompression(app), shutdown, tls)
 
     try:
         asyncio.run(main())
