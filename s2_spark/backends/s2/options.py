@@ -1,7 +1,7 @@
 """The `s2` format's connection and stream-selection options (no pyspark).
 
 Which basin, where it is served, how to authenticate and what the network needs (retry
-budget, TLS); which streams to read. Shared by
+budget, TLS, compression); which streams to read. Shared by
 the reader and the writer. The token falls back to S2_ACCESS_TOKEN here, on the driver,
 so executors never depend on their environment.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from s2_spark._options import Option
 from s2_spark.backends.network_options import (
@@ -28,6 +28,10 @@ __all__ = ["S2_CONNECTION_OPTIONS", "S2_SELECTION_OPTIONS", "S2Settings", "parse
 if TYPE_CHECKING:
     from s2_spark.s2 import S2Config
 
+Compression = Literal["auto", "none", "zstd", "gzip"]
+#: The values of option compression, as `S2Config.compression` takes them.
+COMPRESSIONS: tuple[Compression, ...] = ("auto", "none", "zstd", "gzip")
+
 
 @dataclass(frozen=True, slots=True)
 class S2Settings:
@@ -39,13 +43,15 @@ class S2Settings:
     account_endpoint: str | None = None
     basin_endpoint: str | None = None
     network: NetworkSettings = field(default_factory=NetworkSettings)
+    compression: Compression = "auto"
 
     def __repr__(self) -> str:
         token = "None" if self.access_token is None else "'***'"
         return (
             f"S2Settings(basin={self.basin!r}, access_token={token}, "
             f"endpoint={self.endpoint!r}, account_endpoint={self.account_endpoint!r}, "
-            f"basin_endpoint={self.basin_endpoint!r}, network={self.network!r})"
+            f"basin_endpoint={self.basin_endpoint!r}, network={self.network!r}, "
+            f"compression={self.compression!r})"
         )
 
     def config(self) -> S2Config:
@@ -58,6 +64,7 @@ class S2Settings:
             basin_endpoint=self.basin_endpoint,
             retry=self.network.retry_policy(),
             tls=self.network.tls,
+            compression=self.compression,
         )
 
 
@@ -76,8 +83,15 @@ ACCESS_TOKEN = Option(
     "accessToken", "a token",
     "The S2 access token; default: the S2_ACCESS_TOKEN environment variable of the "
     "driver. Spark redacts it in plans; it never appears in offsets, logs or errors.")
+COMPRESSION = Option(
+    "compression", ", ".join(COMPRESSIONS),
+    "What answers, S2S frames and request bodies of 1 KiB or more are compressed with "
+    "(the Accept-Encoding of every request; zstd falls back to gzip where a server has no "
+    "zstd). auto: none for a loopback endpoint (localhost, 127.x, ::1), where it only "
+    "costs CPU, zstd otherwise, where it saves bandwidth.",
+    default="auto")
 S2_CONNECTION_OPTIONS = (BASIN, ENDPOINT, ACCOUNT_ENDPOINT, BASIN_ENDPOINT, ACCESS_TOKEN,
-                         *NETWORK_OPTIONS)
+                         *NETWORK_OPTIONS, COMPRESSION)
 
 STREAM = Option("stream", "a stream name", "The one stream to read.", roles=("read",))
 STREAMS = Option("streams", "comma-separated stream names", "The streams to read.",
@@ -121,7 +135,19 @@ def parse_s2_connection(options: Mapping[str, str], *, purpose: str) -> S2Settin
         account_endpoint=account_endpoint,
         basin_endpoint=basin_endpoint,
         network=parse_network_options(options),
+        compression=_compression(options),
     )
+
+
+def _compression(options: Mapping[str, str]) -> Compression:
+    raw = COMPRESSION.raw(options)
+    value = "auto" if raw is None else raw.strip().lower()
+    for accepted in COMPRESSIONS:
+        if value == accepted:
+            return accepted
+    raise OptionError(
+        f"option compression={raw!r} is not accepted: use {', '.join(COMPRESSIONS)} (auto: "
+        "none on loopback, zstd otherwise)")
 
 
 def parse_s2_selection(options: Mapping[str, str]) -> StreamSelection:
