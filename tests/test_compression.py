@@ -420,20 +420,21 @@ def test_durable_streams_answers_that_do_not_decode_are_malformed_responses() ->
 # -- through Spark ---------------------------------------------------------------------------
 
 
-@pytest.mark.spark
-def test_option_compression_takes_the_four_values(server: LocalS2Server, spark: Any) -> None:
+def test_option_compression_takes_the_four_values(server: LocalS2Server) -> None:
     from s2_spark.backends.s2.options import parse_s2_connection
+    from s2_spark.spark.s2.source import S2DataSource
 
     for value in ("auto", "none", "zstd", "GZIP"):
         settings = parse_s2_connection({"basin": "b", "compression": value}, purpose="read")
         assert settings.config().compression == value.lower()
     with pytest.raises(OptionError):
         parse_s2_connection({"basin": "b", "compression": ""}, purpose="write")
-    with pytest.raises(Exception, match="OptionError") as info:
-        spark.read.format("s2").options(endpoint=server.url, basin="cz-options", stream="s",
-                                        compression="lz4").load()
-    assert ("option compression='lz4' is not accepted: use auto, none, zstd, gzip"
-            in str(info.value))
+    # Checked where Spark checks a source's options, before any task runs.
+    with pytest.raises(OptionError) as info:
+        S2DataSource({"endpoint": server.url, "basin": "b", "stream": "s",
+                      "compression": "lz4"}).schema()
+    assert str(info.value) == ("option compression='lz4' is not accepted: use auto, none, "
+                               "zstd, gzip (auto: none on loopback, zstd otherwise)")
 
 
 @pytest.mark.spark
@@ -453,6 +454,20 @@ def test_a_batch_read_of_300_streams_through_spark(
     got = sorted((r.stream, r.seq_num, bytes(r.body)) for r in df.collect())
     assert got == [(n, i, body(n, i, 600)) for n in names for i in range(3)]
     assert compressed(server, coding) >= before + len(names)
+    # Written back to 300 streams of another basin, routed by the stream column: the
+    # appends of 1 KiB or more go compressed too.
+    copy = f"cz-copy-{uuid.uuid4().hex[:8]}"
+    with S2Client(S2Config(endpoint=server.url)) as plain:
+        plain.create_basin(copy)
+        sent = server.decompressed_counts().get(coding, 0)
+        df.select("stream", "body").write.format("s2").mode("append").options(
+            endpoint=server.url, basin=copy, createStreams="true", compression=coding).save()
+        assert server.decompressed_counts().get(coding, 0) >= sent + len(names)
+        copied = plain.basin(copy).read_many([SmallRead(n, 0, 3) for n in names],
+                                             include_headers=False)
+    for name, batch in zip(names, copied, strict=True):
+        assert not isinstance(batch, Exception), batch
+        assert batch.batch.column("body").to_pylist() == [body(name, i, 600) for i in range(3)]
 
 
 @pytest.mark.spark

@@ -186,12 +186,14 @@ def _with_vary(headers: Headers) -> Headers:
 class HttpCompression:
     """The ASGI app `app` behind s2-lite's compression layers (see the module).
 
-    Not s2-lite: `compressed` counts the answers sent compressed, by coding, so tests
-    can tell that a client asked for compression and got it."""
+    Not s2-lite: `compressed` counts the answers sent compressed and `decompressed` the
+    request bodies that came compressed, by coding, so tests can tell that a client
+    asked for compression and got it, or sent its bodies compressed."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self.compressed = KindCounter()
+        self.decompressed = KindCounter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not _under_v1(scope.get("path", "")):
@@ -217,6 +219,7 @@ class HttpCompression:
                 return
             try:
                 body = await _decompressed(receive, encoding.decode())
+                self.decompressed.add(encoding.decode())
             except ApiError as e:
                 await respond_json(send, e.status, e.body)
                 return

@@ -294,6 +294,10 @@ class LocalS2Server:
         see that a client asked for compression and got it. Read in process."""
         return {} if self._served is None else self._served.compressed.snapshot()
 
+    def decompressed_counts(self) -> dict[str, int]:
+        """Request bodies that came compressed since `start()`, by coding. In process."""
+        return {} if self._served is None else self._served.decompressed.snapshot()
+
     def stop(self) -> None:
         thread, loop, shutdown = self._thread, self._loop, self._shutdown
         if thread is None:
