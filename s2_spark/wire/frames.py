@@ -59,15 +59,13 @@ class Compression(enum.IntEnum):
 
     @classmethod
     def negotiate(cls, accept_encoding: str | None) -> Compression:
-        """Pick what a server sends for an `Accept-Encoding` header: zstd, then gzip."""
+        """Pick what a server's S2S frames use for an `Accept-Encoding` header: zstd if
+        named, else gzip if named, else none. As s2-lite picks it
+        (`CompressionAlgorithm::from_accept_encoding`, api/src/v1/stream/s2s.rs):
+        q-values are not looked at, so `zstd;q=0` still names zstd."""
         if not accept_encoding:
             return cls.NONE
-        offered = set()
-        for part in accept_encoding.split(","):
-            token, _, params = part.strip().partition(";")
-            if params.replace(" ", "").lower() in ("q=0", "q=0.0", "q=0.00", "q=0.000"):
-                continue
-            offered.add(token.strip().lower())
+        offered = {part.partition(";")[0].strip().lower() for part in accept_encoding.split(",")}
         if "zstd" in offered:
             return cls.ZSTD
         if "gzip" in offered:
