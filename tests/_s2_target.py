@@ -79,6 +79,12 @@ class ExternalS2:
     def append_counts(self) -> dict[str, int]:
         return self._local_only("append counts")  # type: ignore[no-any-return]
 
+    def compressed_counts(self) -> dict[str, int]:
+        return self._local_only("compression counts")  # type: ignore[no-any-return]
+
+    def decompressed_counts(self) -> dict[str, int]:
+        return self._local_only("compression counts")  # type: ignore[no-any-return]
+
     def inject_fault(self, *args: Any, **kwargs: Any) -> Any:
         return self._local_only("its fault hook")
 

@@ -20,6 +20,12 @@ def _bodies(batch: Any) -> list[bytes]:
     return batch.batch.column("body").to_pylist()
 
 
+def _body(k: int, i: int) -> bytes:
+    """Record i of stream k: 256 bytes, so that an answer of 4 or more is past the 1 KiB
+    over which the server compresses (when asked to), as s2-lite does."""
+    return f"{k}/{i}/".encode().ljust(256, b".")
+
+
 @pytest.fixture
 def streams(s2_server: Any, unique: Callable[[str], str]) -> Iterator[tuple[str, dict[str, int]]]:
     """A basin of 40 streams, stream k holding k records; (basin, tails)."""
@@ -30,8 +36,7 @@ def streams(s2_server: Any, unique: Callable[[str], str]) -> Iterator[tuple[str,
         for k in range(40):
             b.create_stream(f"s{k:02d}")
             if k:
-                b.stream(f"s{k:02d}").append([AppendRecord(f"{k}/{i}".encode())
-                                              for i in range(k)])
+                b.stream(f"s{k:02d}").append([AppendRecord(_body(k, i)) for i in range(k)])
     yield basin, {f"s{k:02d}": k for k in range(40)}
 
 
@@ -48,15 +53,19 @@ def test_tails_of_many_streams_at_once_and_none_for_a_missing_one(
         assert isinstance(got["s07"], Position)
 
 
+@pytest.mark.parametrize("compression", ["none", "zstd", "gzip"])
 def test_many_small_reads_give_what_single_reads_give(
-    s2_server: Any, streams: tuple[str, dict[str, int]]
+    s2_server: Any, streams: tuple[str, dict[str, int]], compression: Any
 ) -> None:
     basin, _ = streams
     reads = [SmallRead(f"s{k:02d}", 1, 5) for k in range(2, 40)]
-    with S2Client(s2_config(s2_server.url)) as c:
+    with S2Client(s2_config(s2_server.url, compression=compression)) as c:
         b = c.basin(basin)
+        before = s2_server.compressed_counts().get(compression, 0)
         got = b.read_many([*reads, SmallRead("s01", 1, 1), SmallRead("nope", 0, 1)],
                           include_headers=False)
+        if compression != "none":  # the answers of 4 records or more (streams 5 to 39)
+            assert s2_server.compressed_counts()[compression] >= before + 35
         for r, batch in zip(reads, got, strict=False):
             single = b.stream(r.stream).read(seq_num=1, count=5, include_headers=False)
             assert not isinstance(batch, Exception)
@@ -67,12 +76,16 @@ def test_many_small_reads_give_what_single_reads_give(
 
 
 @pytest.mark.local_server
+@pytest.mark.parametrize("compression", ["none", "zstd"])
 def test_over_a_network_that_cuts_connections_the_answers_are_the_same(
-    s2_server: Any, streams: tuple[str, dict[str, int]]
+    s2_server: Any, streams: tuple[str, dict[str, int]], compression: Any
 ) -> None:
+    """Answers cut short: an uncompressed one keeps the records that arrived whole, a
+    compressed one (which cannot be read in part) is asked for again."""
     basin, tails = streams
     with TcpProxy(s2_server.url, cut_after=(300, 2000), seed=3) as proxy, S2Client(
-        S2Config(endpoint=proxy.url, retry=RetryPolicy(initial_backoff=0.01))
+        S2Config(endpoint=proxy.url, retry=RetryPolicy(initial_backoff=0.01),
+                 compression=compression)
     ) as c:
         b = c.basin(basin)
         got = b.check_tails(list(tails))
@@ -82,7 +95,9 @@ def test_over_a_network_that_cuts_connections_the_answers_are_the_same(
     # As from `StreamClient.read`: a read cut short keeps the records that arrived whole.
     for r, n in zip(reads, [n for n in tails.values() if n], strict=True):
         got_bodies = _bodies(r)
-        assert got_bodies and got_bodies == [f"{n}/{i}".encode() for i in range(len(got_bodies))]
+        assert got_bodies and got_bodies == [_body(n, i) for i in range(len(got_bodies))]
+        if compression != "none" and n >= 4:  # past 1 KiB: compressed, never kept in part
+            assert len(got_bodies) == n
 
 
 @pytest.mark.local_server

@@ -163,7 +163,9 @@ def test_decompression_bombs_are_refused(compression: Compression) -> None:
 def test_negotiation_prefers_zstd_then_gzip() -> None:
     assert Compression.negotiate("gzip, zstd") is Compression.ZSTD
     assert Compression.negotiate("gzip;q=0.5, br") is Compression.GZIP
-    assert Compression.negotiate("zstd;q=0, gzip") is Compression.GZIP
+    # As s2-lite (api/src/v1/stream/s2s.rs, from_accept_encoding): q-values are ignored.
+    assert Compression.negotiate("zstd;q=0, gzip") is Compression.ZSTD
+    assert Compression.negotiate("GZIP;q=0") is Compression.GZIP
     assert Compression.negotiate("br") is Compression.NONE
     assert Compression.negotiate(None) is Compression.NONE
     assert Compression.ZSTD.token == "zstd"

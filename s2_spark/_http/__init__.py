@@ -11,6 +11,8 @@
 * `StreamedGets` (under `HttpClient.send(views=True)`): a read session's GET on a direct
   route read off a socket of its own into kept buffers, the body as views into them.
 * `Fanout`: the calls of a batch sent together from threaded code, on one event loop.
+* `Response` (every path's answer) decodes bodies by their Content-Encoding, the one place
+  that does; a body that does not decode is a `BodyDecodingError`.
 * `Exchange`: what one request did on the wire (sent whole? on a reused connection?),
   and `transport_error`: a transport failure as a typed error, TLS problems told apart.
 """
@@ -28,7 +30,7 @@ from s2_spark._http._client import (
 )
 from s2_spark._http._exchange import Exchange, failure_summary, transport_error
 from s2_spark._http._fanout import Call, Fanout
-from s2_spark._http._response import Headers, Response
+from s2_spark._http._response import BodyDecodingError, Headers, Response
 from s2_spark._http._routes import PoolLimits
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "POOL_SHARDS",
     "AsyncConnection",
     "AsyncTimeouts",
+    "BodyDecodingError",
     "Call",
     "Exchange",
     "Fanout",

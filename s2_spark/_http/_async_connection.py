@@ -15,7 +15,8 @@ what the rest of the seam keeps:
   absolute-form requests, an `https://` one a CONNECT tunnel (with the proxy's
   credentials from its URL), then TLS to the origin;
 * TLS with the watch's context (private CAs, client certificates);
-* httpx's exception types, so the watch tells failures apart as before.
+* httpx's exception types, so the watch tells failures apart as before;
+* bodies decoded per their Content-Encoding (by `Response`, as on every path).
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ class AsyncConnection:
             raise
         if not reader.keep_alive or reader.leftover or wire.lost:
             self.close()  # closed by the server, a body left unread, or bytes unasked
-        return Response(reader.status, reader.headers, content=reader.body)
+        return Response(reader.status, reader.headers, content=reader.body, prefix=head_only)
 
     def close(self) -> None:
         wire, self._wire = self._wire, None

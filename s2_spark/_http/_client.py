@@ -12,7 +12,7 @@ or `AsyncHttpClient` (the tail watch's event loop), which keep what httpx would:
 * TLS with the system of `s2_spark._tls` (private CAs, client certificates);
 * httpcore's trace events for `Exchange`, and httpx's exception types, so failures are
   told apart exactly as before (`transport_error`);
-* bodies decoded per Content-Encoding (`Response`).
+* bodies decoded per Content-Encoding (by `Response`, as on every path of the seam).
 
 `network`, an httpx transport, replaces the pools (tests use `httpx.MockTransport`).
 """
@@ -33,7 +33,7 @@ import httpx
 from s2_spark._tls import TlsConfig, ssl_context_for
 
 from ._exchange import Exchange
-from ._response import Response, _Decoder
+from ._response import Response, content_encoding
 from ._routes import PoolLimits, Route, route_for
 from ._streamed_get import StreamedGets
 
@@ -264,29 +264,20 @@ def _text(url: httpcore.URL) -> str:
     return f"{url.scheme.decode()}://{url.host.decode()}:{url.port}{url.target.decode()}"
 
 
-def _encoding(raw_headers: Headers) -> str:
-    for name, value in raw_headers:
-        if name.lower() == b"content-encoding":
-            return value.decode("latin-1").strip().lower()
-    return ""
-
-
 def _read_whole(status: int, chunks: Iterable[bytes], raw_headers: Headers,
                 request: httpcore.Request, close: Callable[[], object]) -> bytes:
-    """The whole body, decoded. A failure of a successful (2xx) answer keeps the prefix
-    that arrived (`partial_body`), when the body is not encoded."""
-    encoding = _encoding(raw_headers)
+    """The whole body, as it came (`Response` decodes it). A failure of a successful (2xx)
+    answer keeps the prefix that arrived (`partial_body`), when the body is not encoded."""
     got: list[bytes] = []
     try:
         for chunk in chunks:
             got.append(chunk)
     except Exception as exc:
-        keep = 200 <= status < 300 and encoding in ("", "identity")
+        keep = 200 <= status < 300 and not content_encoding(raw_headers)
         _reraise(exc, request, b"".join(got) if keep else None)
     finally:
         close()
-    body = b"".join(got)
-    return _Decoder(encoding).decode(body) if encoding else body
+    return b"".join(got)
 
 
 class HttpClient:

@@ -156,7 +156,8 @@ class H2Connection(asyncio.Protocol):
             if self._exchanges.pop(sid, None) is not None:
                 self._reset(sid)  # given up on (timeout, cancelled) or cut short
             self._close_if_drained()
-        return Response(exchange.status, exchange.headers, content=bytes(exchange.body))
+        return Response(exchange.status, exchange.headers, content=bytes(exchange.body),
+                        prefix=head_only is not None)
 
     def _send_head(self, method: bytes, authority: bytes, scheme: bytes, path: bytes,
                    headers: Headers) -> int:

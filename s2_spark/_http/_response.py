@@ -3,6 +3,14 @@ pieces, decoded per its Content-Encoding.
 
 Smaller than httpx's `Response` (which costs more to build than a small request's own
 parsing): headers are decoded on first use, and nothing else is done per response.
+
+Every path of the seam (the threads' `HttpClient`, a read session's `StreamedGets`, the
+asyncio `AsyncConnection` of the tail watch and the fan-out, HTTP/2's `H2Connection`)
+hands its bodies to `Response`, which decodes them here and nowhere else: a whole body
+through `decoded_body`, a streamed one through `iter_bytes`, both with `BodyDecoder`.
+S2 compresses answers of 1 KiB or more when asked to (zstd or gzip, by Accept-Encoding);
+an answer without a Content-Encoding costs one look at each header's name. A body that
+does not decode raises `BodyDecodingError`, never a parse error further on.
 """
 
 from __future__ import annotations
@@ -14,7 +22,8 @@ from typing import Any
 
 import httpx
 
-__all__ = ["Headers", "Response"]
+__all__ = ["BodyDecoder", "BodyDecodingError", "Headers", "Response", "content_encoding",
+           "decoded_body"]
 
 Chunks = Iterator[bytes]
 
@@ -61,42 +70,132 @@ class Headers(Mapping[str, str]):
         return f"Headers({sorted(self._decoded())})"  # names only: values may be secrets
 
 
-class _Decoder:
-    """Undoes one Content-Encoding piece by piece (identity, gzip, deflate, zstd)."""
+class BodyDecodingError(httpx.DecodingError):
+    """A response body that does not decode by its Content-Encoding: corrupt, cut short,
+    or in an encoding this client does not take. Never retried by the seam; the protocol
+    clients raise it as their own typed error (asking again would most likely get the
+    same body)."""
 
-    def __init__(self, encoding: str) -> None:
-        self._d: Any = None
-        if encoding in ("gzip", "x-gzip"):
-            self._d = zlib.decompressobj(zlib.MAX_WBITS | 16)
-        elif encoding == "deflate":
-            self._d = zlib.decompressobj()
-        elif encoding == "zstd":
-            import zstandard
+    def __init__(self, message: str, *, encoding: str, status: int) -> None:
+        super().__init__(message)
+        self.encoding = encoding
+        self.status = status
 
-            self._d = zstandard.ZstdDecompressor().decompressobj()
-        elif encoding not in ("", "identity"):
-            raise httpx.DecodingError(f"unsupported Content-Encoding {encoding!r}")
 
-    def decode(self, data: bytes) -> bytes:
-        if self._d is None:
-            return data
-        try:
-            return bytes(self._d.decompress(data))
-        except Exception as exc:  # zlib.error, zstandard.ZstdError
-            raise httpx.DecodingError(f"malformed compressed body: {exc}") from exc
+#: The codings a body may come in, each with how to make its decompressor.
+_DECOMPRESSORS: dict[str, Callable[[], Any]] = {
+    "gzip": lambda: zlib.decompressobj(zlib.MAX_WBITS | 16),
+    "x-gzip": lambda: zlib.decompressobj(zlib.MAX_WBITS | 16),
+    "deflate": zlib.decompressobj,
+    "zstd": lambda: _zstd().decompressobj(),
+}
+_ZSTD: list[Any] = []
+
+
+def _zstd() -> Any:
+    """One zstd decompression context for the process (made on first use)."""
+    if not _ZSTD:
+        import zstandard
+
+        _ZSTD.append(zstandard.ZstdDecompressor())
+    return _ZSTD[0]
+
+
+def content_encoding(headers: list[tuple[bytes, bytes]]) -> str:
+    """A response's Content-Encoding as sent, lower-cased ("" when there is none): a look
+    at each header's name length, so an answer without one costs next to nothing."""
+    for name, value in headers:
+        if len(name) == 16 and name.lower() == b"content-encoding":
+            coding = value.decode("latin-1").strip().lower()
+            return "" if coding == "identity" else coding
+    return ""
+
+
+class BodyDecoder:
+    """Undoes a Content-Encoding (gzip, deflate, zstd; a list of them applied in turn),
+    piece by piece: `decode` each piece as it arrives, `finish` once the body ended (a
+    body cut short fails there). A gzip body of several members, or a zstd one of several
+    frames, decodes whole."""
+
+    __slots__ = ("_encoding", "_fed", "_makers", "_objs", "_status")
+
+    def __init__(self, encoding: str, status: int = 0) -> None:
+        self._encoding = encoding
+        self._status = status
+        codings = [c.strip() for c in encoding.split(",")]
+        codings = [c for c in codings if c and c != "identity"]
+        unknown = [c for c in codings if c not in _DECOMPRESSORS]
+        if unknown:
+            raise self._error(f"it is in Content-Encoding {unknown[0]!r}, which this client "
+                              "does not take (it asks for zstd, gzip or deflate only)")
+        # Applied last first: "gzip, zstd" was gzipped, then zstd-compressed.
+        self._makers = [_DECOMPRESSORS[c] for c in reversed(codings)]
+        self._objs = [make() for make in self._makers]
+        self._fed = [False] * len(self._objs)
+
+    def _error(self, what: str) -> BodyDecodingError:
+        return BodyDecodingError(f"the response body (HTTP {self._status}) could not be "
+                                 f"decoded: {what}", encoding=self._encoding,
+                                 status=self._status)
+
+    def decode(self, data: bytes | memoryview) -> bytes:
+        out: bytes | memoryview = data
+        for i in range(len(self._objs)):
+            out = self._step(i, out)
+        return bytes(out)
+
+    def _step(self, i: int, data: bytes | memoryview) -> bytes:
+        """Data through the i-th decompressor, a new one for each member or frame."""
+        parts = []
+        while data:
+            if self._objs[i].eof:
+                self._objs[i] = self._makers[i]()
+            self._fed[i] = True
+            try:
+                parts.append(self._objs[i].decompress(data))
+            except Exception as exc:  # zlib.error, zstandard.ZstdError
+                raise self._error(f"corrupt {self._encoding} data ({exc})") from exc
+            data = self._objs[i].unused_data if self._objs[i].eof else b""
+        return b"".join(parts)
+
+    def finish(self) -> None:
+        """The body ended: fail if it ended inside a member or frame."""
+        for obj, fed in zip(self._objs, self._fed, strict=True):
+            if fed and not obj.eof:
+                raise self._error(f"the {self._encoding} data ends before its end "
+                                  "(the body was cut short)")
+
+
+def decoded_body(status: int, headers: list[tuple[bytes, bytes]], body: bytes, *,
+                 prefix: bool = False) -> bytes:
+    """`body` decoded by the response's Content-Encoding: the one place every whole body
+    read by the seam goes through (`Response` calls it). `prefix`: the body is only its
+    first bytes (a poll that needs no more), decoded as far as they go."""
+    encoding = content_encoding(headers)
+    if not encoding:
+        return body
+    decoder = BodyDecoder(encoding, status)
+    out = decoder.decode(body)
+    if not prefix:
+        decoder.finish()
+    return out
 
 
 class Response:
-    """One response. A streamed one must be read or closed (`with` closes it)."""
+    """One response. A streamed one must be read or closed (`with` closes it).
+
+    `content` is the body as it came; it is decoded here (`decoded_body`), so `content`
+    is always the decoded body. `prefix`: `content` is only the body's first bytes."""
 
     __slots__ = ("_chunks", "_close", "_content", "headers", "status_code")
 
     def __init__(self, status_code: int, headers: list[tuple[bytes, bytes]], *,
                  content: bytes | None = None, chunks: Chunks | None = None,
-                 close: Callable[[], None] | None = None) -> None:
+                 close: Callable[[], None] | None = None, prefix: bool = False) -> None:
         self.status_code = status_code
         self.headers = Headers(headers)
-        self._content = content
+        self._content = (content if content is None or not headers
+                         else decoded_body(status_code, headers, content, prefix=prefix))
         self._chunks = chunks
         self._close = close
 
@@ -134,7 +233,7 @@ class Response:
         return self._content
 
     def iter_raw(self) -> Chunks:
-        """The body as it arrives, still encoded (S2S frames carry their own compression)."""
+        """The body as it arrives, still in its Content-Encoding (`iter_bytes` decodes)."""
         chunks, self._chunks = self._chunks, None
         if chunks is None:
             raise httpx.StreamConsumed()
@@ -145,18 +244,22 @@ class Response:
 
     def iter_bytes(self, chunk_size: int | None = None) -> Chunks:
         """The body decoded, in pieces of `chunk_size` bytes (the last may be shorter) or
-        as it arrives."""
+        as it arrives (then, where nothing needs decoding, the pieces as they came: views
+        stay views). S2S frames carry their own compression besides: a session's frames
+        come out of here as the server framed them."""
         if self._content is not None:
             pieces: Chunks = iter([self._content])
         else:
-            decoder = _Decoder(self.headers.get("content-encoding", "").strip().lower())
-            pieces = (decoder.decode(raw) for raw in self.iter_raw())
-        pending = b""
-        for data in pieces:
-            if chunk_size is None:
+            encoding = content_encoding(self.headers.raw)
+            pieces = (self.iter_raw() if not encoding
+                      else _decoding(self.iter_raw(), BodyDecoder(encoding, self.status_code)))
+        if chunk_size is None:
+            for data in pieces:
                 if data:
                     yield data
-                continue
+            return
+        pending = b""
+        for data in pieces:
             pending += data
             at = 0
             while len(pending) - at >= chunk_size:
@@ -170,3 +273,9 @@ class Response:
         close, self._close = self._close, None
         if close is not None:
             close()
+
+
+def _decoding(raw: Chunks, decoder: BodyDecoder) -> Chunks:
+    for data in raw:
+        yield decoder.decode(data)
+    decoder.finish()

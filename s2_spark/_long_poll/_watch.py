@@ -141,6 +141,7 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         self._tails: dict[str, P] = {}  # the tail news came with, while a poll waits there
         self._pending: set[str] = set()  # touched by `watch`, not yet seen by `_sync`
         self._said_over = False
+        self._said_malformed = False
         self._closed = False
         # Loop thread only: the poll of each stream (with its position), pools of
         # connections and which one each stream uses.
@@ -428,7 +429,7 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
 
     async def _ask(self, stream: str, poll: Poll) -> Answer | News[Any] | Pause:
         """One poll; transport failures and malformed answers are `FAILED` (the type of
-        the failure is logged, never a URL or a header)."""
+        the failure is logged, never a URL or a header: `_failed`)."""
         try:
             return await poll()
         except (httpx.HTTPError, ValueError) as exc:
@@ -436,8 +437,18 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
             return Answer.FAILED
 
     def _failed(self, stream: str, exc: Exception) -> None:
-        """A poll failed (the type of the failure is logged, never a URL or a header)."""
-        log.debug("tail watch of %s: %s", self._describe(stream), type(exc).__name__)
+        """A poll failed (the type of the failure is logged, never a URL or a header). A
+        malformed answer (a body that does not decode, or does not parse) is no passing
+        failure: the first is logged as a warning, so a watch that can never learn
+        anything does not fail unseen."""
+        malformed = not isinstance(exc, httpx.TransportError)
+        if malformed and not self._said_malformed:
+            self._said_malformed = True
+            log.warning("the tail watch of %s got an answer it cannot read (%s: %s); "
+                        "such streams are looked up instead of watched",
+                        self._describe(stream), type(exc).__name__, str(exc)[:200])
+        else:
+            log.debug("tail watch of %s: %s", self._describe(stream), type(exc).__name__)
 
     def _arm(self, stream: str, pos: P) -> bool:
         """Mark `stream` quiet at `pos` as a poll goes out, unless the caller moved on or

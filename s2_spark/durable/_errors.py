@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import httpx
 
-from s2_spark._http import Exchange, Response, transport_error
+from s2_spark._http import BodyDecodingError, Exchange, Response, transport_error
 from s2_spark.errors import (
     DurableStreamsError,
     MalformedResponseError,
@@ -25,7 +25,7 @@ from s2_spark.errors import (
     StreamUnavailableError,
 )
 
-__all__ = ["error_from_response", "error_from_transport", "header_int"]
+__all__ = ["error_from_decoding", "error_from_response", "error_from_transport", "header_int"]
 
 
 def header_int(resp: Response, name: str) -> int | None:
@@ -138,5 +138,17 @@ def error_from_transport(
     `StreamUnavailableError` (with `unsent` / `stale_connection`), or `TlsError`."""
     err = transport_error(exc, exchange, target, what, StreamUnavailableError,
                           streamed=streamed)
+    err.__cause__ = exc
+    return err
+
+
+def error_from_decoding(exc: BodyDecodingError, target: str) -> MalformedResponseError:
+    """An answer whose body does not decode by its Content-Encoding: not retried."""
+    err = MalformedResponseError(
+        f"the answer for {target} could not be read: {exc}. The server or a proxy on the "
+        "way sent a broken compressed body; if it persists, ask for uncompressed answers "
+        "(DurableConfig(compression=False))",
+        code="response_compression",
+    )
     err.__cause__ = exc
     return err

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import httpx
 import pyarrow as pa
 
-from s2_spark._http import Exchange, Response
+from s2_spark._http import BodyDecodingError, Exchange, Response
 from s2_spark.errors import DurableStreamsError, MalformedResponseError
 from s2_spark.retry import AttemptOutcome, ResumableRead, RetryLoop, run_attempts
 from s2_spark.wire.durable import (
@@ -31,7 +31,7 @@ from s2_spark.wire.durable import (
     parse_control,
 )
 
-from ._errors import error_from_response, error_from_transport
+from ._errors import error_from_decoding, error_from_response, error_from_transport
 from ._transport import Transport
 
 __all__ = [
@@ -264,6 +264,8 @@ class StreamReader(ResumableRead[ReadChunk]):
                 yield from self._sse_events(resp, base64, loop)
         except httpx.TransportError as exc:
             return error_from_transport(exc, self._target, "SSE read", exchange)
+        except BodyDecodingError as exc:
+            raise error_from_decoding(exc, self._target) from exc
         return "done" if self.closed else "reconnect"
 
     def _sse_events(
@@ -396,6 +398,8 @@ class PieceReader(ResumableRead[ReadPiece]):
                 yield from self._pieces(resp, loop)
         except httpx.TransportError as exc:
             return error_from_transport(exc, self._target, "read", exchange)
+        except BodyDecodingError as exc:
+            raise error_from_decoding(exc, self._target) from exc
         return "reconnect"
 
     def _pieces(self, resp: Response, loop: RetryLoop) -> Generator[ReadPiece, None, None]:

@@ -8,6 +8,7 @@ from typing import Literal
 import httpx
 
 from s2_spark._http import (
+    BodyDecodingError,
     Exchange,
     HttpClient,
     Response,
@@ -20,7 +21,7 @@ from s2_spark.errors import ServiceError
 from s2_spark.retry import RetryLoop
 
 from ._config import DurableConfig
-from ._errors import error_from_response, error_from_transport
+from ._errors import error_from_decoding, error_from_response, error_from_transport
 
 __all__ = ["RetryMode", "Transport", "query", "split_url"]
 
@@ -95,6 +96,8 @@ class Transport:
                                  read=read, exchange=exchange)
             except httpx.TransportError as exc:
                 err = error_from_transport(exc, target, f"{method} request", exchange)
+            except BodyDecodingError as exc:
+                raise error_from_decoding(exc, target) from exc
             else:
                 if resp.status_code in ok:
                     return resp

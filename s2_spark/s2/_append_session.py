@@ -22,12 +22,17 @@ from urllib.parse import quote
 
 import httpx
 
-from s2_spark._http import Exchange
+from s2_spark._http import BodyDecodingError, Exchange
 from s2_spark._proto import s2_pb2
 from s2_spark.errors import FrameError, Position, S2Error, ServiceError
 from s2_spark.wire.frames import Compression, FrameDecoder, Message, encode_message
 
-from ._errors import error_from_response, error_from_status, error_from_transport
+from ._errors import (
+    error_from_decoding,
+    error_from_response,
+    error_from_status,
+    error_from_transport,
+)
 from ._transport import Transport
 from ._types import AppendAck
 
@@ -50,8 +55,6 @@ SESSION_HEADERS = [(b"content-type", b"s2s/proto"), (b"accept", b"s2s/proto")]
 #: What a protobuf request (a unary read or append) sends beside the basin's headers.
 PROTO_ACCEPT = [(b"accept", b"application/protobuf")]
 PROTO_HEADERS = [(b"content-type", b"application/protobuf"), *PROTO_ACCEPT]
-
-_COMPRESSION = {"zstd": Compression.ZSTD, "gzip": Compression.GZIP, "none": Compression.NONE}
 
 
 @dataclass(slots=True)
@@ -113,9 +116,8 @@ def run_append_session(
     if len(batches) == 1:
         token = fencing_tokens[0] if fencing_tokens is not None else fencing_token
         return _unary_append(transport, basin, stream, batches[0], match_seq_num, token)
-    cfg = transport.config
     target = f"stream {stream!r} in basin {basin!r}"
-    compression = _COMPRESSION[cfg.session_compression(basin)]
+    compression = transport.route(basin).compression
     body = _session_body(batches, match_seq_num, fencing_token, fencing_tokens, compression)
     path = f"/streams/{quote(stream, safe='')}/records"
     acks: list[AppendAck] = []
@@ -126,7 +128,7 @@ def run_append_session(
             if resp.status_code != 200:
                 resp.read()
                 return SessionResult(acks, error_from_response(resp, target))
-            ended = _read_acks(resp.iter_raw(), acks, len(batches), target)
+            ended = _read_acks(resp.iter_bytes(), acks, len(batches), target)
             if ended is not None:
                 return ended
     except httpx.TransportError as exc:
@@ -138,6 +140,8 @@ def run_append_session(
         return SessionResult(
             acks, S2Error(f"append session of {target} got malformed S2S data: {exc}")
         )
+    except BodyDecodingError as exc:
+        return SessionResult(acks, error_from_decoding(exc, target))
     if len(acks) < len(batches):
         return SessionResult(
             acks,
@@ -156,14 +160,17 @@ def _unary_append(transport: Transport, basin: str, stream: str, batch: AppendBa
     to know whether it left (a repeat could duplicate it): others go untraced."""
     target = f"stream {stream!r} in basin {basin!r}"
     exchange = Exchange(traced=match_seq_num is None and fencing_token is None)
+    body, encoded = transport.route(basin).body(batch.to_append_input(match_seq_num,
+                                                                      fencing_token))
     try:
         resp = transport.send("POST", basin, f"/streams/{quote(stream, safe='')}/records",
-                              PROTO_HEADERS, trace=exchange,
-                              content=batch.to_append_input(match_seq_num, fencing_token))
+                              PROTO_HEADERS + encoded, trace=exchange, content=body)
     except httpx.TransportError as exc:
         failure = error_from_transport(exc, target, "append", exchange)
         failure.__cause__ = exc
         return SessionResult([], failure)
+    except BodyDecodingError as exc:
+        return SessionResult([], error_from_decoding(exc, target))
     if resp.status_code != 200:
         return SessionResult([], error_from_response(resp, target))
     return SessionResult([ack_of(resp.content)])
@@ -201,5 +208,5 @@ def _drain(chunks: Iterator[bytes]) -> None:
     try:
         for _ in chunks:
             pass
-    except httpx.TransportError:
+    except (httpx.TransportError, BodyDecodingError):
         pass

@@ -61,15 +61,18 @@ class S2Config:
     * `tls`: a private CA bundle or a client certificate (`TlsConfig`); by default the
       CAs httpx trusts, `SSL_CERT_FILE` / `SSL_CERT_DIR` when set. Proxies come from
       `HTTPS_PROXY` / `HTTP_PROXY` / `NO_PROXY`.
-    * `compression`: how S2S sessions compress frames. zstd (then gzip) saves bandwidth
-      to S2 cloud; on loopback it only costs CPU on both ends (a 1M-record catch-up read
-      ran ~5x slower with zstd). "auto" (default): none for a loopback endpoint
-      (localhost, 127.x, ::1), zstd otherwise.
     * `encryption_key`: the key of the basin's encrypted streams (those created while its
       `stream_cipher` was set), base64 of 32 bytes, sent with every request to the basin
       (S2 reads it on appends and reads; a stream without a cipher ignores it). S2 checks
       it only when reading: records appended with another key fail to decrypt then
       (`EncryptionKeyError`). Hidden from repr like the token.
+    * `compression`: what every request asks S2 to compress with, and compresses with
+      itself: its Accept-Encoding (S2 compresses answers of 1 KiB or more, and the
+      frames of S2S sessions, with it), the frames of append sessions, and unary request
+      bodies of 1 KiB or more (as S2's SDKs do). "zstd" (gzip where a server has no zstd)
+      or "gzip" save bandwidth to S2 cloud; on loopback they only cost CPU on both ends
+      (a 1M-record catch-up read ran ~5x slower with zstd). "auto" (default): none for
+      a loopback endpoint (localhost, 127.x, ::1), zstd otherwise.
     """
 
     access_token: str | None = field(default=None, repr=False)
@@ -157,7 +160,8 @@ class S2Config:
         return replace(self, retry=retry)
 
     def session_compression(self, basin: str | None = None) -> Literal["zstd", "gzip", "none"]:
-        """The compression sessions use, resolving "auto" by the endpoint's host."""
+        """The compression requests to `basin` (None: the account) use, resolving "auto"
+        by the endpoint's host."""
         if self.compression != "auto":
             return self.compression
         url = self.basin_base_url(basin)[0] if basin else self.account_base_url()
@@ -166,8 +170,8 @@ class S2Config:
         return "none" if loopback else "zstd"
 
     def session_accept_encoding(self, basin: str | None = None) -> str:
-        """The Accept-Encoding a session sends: always explicit, since httpx's default
-        (gzip) would make the server gzip every frame."""
+        """The Accept-Encoding every request sends: always explicit, since httpx's default
+        (gzip) would make the server gzip every answer and frame."""
         return _ACCEPT_ENCODING[self.session_compression(basin)]
 
     def account_base_url(self) -> str:

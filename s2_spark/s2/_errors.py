@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from s2_spark._http import Exchange, Response, transport_error
+from s2_spark._http import BodyDecodingError, Exchange, Response, transport_error
 from s2_spark.errors import (
     AlreadyExistsError,
     DeletionPendingError,
@@ -40,8 +40,8 @@ from ._error_codes import (
     retry_after_seconds,
 )
 
-__all__ = ["error_from_body", "error_from_response", "error_from_status",
-           "error_from_transport"]
+__all__ = ["error_from_body", "error_from_decoding", "error_from_response",
+           "error_from_status", "error_from_transport"]
 
 #: 409 codes that say the basin or stream is being deleted.
 _DELETION_PENDING = frozenset({"stream_deletion_pending", "basin_deletion_pending"})
@@ -228,3 +228,17 @@ def error_from_transport(
     """An httpx transport failure: retryable `S2UnavailableError` (with `unsent` and
     `stale_connection` from the exchange's trace), or `TlsError` for TLS misconfiguration."""
     return transport_error(exc, exchange, target, what, S2UnavailableError, streamed=streamed)
+
+
+def error_from_decoding(exc: BodyDecodingError, target: str) -> S2Error:
+    """An answer whose body does not decode by its Content-Encoding (corrupt, cut short,
+    an encoding not asked for): not retried, as S2's SDK does not; `status` 0, since the
+    answer's own status cannot be trusted to mean what it says."""
+    err = S2Error(
+        f"S2's answer for {target} could not be read: {exc}. The server or a proxy on the "
+        "way sent a broken compressed body; if it persists, ask for uncompressed answers "
+        "(option compression=none, S2Config(compression='none'))",
+        code="response_compression",
+    )
+    err.__cause__ = exc
+    return err

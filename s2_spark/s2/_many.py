@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from s2_spark._http import Call, Response, query
+from s2_spark._http import BodyDecodingError, Call, Response, query
 from s2_spark.errors import AlreadyExistsError, NotFoundError, Position, S2Error, ServiceError
 
 from ._append_session import PROTO_ACCEPT, PROTO_HEADERS, ack_of
-from ._errors import error_from_response, error_from_transport
+from ._errors import error_from_decoding, error_from_response, error_from_transport
 from ._params import read_params
 from ._stream import records_path
-from ._transport import Transport
+from ._transport import BasinRoute, Transport
 from ._types import AppendAck
 
 if TYPE_CHECKING:
@@ -138,11 +138,10 @@ def append_each(basin: Basin, appends: Sequence[SingleAppend], *, in_flight: int
     under the empty fencing token (a new stream's, whoever created it), so a stream first
     met by one of several writers is created by it alone, before the others reach it."""
     route = basin.transport.route(basin.name)
-    bodies = [a.batch.to_append_input(a.match_seq_num, a.fencing_token) for a in appends]
-    calls = [Call(b"POST", route.origin.base_url, records_path(a.stream),
-                  route.headers + PROTO_HEADERS, body) for a, body in zip(appends, bodies,
-                                                                          strict=True)]
-    then = _CreateThenAppend(basin, appends, calls) if create_missing else None
+    calls = [_append_call(route, a.stream, a.batch.to_append_input(a.match_seq_num,
+                                                                   a.fencing_token))
+             for a in appends]
+    then = _CreateThenAppend(basin, appends) if create_missing else None
     results = basin.transport.fanout().run(calls, limit=in_flight, then=then)
     out: list[AppendAck | ServiceError] = []
     for a, result in zip(appends, results, strict=True):
@@ -153,6 +152,8 @@ def append_each(basin: Basin, appends: Sequence[SingleAppend], *, in_flight: int
             out.append(error_from_response(result, what))
         elif isinstance(result, httpx.TransportError):
             out.append(error_from_transport(result, what, "append", None))
+        elif isinstance(result, BodyDecodingError):
+            out.append(error_from_decoding(result, what))
         else:
             raise result
     return out
@@ -162,12 +163,10 @@ class _CreateThenAppend:
     """`append_each`'s follow-up: a 404 asks for the stream's creation, and the creation
     (or a 409: another writer's) for the append again under the empty token."""
 
-    def __init__(self, basin: Basin, appends: Sequence[SingleAppend],
-                 calls: list[Call]) -> None:
+    def __init__(self, basin: Basin, appends: Sequence[SingleAppend]) -> None:
         self._route = basin.transport.route(basin.name)
         self._appends = appends
-        self._calls = calls
-        self._steps = [0] * len(calls)
+        self._steps = [0] * len(appends)
 
     def __call__(self, i: int, response: Response) -> Call | None:
         step = self._steps[i]
@@ -176,10 +175,15 @@ class _CreateThenAppend:
             return _create_call(self._route, self._appends[i].stream)
         if step == 1 and response.status_code in (200, 201, 409):
             a = self._appends[i]
-            call = self._calls[i]
-            return Call(call.method, call.base_url, call.target, call.headers,
-                        a.batch.to_append_input(None, ""))
+            return _append_call(self._route, a.stream, a.batch.to_append_input(None, ""))
         return None
+
+
+def _append_call(route: BasinRoute, name: str, append_input: bytes) -> Call:
+    """A protobuf append to stream `name` (its body compressed as the route says)."""
+    body, encoded = route.body(append_input)
+    return Call(b"POST", route.origin.base_url, records_path(name),
+                route.headers + PROTO_HEADERS + encoded, body)
 
 
 def _create_call(route: Any, name: str) -> Call:

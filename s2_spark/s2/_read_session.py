@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 import httpx
 
-from s2_spark._http import Exchange, Response
+from s2_spark._http import BodyDecodingError, Exchange, Response
 from s2_spark.errors import (
     FrameError,
     Position,
@@ -38,7 +38,12 @@ from s2_spark.retry import AttemptOutcome, ResumableRead, RetryLoop, run_attempt
 from s2_spark.wire.frames import FrameDecoder, Message
 
 from ._append_session import SESSION_HEADERS
-from ._errors import error_from_response, error_from_status, error_from_transport
+from ._errors import (
+    error_from_decoding,
+    error_from_response,
+    error_from_status,
+    error_from_transport,
+)
 from ._params import wait_seconds
 from ._transport import Transport, query
 
@@ -168,6 +173,8 @@ class ReadSession(ResumableRead["DecodedBatch"]):
         except httpx.TransportError as exc:
             outcome = error_from_transport(exc, self._target, "read session", exchange)
             outcome.__cause__ = exc
+        except BodyDecodingError as exc:
+            raise error_from_decoding(exc, self._target) from exc
         except FrameError as exc:
             raise S2Error(
                 f"read session of {self._target} received malformed S2S data: {exc}",
@@ -203,7 +210,7 @@ class ReadSession(ResumableRead["DecodedBatch"]):
         decoder = FrameDecoder(views=True)
         held: list[bytes | memoryview] = []
         size = 0
-        for chunk in resp.iter_raw():
+        for chunk in resp.iter_bytes():
             for frame in decoder.feed(chunk):
                 if not isinstance(frame, Message):
                     if held:

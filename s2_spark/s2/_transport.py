@@ -4,6 +4,11 @@ Sessions and unary calls share the connection pools over HTTP/1.1. Each basin's 
 and headers are built once (`BasinRoute`), so a request costs its own bytes and little
 else. The Authorization and `s2-encryption-key` headers are part of each basin's headers,
 never logged or quoted in errors.
+
+`S2Config.compression` governs every request alike: its Accept-Encoding (S2 compresses
+answers of 1 KiB or more, and S2S frames, with what it names; the seam decodes them),
+and the request bodies of 1 KiB or more, sent compressed as S2's own SDKs send theirs
+(`BasinRoute.body`; S2S sessions compress their frames instead).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import httpx
 
 from s2_spark._http import (
     AsyncTimeouts,
+    BodyDecodingError,
     Exchange,
     Fanout,
     HttpClient,
@@ -31,9 +37,10 @@ from s2_spark._http import (
 )
 from s2_spark.errors import S2UnavailableError, ServiceError
 from s2_spark.retry import RetryLoop, RetryPolicy
+from s2_spark.wire.frames import COMPRESSION_THRESHOLD, Compression, compress
 
 from ._config import S2Config
-from ._errors import error_from_response, error_from_transport
+from ._errors import error_from_decoding, error_from_response, error_from_transport
 
 __all__ = ["BasinRoute", "Headers", "Transport", "query"]
 
@@ -52,16 +59,31 @@ _USER_AGENT = b"s2-spark/0.1 (httpx)"
 _JSON = [(b"content-type", b"application/json")]
 
 
+_COMPRESSION = {"zstd": Compression.ZSTD, "gzip": Compression.GZIP, "none": Compression.NONE}
+
+
 @dataclass(frozen=True, eq=False)
 class BasinRoute:
-    """Where a basin's (or, for None, the account's) requests go and the headers every one
-    of them carries: user agent, credentials, S2-Basin where needed."""
+    """Where a basin's (or, for None, the account's) requests go, the headers every one
+    of them carries (user agent, credentials, S2-Basin where needed, Accept-Encoding) and
+    how their bodies are compressed."""
 
     origin: Origin
     headers: Headers
+    compression: Compression = Compression.NONE
 
     def __repr__(self) -> str:
         return f"BasinRoute({self.origin.base_url!r})"  # the headers hold the token
+
+    def body(self, content: bytes) -> tuple[bytes, Headers]:
+        """A unary request's body as sent, and the header naming its encoding: compressed
+        when compression is on and it holds 1 KiB or more (S2's threshold for frames and
+        answers: smaller ones gain little for the CPU)."""
+        if self.compression is Compression.NONE or len(content) < COMPRESSION_THRESHOLD:
+            return content, []
+        token = self.compression.token
+        assert token is not None
+        return compress(self.compression, content), [(b"content-encoding", token.encode())]
 
 
 class Transport:
@@ -116,7 +138,8 @@ class Transport:
             out.append((b"s2-basin", basin.encode()))
         if basin is not None and self.config.encryption_key:
             out.append((b"s2-encryption-key", self.config.encryption_key.encode()))
-        # Always explicit: for S2S sessions it picks the frames' compression too.
+        # Always explicit (httpx's default would be gzip): S2 compresses answers of 1 KiB or
+        # more, and S2S frames, with what it names.
         out.append((b"accept-encoding", self.config.session_accept_encoding(basin).encode()))
         return out
 
@@ -125,7 +148,9 @@ class Transport:
         found = self._routes.get(basin)
         if found is None:
             origin = self.http.origin(self.base_url(basin))
-            found = self._routes[basin] = BasinRoute(origin, self.base_headers(basin))
+            found = self._routes[basin] = BasinRoute(
+                origin, self.base_headers(basin),
+                _COMPRESSION[self.config.session_compression(basin)])
         return found
 
     def send(self, method: str, basin: str | None, target: str, headers: Headers, *,
@@ -170,6 +195,9 @@ class Transport:
         if json is not None:
             content = jsonlib.dumps(json).encode()
             hdrs += _JSON
+        if content is not None:
+            content, encoded = self.route(basin).body(content)
+            hdrs += encoded
         timeout = self._timeout
         if extra_read_time:
             timeout = self.timeout(self.config.request_timeout + extra_read_time)
@@ -229,6 +257,8 @@ class _Attempt:
             err = error_from_transport(exc, self.target, f"{self.method} request", exchange)
             err.__cause__ = exc
             return err
+        except BodyDecodingError as exc:
+            return error_from_decoding(exc, self.target)
         if not self.ok(resp.status_code):
             return error_from_response(resp, self.target)
         return resp

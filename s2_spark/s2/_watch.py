@@ -67,8 +67,8 @@ class TailWatch(LongPollWatch[int]):
                 return _failed(resp, stream)
             try:
                 batch = s2_pb2.ReadBatch.FromString(resp.content)
-            except DecodeError:
-                return Answer.FAILED
+            except DecodeError as exc:
+                raise ValueError(f"a read's answer is not a ReadBatch ({exc})") from exc
             if not batch.records:
                 return Answer.NOTHING
             # A record that came while the read waited comes with the tail (s2-lite).

@@ -30,6 +30,7 @@ __all__ = [
     "FrameDecoder",
     "Message",
     "Terminal",
+    "compress",
     "encode_message",
     "encode_terminal",
 ]
@@ -58,15 +59,13 @@ class Compression(enum.IntEnum):
 
     @classmethod
     def negotiate(cls, accept_encoding: str | None) -> Compression:
-        """Pick what a server sends for an `Accept-Encoding` header: zstd, then gzip."""
+        """Pick what a server's S2S frames use for an `Accept-Encoding` header: zstd if
+        named, else gzip if named, else none. As s2-lite picks it
+        (`CompressionAlgorithm::from_accept_encoding`, api/src/v1/stream/s2s.rs):
+        q-values are not looked at, so `zstd;q=0` still names zstd."""
         if not accept_encoding:
             return cls.NONE
-        offered = set()
-        for part in accept_encoding.split(","):
-            token, _, params = part.strip().partition(";")
-            if params.replace(" ", "").lower() in ("q=0", "q=0.0", "q=0.00", "q=0.000"):
-                continue
-            offered.add(token.strip().lower())
+        offered = {part.partition(";")[0].strip().lower() for part in accept_encoding.split(",")}
         if "zstd" in offered:
             return cls.ZSTD
         if "gzip" in offered:
@@ -110,7 +109,7 @@ def encode_message(
     if compression is Compression.NONE or len(body) < COMPRESSION_THRESHOLD:
         compression, payload = Compression.NONE, body
     else:
-        payload = _compress(compression, body)
+        payload = compress(compression, body)
         if len(payload) > MAX_PAYLOAD_BYTES:
             compression, payload = Compression.NONE, body
     flag = (compression << _COMPRESSION_SHIFT) | (_RECONNECT_ADVISED if reconnect_advised else 0)
@@ -238,7 +237,9 @@ def _decode_frame(flag: int, payload: bytes | memoryview) -> Message | Terminal:
     return Message(body, bool(flag & _RECONNECT_ADVISED))
 
 
-def _compress(compression: Compression, data: bytes) -> bytes:
+def compress(compression: Compression, data: bytes) -> bytes:
+    """`data` compressed whole (zstd, or gzip's container): a frame's payload, or an HTTP
+    request body of the same algorithm."""
     if compression is Compression.ZSTD:
         return zstandard.ZstdCompressor().compress(data)
     return zlib.compress(data, wbits=31)  # gzip container

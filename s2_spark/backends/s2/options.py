@@ -1,10 +1,10 @@
 """The `s2` format's connection and stream-selection options (no pyspark).
 
 Which basin, where it is served, how to authenticate, the key of its encrypted streams and
-what the network needs (retry budget, TLS); which streams to read. Shared by the reader
-and the writer. The token falls back to S2_ACCESS_TOKEN, the key to encryptionKeyFile or
-S2_ENCRYPTION_KEY, here, on the driver, so executors never depend on their environment or
-files.
+what the network needs (retry budget, TLS, compression); which streams to read. Shared by
+the reader and the writer. The token falls back to S2_ACCESS_TOKEN, the key to
+encryptionKeyFile or S2_ENCRYPTION_KEY, here, on the driver, so executors never depend on
+their environment or files.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from s2_spark._encryption_key import check_encryption_key
 from s2_spark._options import Option
@@ -31,6 +31,10 @@ __all__ = ["S2_CONNECTION_OPTIONS", "S2_SELECTION_OPTIONS", "S2Settings", "parse
 if TYPE_CHECKING:
     from s2_spark.s2 import S2Config
 
+Compression = Literal["auto", "none", "zstd", "gzip"]
+#: The values of option compression, as `S2Config.compression` takes them.
+COMPRESSIONS: tuple[Compression, ...] = ("auto", "none", "zstd", "gzip")
+
 
 @dataclass(frozen=True, slots=True)
 class S2Settings:
@@ -44,6 +48,7 @@ class S2Settings:
     basin_endpoint: str | None = None
     network: NetworkSettings = field(default_factory=NetworkSettings)
     encryption_key: str | None = field(default=None, repr=False)
+    compression: Compression = "auto"
 
     def __repr__(self) -> str:
         token = "None" if self.access_token is None else "'***'"
@@ -52,7 +57,7 @@ class S2Settings:
             f"S2Settings(basin={self.basin!r}, access_token={token}, "
             f"endpoint={self.endpoint!r}, account_endpoint={self.account_endpoint!r}, "
             f"basin_endpoint={self.basin_endpoint!r}, network={self.network!r}, "
-            f"encryption_key={key})"
+            f"encryption_key={key}, compression={self.compression!r})"
         )
 
     def config(self) -> S2Config:
@@ -66,6 +71,7 @@ class S2Settings:
             retry=self.network.retry_policy(),
             tls=self.network.tls,
             encryption_key=self.encryption_key,
+            compression=self.compression,
         )
 
 
@@ -97,8 +103,15 @@ ENCRYPTION_KEY_FILE = Option(
     "A file holding the key (base64 of 32 bytes; surrounding whitespace ignored), read on "
     "the driver when the query starts: the way to keep the key out of the query's code "
     "and out of Spark Connect's event log; not with encryptionKey.")
+COMPRESSION = Option(
+    "compression", ", ".join(COMPRESSIONS),
+    "What answers, S2S frames and request bodies of 1 KiB or more are compressed with "
+    "(the Accept-Encoding of every request; zstd falls back to gzip where a server has no "
+    "zstd). auto: none for a loopback endpoint (localhost, 127.x, ::1), where it only "
+    "costs CPU, zstd otherwise, where it saves bandwidth.",
+    default="auto")
 S2_CONNECTION_OPTIONS = (BASIN, ENDPOINT, ACCOUNT_ENDPOINT, BASIN_ENDPOINT, ACCESS_TOKEN,
-                         ENCRYPTION_KEY, ENCRYPTION_KEY_FILE, *NETWORK_OPTIONS)
+                         ENCRYPTION_KEY, ENCRYPTION_KEY_FILE, *NETWORK_OPTIONS, COMPRESSION)
 
 STREAM = Option("stream", "a stream name", "The one stream to read.", roles=("read",))
 STREAMS = Option("streams", "comma-separated stream names", "The streams to read.",
@@ -143,6 +156,7 @@ def parse_s2_connection(options: Mapping[str, str], *, purpose: str) -> S2Settin
         basin_endpoint=basin_endpoint,
         network=parse_network_options(options),
         encryption_key=_encryption_key(options),
+        compression=_compression(options),
     )
 
 
@@ -173,6 +187,17 @@ def _encryption_key(options: Mapping[str, str]) -> str | None:
         return check_encryption_key(given, where)
     except ValueError as exc:
         raise OptionError(str(exc)) from None
+
+
+def _compression(options: Mapping[str, str]) -> Compression:
+    raw = COMPRESSION.raw(options)
+    value = "auto" if raw is None else raw.strip().lower()
+    for accepted in COMPRESSIONS:
+        if value == accepted:
+            return accepted
+    raise OptionError(
+        f"option compression={raw!r} is not accepted: use {', '.join(COMPRESSIONS)} (auto: "
+        "none on loopback, zstd otherwise)")
 
 
 def parse_s2_selection(options: Mapping[str, str]) -> StreamSelection:

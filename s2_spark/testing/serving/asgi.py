@@ -1,7 +1,8 @@
 """The ASGI plumbing of the local server: a request's parts, bodies, answers, disconnects.
 
 Nothing here knows S2's resources: `Request` reads an HTTP scope (path segments split
-before unescaping, query, headers, a body undone from its Content-Encoding),
+before unescaping, query, headers, a body: undone from its Content-Encoding before the
+app sees it, by `compression.HttpCompression`),
 `respond`/`respond_json` answer it, and `until_disconnect` ends a streaming answer
 when its client goes away.
 """
@@ -10,12 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import zlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl, unquote_to_bytes
-
-import zstandard
 
 from s2_spark.testing.semantics.errors import ApiError
 from s2_spark.testing.semantics.names import validate_basin_name
@@ -100,7 +98,7 @@ class Request:
                     raise _too_large(code)
                 chunks.append(chunk)
             if not msg.get("more_body", False):
-                return self._decoded(b"".join(chunks), limit, code)
+                return b"".join(chunks)
 
     async def _drain(self) -> None:
         """Read a body that is not used, so the connection stays usable for the next
@@ -109,34 +107,6 @@ class Request:
             msg = await self.receive()
             if msg["type"] == "http.disconnect" or not msg.get("more_body", False):
                 return
-
-    def _decoded(self, data: bytes, limit: int, code: str) -> bytes:
-        """Undo a `Content-Encoding`: s2-sdk with compression on compresses unary bodies."""
-        encoding = (self.headers.get("content-encoding") or "identity").strip().lower()
-        if encoding == "identity" or not data:
-            return data
-        if encoding not in ("zstd", "gzip"):
-            # tower-http's RequestDecompressionLayer: 415 with an empty body.
-            raise ApiError.empty(415)
-        parts: list[bytes] = []
-        size = 0
-        try:
-            if encoding == "zstd":
-                reader = zstandard.ZstdDecompressor().stream_reader(data)
-                while chunk := reader.read(1 << 16):
-                    size += len(chunk)
-                    if size > limit:
-                        break
-                    parts.append(chunk)
-            else:
-                out = zlib.decompressobj(wbits=31).decompress(data, limit + 1)
-                size = len(out)
-                parts.append(out)
-        except (zstandard.ZstdError, zlib.error) as e:
-            raise ApiError.bad(code, f"Failed to buffer the request body: {e}") from e
-        if size > limit:
-            raise _too_large(code)
-        return b"".join(parts)
 
     async def json(self, *, optional: bool = False) -> Any:
         """The JSON body; s2-lite's `Json` extractor wants `Content-Type: application/json`

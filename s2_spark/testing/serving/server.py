@@ -1,7 +1,8 @@
 """Running the local S2 server: in a background thread, or as a child process.
 
 Both serve HTTP/1.1 and HTTP/2 cleartext (prior knowledge) on one port, which is what
-s2-sdk needs over `http://`; with `ServerTls` they serve HTTPS instead (HTTP/1.1 and
+s2-sdk needs over `http://`, the app behind s2-lite's compression layers
+(`compression.HttpCompression`); with `ServerTls` they serve HTTPS instead (HTTP/1.1 and
 HTTP/2 by ALPN), optionally requiring client certificates. The HTTP stack is granian
 where installed, else hypercorn (`serving.stack`; `stack=` picks one by name).
 
@@ -31,6 +32,7 @@ from s2_spark.testing.semantics.app import FAULTS_PATH, STATS_PATH, S2App
 from s2_spark.testing.semantics.read import HEARTBEAT_INTERVAL, HeartbeatInterval, heartbeat_range
 from s2_spark.testing.semantics.store import Store
 from s2_spark.testing.serving.asgi import respond_json
+from s2_spark.testing.serving.compression import HttpCompression
 from s2_spark.testing.serving.endpoint import ServerTls, listen, url
 from s2_spark.testing.serving.faults import Fault
 from s2_spark.testing.serving.stack import Serve, choose
@@ -183,6 +185,7 @@ class LocalS2Server:
         self._error: BaseException | None = None
         self.store: Store | None = None
         self._app: S2App | None = None
+        self._served: HttpCompression | None = None
 
     def __repr__(self) -> str:
         return f"LocalS2Server(url={self.url if self._sock else None!r})"
@@ -200,6 +203,8 @@ class LocalS2Server:
         self.store = Store(self.data_dir, deletion_delay=self.deletion_delay)
         app = S2App(self.store, token=self._token, heartbeat_interval=self.heartbeat_interval)
         self._app = app
+        # Behind s2-lite's compression layers: answers compressed, request bodies undone.
+        served = self._served = HttpCompression(app)
         ready = threading.Event()
 
         def run() -> None:
@@ -212,7 +217,7 @@ class LocalS2Server:
             try:
                 assert self._sock is not None
                 loop.run_until_complete(
-                    _serve(self._sock, app, self._shutdown, self.tls, serve))
+                    _serve(self._sock, served, self._shutdown, self.tls, serve))
             except BaseException as e:  # surfaced by stop()
                 self._error = e
             finally:
@@ -247,6 +252,15 @@ class LocalS2Server:
             return app.faults.arm(kind, status, code, **how)
 
         return asyncio.run_coroutine_threadsafe(arm(), self._loop).result(10)
+
+    def compressed_counts(self) -> dict[str, int]:
+        """Answers sent compressed since `start()`, by coding (`zstd`, `gzip`): how tests
+        see that a client asked for compression and got it. Read in process."""
+        return {} if self._served is None else self._served.compressed.snapshot()
+
+    def decompressed_counts(self) -> dict[str, int]:
+        """Request bodies that came compressed since `start()`, by coding. In process."""
+        return {} if self._served is None else self._served.decompressed.snapshot()
 
     def stop(self) -> None:
         thread, loop, shutdown = self._thread, self._loop, self._shutdown
@@ -316,7 +330,7 @@ def serve_forever(
             loop.add_signal_handler(sig, shutdown.set)
         stream = out or sys.stdout
         print(url(host, sock.getsockname()[1], tls), file=stream, flush=True)
-        await _serve(sock, app, shutdown, tls, serve)
+        await _serve(sock, HttpCompression(app), shutdown, tls, serve)
 
     try:
         _tune_gc()
