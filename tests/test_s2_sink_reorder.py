@@ -19,8 +19,10 @@ import pytest
 from test_s2_sink import all_records, data_rows, wid
 
 from s2_spark.backends.s2 import stream_sink
+from s2_spark.backends.s2._replay import LandedRows, _entries, _split_entry
 from s2_spark.backends.s2.sink import ReplayMismatchError, SinkSettings, StreamSink
 from s2_spark.backends.s2.tokens import run_key
+from s2_spark.wire.appends import EncodedRecords, encode_entries
 from s2_spark.wire.records import HEADER_TYPE
 
 pytestmark = pytest.mark.backend
@@ -258,3 +260,33 @@ def test_marks_without_digests_are_trusted_by_count(basin: Any, stream: str) -> 
     result = write(basin, stream, items, **RUN2)
     assert (result.skipped, result.appended) == (100, 20)
     assert contents(basin, stream) == as_rows(items)
+
+
+def _encoded(items: list[Row]) -> EncodedRecords:
+    return encode_entries(pa.array([b for b, _, _ in items], pa.binary()), None,
+                          pa.array([t for _, _, t in items], pa.int64()))
+
+
+def test_landed_rows_are_found_exactly_then_by_body_and_headers() -> None:
+    """The matching itself: a landed row is found at once by an input row with its
+    timestamp, or with none given; the rest once the input has ended, each by the row
+    of the same body and headers with the latest timestamp not after the stored one."""
+    landed: list[Row] = [(b"x", [], 105), (b"x", [], 200), (b"y", [], 50), (b"z", [], 77)]
+    keys = [_split_entry(e)[0] for e in _entries(_encoded([(b, h, None) for b, h, _ in landed]))]
+    rows = LandedRows(keys, [t for _, _, t in landed if t is not None])
+    rows.offer(_encoded([(b"x", [], 300), (b"y", [], 40), (b"y", [], 50), (b"z", [], None)]))
+    assert rows.remaining == 2  # y at 50 and z found; both x wait for the input's end
+    held = rows.held()
+    assert held is not None
+    assert _entries(held) == _entries(_encoded([(b"x", [], 300), (b"y", [], 40)]))
+    rows.offer(_encoded([(b"x", [], 150), (b"x", [], 100), (b"w", [], 1)]))
+    assert rows.remaining == 2
+    rows.finish()
+    assert rows.remaining == 0
+    held = rows.held()
+    assert held is not None
+    assert _entries(held) == _entries(_encoded([(b"x", [], 300), (b"y", [], 40), (b"w", [], 1)]))
+    # The input rows found, in the landed rows' order: x at 100 (stored 105), x at 150
+    # (stored 200), y at 50, z.
+    assert rows.entries() == b"".join(_entries(_encoded(
+        [(b"x", [], 100), (b"x", [], 150), (b"y", [], 50), (b"z", [], None)])))

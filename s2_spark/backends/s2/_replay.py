@@ -7,10 +7,11 @@ replay's first rows is not the one a mark holds (`_digest`), the writer reads ba
 data records of its partition's appends past what it has checked (`Landed` spans) and
 skips exactly those rows of its input, as a multiset, appending the rest in the new
 order. A row is its body and headers, and its timestamp where one was given and S2 kept
-it; a row given no timestamp, or one S2 raised (timestamps stay monotonic) or replaced
-(arrival timestamping), is matched by body and headers once the input has ended.
-Landed rows not found in the input mean the input is not the same rows: the writer
-fails (`ReplayMismatchError`) before writing anything more.
+it: an input row given no timestamp is matched by body and headers as it comes; landed
+rows whose timestamps S2 raised (timestamps stay monotonic) or replaced (arrival
+timestamping) are matched by body and headers once the input has ended. Landed rows not
+found in the input mean the input is not the same rows: the writer fails
+(`ReplayMismatchError`) before writing anything more.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ def _split_entry(entry: bytes) -> tuple[bytes, int | None]:
 
 
 def _entries(records: EncodedRecords) -> list[bytes]:
+    """Each row's encoded entry."""
+    if not len(records):
+        return []
     payload = bytes(records.payload)
     ends = records.ends.tolist()
     return [payload[lo:hi] for lo, hi in zip([0, *ends[:-1]], ends, strict=True)]
@@ -79,11 +83,13 @@ def _take(records: EncodedRecords, entries: list[bytes], keep: list[int]) -> Enc
 
 class LandedRows:
     """The data records a partition landed (in stream order: fields but the timestamp,
-    and the timestamp S2 stored), found one by one among a replay's input rows."""
+    and the timestamp S2 stored), found one by one among a replay's input rows; the
+    input rows that are not among them are held meanwhile."""
 
     def __init__(self, keys: list[bytes], stamps: list[int]) -> None:
         self.count = len(keys)
         self.remaining = len(keys)
+        self._held: list[EncodedRecords] = []
         self._stamps = stamps
         self._found: list[bytes | None] = [None] * len(keys)
         self._exact: dict[tuple[bytes, int], list[int]] = {}
@@ -103,10 +109,20 @@ class LandedRows:
         self._found[i] = entry
         self.remaining -= 1
 
-    def offer(self, records: EncodedRecords) -> EncodedRecords:
+    def held(self) -> EncodedRecords | None:
+        """The input rows offered that are not landed ones, in order (None: none)."""
+        if not self._held:
+            return None
+        if len(self._held) > 1:
+            self._held = [EncodedRecords.concat(self._held)]
+        return self._held[0]
+
+    def offer(self, records: EncodedRecords) -> None:
         """Find landed rows among the next input rows: the exact ones (timestamp too),
-        and by body and headers those given no timestamp. Returns the rows not found, in
-        order (held until every landed row is found)."""
+        and by body and headers those given no timestamp; hold the rest."""
+        self._held.append(self._offer(records))
+
+    def _offer(self, records: EncodedRecords) -> EncodedRecords:
         if not self.remaining or not len(records):
             return records
         entries = _entries(records)
@@ -123,14 +139,15 @@ class LandedRows:
                 self._found_as(i, entry)
         return _take(records, entries, keep)
 
-    def finish(self, held: EncodedRecords) -> EncodedRecords:
+    def finish(self) -> None:
         """The input has ended: find the landed rows left by body and headers among the
         rows held (S2 raised or replaced their timestamps). Taken in order of the stored
         timestamp, each is the held row of its body and headers with the latest
         timestamp not after the stored one (S2 only raises a timestamp it keeps), else
-        the earliest left. Returns the rows not found, in order."""
-        if not self.remaining or not len(held):
-            return held
+        the earliest left."""
+        held = self.held()
+        if not self.remaining or held is None:
+            return
         entries = _entries(held)
         by_key: dict[bytes, list[tuple[int, int]]] = {}
         for k, entry in enumerate(entries):
@@ -155,7 +172,7 @@ class LandedRows:
                     break
                 taken.add(k)
                 self._found_as(i, entries[k])
-        return _take(held, entries, [k for k in range(len(entries)) if k not in taken])
+        self._held = [_take(held, entries, [k for k in range(len(entries)) if k not in taken])]
 
     def entries(self) -> bytes:
         """The input rows found, in the landed rows' stream order (the digest of the

@@ -81,7 +81,7 @@ class StreamToken:
     _cancel: threading.Event | None
     _progress: int
     _own_progress: int
-    _ahead: list[Landed]
+    _ahead: tuple[Landed, ...]
 
     @property
     def _stream(self) -> StreamClient:
@@ -203,11 +203,11 @@ class StreamToken:
         them (`StreamSink._settle`)."""
         if history.stale is not None:
             raise self._stale(history.stale)
-        fresh = [a for a in history.landed if a.progress > self._progress]
+        fresh = tuple(a for a in history.landed if a.progress > self._progress)
         self._ahead += fresh
         known = fresh[-1].progress if fresh else self._progress
         if history.progress > known:  # rows no data mark accounts for: trusted by count
-            self._ahead.append(Landed(-1, -1, history.progress, None))
+            self._ahead += (Landed(-1, -1, history.progress, None),)
         self._progress = max(self._progress, history.progress)
         self._own_progress = max(self._own_progress, history.own)
         self._read_to = history.end

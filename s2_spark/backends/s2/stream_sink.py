@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from s2_spark.backends.s2._digest import RowsDigest
+from s2_spark.backends.s2._digest import NO_ROWS, RowsDigest
 from s2_spark.backends.s2._history import Landed
 from s2_spark.backends.s2._replay import (
     LandedRows,
@@ -128,9 +128,10 @@ class StreamSink(StreamToken):
 
     Feed rows with `add` (Arrow arrays: bodies, optional headers and timestamps), then
     `close`. `budget` bounds the appends in flight across the streams of one writer (one
-    sink alone: its own); once `cancel` is set the sink stops at its next request (another
-    stream of the writer failed). `after_append` (tests) runs after every acknowledged
-    append, each sent alone.
+    sink alone: its own), and `marks` encodes the writer's marks (shared by its streams;
+    one sink alone: its own); once `cancel` is set the sink stops at its next request
+    (another stream of the writer failed). `after_append` (tests) runs after every
+    acknowledged append, each sent alone.
     """
 
     def __init__(
@@ -142,6 +143,7 @@ class StreamSink(StreamToken):
         *,
         after_append: Callable[[StreamSink], None] | None = None,
         budget: AppendBudget | None = None,
+        marks: DataMarks | None = None,
         cancel: threading.Event | None = None,
     ) -> None:
         self.name = name
@@ -163,13 +165,12 @@ class StreamSink(StreamToken):
         self._seen = 0
         self._progress = 0  # rows of this partition known to be in the stream
         self._own_progress = 0  # of those, appended by this writer
-        self._marks_of_data = DataMarks(writer)
-        self._digest = RowsDigest()  # of the partition's rows in the stream before _start
-        self._ahead: list[Landed] = []  # its appends found past _start, not yet checked
+        self._data_marks = marks or DataMarks(writer)
+        self._digest = NO_ROWS  # digest of the partition's rows in the stream before _start
+        self._ahead: tuple[Landed, ...] = ()  # its appends found past _start, unchecked
         # A replay in another order: the rows its partition landed past _start, being
-        # found in the input, and meanwhile the input rows that are not among them.
+        # found in the input (holding the input rows that are not among them meanwhile).
         self._landed_rows: LandedRows | None = None
-        self._held: list[EncodedRecords] = []
         self._init_token()
         # Appends per chain (halved after a chain that landed nothing, see _send).
         self._window = max(1, min(settings.max_inflight_appends, MAX_INPUTS_PER_SESSION))
@@ -350,7 +351,7 @@ class StreamSink(StreamToken):
             records, start = self._buffered()
             need = landed.progress - start
             if need <= 0:
-                self._ahead.pop(0)
+                self._ahead = self._ahead[1:]
                 continue
             if len(records) < need:
                 if final:
@@ -359,9 +360,9 @@ class StreamSink(StreamToken):
             digest = self._digest.extend(records.slice(0, need).payload)
             if landed.digest is None or digest.matches(landed.digest):
                 self._drop_landed(need, digest)
-                self._ahead.pop(0)
+                self._ahead = self._ahead[1:]
                 continue
-            ahead, self._ahead = self._ahead, []
+            ahead, self._ahead = self._ahead, ()
             self._landed_rows = self._read_landed(ahead, start)
         if self._landed_rows is not None:
             return self._find_landed(final=final)
@@ -377,7 +378,7 @@ class StreamSink(StreamToken):
         self._consume(n)
         self._digest = digest
 
-    def _read_landed(self, ahead: list[Landed], start: int) -> LandedRows:
+    def _read_landed(self, ahead: tuple[Landed, ...], start: int) -> LandedRows:
         """The data records of the appends `ahead` (the partition's rows past `start`),
         read back."""
         first = ahead[0]
@@ -400,21 +401,20 @@ class StreamSink(StreamToken):
         assert landed is not None
         records, start = self._buffered()
         if len(records):
-            self._held.append(landed.offer(records))
+            landed.offer(records)
             self._keep(_NO_ROWS, start)
         if landed.remaining and final:
-            self._held = [landed.finish(_concat(self._held))] if self._held else []
+            landed.finish()
         if landed.remaining:
             if final:
                 raise self._mismatch(
                     f"{landed.remaining} of them are not among this attempt's "
                     f"{self._seen} rows")
             return False
-        n = landed.count
-        self._skipped += n
+        self._skipped += landed.count
         self._digest = self._digest.extend(landed.entries())
-        self._keep(_concat(self._held) if self._held else _NO_ROWS, start + n)
-        self._landed_rows, self._held = None, []
+        self._keep(landed.held() or _NO_ROWS, start + landed.count)
+        self._landed_rows = None
         return True
 
     def _mismatch(self, why: str) -> ReplayMismatchError:
@@ -470,7 +470,7 @@ class StreamSink(StreamToken):
                 break
             progress += batch.count
             digest = digest.extend(batch.records_payload)
-            mark_entry, mark_metered = fence_entry(self._marks_of_data.encode(progress, digest))
+            mark_entry, mark_metered = fence_entry(self._data_marks.encode(progress, digest))
             payload = AppendBatch(batch.records_payload + mark_entry + sets_entry,
                                   batch.count + 2,
                                   batch.metered_bytes + mark_metered + sets_metered,
@@ -510,7 +510,3 @@ class StreamSink(StreamToken):
 
 
 _NO_ROWS = EncodedRecords(memoryview(b""), np.zeros(0, np.int64), np.zeros(0, np.int64))
-
-
-def _concat(parts: list[EncodedRecords]) -> EncodedRecords:
-    return EncodedRecords.concat(parts) if len(parts) > 1 else parts[0]
