@@ -20,6 +20,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from s2_spark.backends.s2.tokens import Mark, WriterId, is_token, parse_mark
 
 if TYPE_CHECKING:
@@ -140,22 +143,30 @@ class StreamMarks:
             window = min(window * 2, _MAX_WINDOW)
 
     def _fences(self, lo: int, hi: int) -> list[tuple[int, str]]:
-        """The fence records in [lo, hi) (seq_num, body), in order."""
+        """The fence records in [lo, hi) (seq_num, body), in order (picked out in Arrow:
+        the data records around them are most of what is read)."""
         bodies: list[tuple[int, str]] = []
         pos = lo
         while pos < hi:
             decoded = self._stream.read(seq_num=pos, count=min(1000, hi - pos),
                                         include_command_records=True)
-            if decoded.count == 0:
+            if decoded.count == 0 or decoded.last_seq_num is None:
                 break
             batch = decoded.batch
-            seqs = batch.column("seq_num").to_pylist()
-            headers = batch.column("headers").to_pylist()
-            values = batch.column("body").to_pylist()
-            for s, h, b in zip(seqs, headers, values, strict=True):
-                if s >= hi:
-                    break
-                if h and len(h) == 1 and h[0]["name"] == b"" and h[0]["value"] == b"fence":
+            fences = batch.filter(_fence_mask(batch.column("headers")))
+            for s, b in zip(fences.column("seq_num").to_pylist(),
+                            fences.column("body").to_pylist(), strict=True):
+                if s < hi:
                     bodies.append((s, b.decode("utf-8", "replace")))
-            pos = int(seqs[-1]) + 1
+            pos = decoded.last_seq_num + 1
         return bodies
+
+
+def _fence_mask(headers: pa.Array) -> pa.Array:
+    """Which records are fence commands: one header, with an empty name and the value
+    "fence"."""
+    single = pc.fill_null(pc.equal(pc.list_value_length(headers), 1), False)
+    first = pc.list_element(pc.if_else(single, headers, pa.nulls(len(headers), headers.type)), 0)
+    name, value = pc.struct_field(first, [0]), pc.struct_field(first, [1])
+    fence = pc.and_(pc.equal(pc.binary_length(name), 0), pc.equal(value, pa.scalar(b"fence")))
+    return pc.fill_null(fence, False)

@@ -91,12 +91,20 @@ class LandedRows:
         self.remaining = len(keys)
         self._held: list[EncodedRecords] = []
         self._stamps = stamps
+        self._keys = keys
         self._found: list[bytes | None] = [None] * len(keys)
-        self._exact: dict[tuple[bytes, int], list[int]] = {}
         self._by_key: dict[bytes, list[int]] = {}
         for i in reversed(range(len(keys))):  # pop() takes the earliest first
-            self._exact.setdefault((keys[i], stamps[i]), []).append(i)
             self._by_key.setdefault(keys[i], []).append(i)
+        self._by_stamp: dict[tuple[bytes, int], list[int]] | None = None  # when first needed
+
+    def _exact(self, key: bytes, ts: int) -> list[int] | None:
+        if self._by_stamp is None:
+            self._by_stamp = {}
+            for i in reversed(range(len(self._keys))):
+                if self._found[i] is None:
+                    self._by_stamp.setdefault((self._keys[i], self._stamps[i]), []).append(i)
+        return self._by_stamp.get((key, ts))
 
     def _pop(self, candidates: list[int] | None) -> int | None:
         while candidates:
@@ -132,7 +140,7 @@ class LandedRows:
                 keep.extend(range(k, len(entries)))
                 break
             key, ts = _split_entry(entry)
-            i = self._pop(self._by_key.get(key) if ts is None else self._exact.get((key, ts)))
+            i = self._pop(self._by_key.get(key) if ts is None else self._exact(key, ts))
             if i is None:
                 keep.append(k)
             else:
