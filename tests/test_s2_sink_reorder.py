@@ -20,8 +20,9 @@ from test_s2_sink import all_records, data_rows, wid
 
 from s2_spark.backends.s2 import stream_sink
 from s2_spark.backends.s2._replay import LandedRows, _entries, _split_entry
-from s2_spark.backends.s2.sink import ReplayMismatchError, SinkSettings, StreamSink
+from s2_spark.backends.s2.sink import SinkSettings, StreamSink
 from s2_spark.backends.s2.tokens import run_key
+from s2_spark.errors import ReplayMismatchError
 from s2_spark.wire.appends import EncodedRecords, encode_entries
 from s2_spark.wire.records import HEADER_TYPE
 

@@ -24,22 +24,13 @@ import numpy as np
 import pyarrow as pa
 
 from s2_spark.backends.s2._history import Landed
-from s2_spark.errors import S2SparkError
+from s2_spark.errors import ReplayMismatchError
 from s2_spark.wire.appends import EncodedRecords, encode_entries
 
 if TYPE_CHECKING:
     from s2_spark.s2 import StreamClient
 
-__all__ = ["LandedRows", "ReplayMismatchError", "read_landed"]
-
-
-class ReplayMismatchError(S2SparkError):
-    """A replayed micro-batch's rows for a stream are not the rows an earlier attempt of
-    its partition wrote there: exactly-once cannot hold, and the writer stops."""
-
-    def __init__(self, message: str, *, stream: str) -> None:
-        super().__init__(message)
-        self.stream = stream
+__all__ = ["LandedRows", "read_landed"]
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -201,17 +192,17 @@ def read_landed(stream: StreamClient, landed: Sequence[Landed], what: str) -> La
             decoded = stream.read(seq_num=pos, count=min(1000, app.end - pos),
                                   include_command_records=True)
             if decoded.count == 0 or decoded.first_seq_num != pos:
-                raise S2SparkError(
+                raise ReplayMismatchError(
                     f"{what} no longer holds records {pos}..{app.end - 1}, written there by "
                     "an earlier attempt of this partition (trimmed by its retention?): the "
-                    "replay cannot tell which of its rows they were")
+                    "replay cannot tell which of its rows they were", stream=stream.name)
             batch = decoded.batch.slice(0, min(decoded.count, app.end - pos))
             headers = batch.column("headers")
             if _has_command(headers):
-                raise S2SparkError(
+                raise ReplayMismatchError(
                     f"{what} holds a command record among records {pos}..{app.end - 1}, "
                     "where an earlier attempt of this partition wrote data: the replay "
-                    "cannot tell which of its rows were written")
+                    "cannot tell which of its rows were written", stream=stream.name)
             encoded = encode_entries(batch.column("body"), headers)
             keys += [_split_entry(e)[0] for e in _entries(encoded)]
             micros = batch.column("timestamp").cast(pa.int64()).to_numpy(zero_copy_only=False)

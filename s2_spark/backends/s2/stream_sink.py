@@ -37,11 +37,7 @@ import pyarrow as pa
 
 from s2_spark.backends.s2._digest import NO_ROWS, RowsDigest
 from s2_spark.backends.s2._history import Landed
-from s2_spark.backends.s2._replay import (
-    LandedRows,
-    ReplayMismatchError,
-    read_landed,
-)
+from s2_spark.backends.s2._replay import LandedRows, read_landed
 from s2_spark.backends.s2._stream_token import StreamToken
 from s2_spark.backends.s2.settings import (
     DATA_MAX_BYTES,
@@ -56,6 +52,7 @@ from s2_spark.errors import (
     FencingTokenMismatchError,
     NotFoundError,
     RecordTooLargeError,
+    ReplayMismatchError,
     S2SparkError,
     SeqNumMismatchError,
     ServiceError,
@@ -73,7 +70,6 @@ __all__ = [
     "DEFAULT_APPENDS_IN_FLIGHT",
     "FENCE_RESERVE",
     "AppendBudget",
-    "ReplayMismatchError",
     "SinkSettings",
     "StreamSink",
     "StreamWriteResult",
