@@ -1,6 +1,6 @@
 """One HTTP/2 connection on asyncio: many requests without a body at once, each on its own
 HTTP/2 stream, the frames read and written here (RFC 9113), header blocks decoded by
-`hpack` (what the `h2` package uses).
+`hpack` (the `h2` package's decoder).
 
 A tail watch keeps one long-poll waiting per watched stream: over HTTP/1.1 that is a
 connection, so a file descriptor, each, and a process may open only so many. Over HTTP/2
@@ -29,12 +29,12 @@ says it never looked at (a GOAWAY past it, or REFUSED_STREAM): safe to send agai
 from __future__ import annotations
 
 import asyncio
+import enum
 import math
 import struct
 from collections.abc import Callable
 from typing import Any
 
-import h2.errors
 import hpack
 import httpx
 
@@ -105,9 +105,28 @@ def _literal(name: bytes | int, value: bytes, *, never: bool = False) -> bytes:
     return bytes((first,)) + _hpack_string(name) + _hpack_string(value)
 
 
+class ErrorCodes(enum.IntEnum):
+    """HTTP/2's error codes (RFC 9113, 7)."""
+
+    NO_ERROR = 0x0
+    PROTOCOL_ERROR = 0x1
+    INTERNAL_ERROR = 0x2
+    FLOW_CONTROL_ERROR = 0x3
+    SETTINGS_TIMEOUT = 0x4
+    STREAM_CLOSED = 0x5
+    FRAME_SIZE_ERROR = 0x6
+    REFUSED_STREAM = 0x7
+    CANCEL = 0x8
+    COMPRESSION_ERROR = 0x9
+    CONNECT_ERROR = 0xA
+    ENHANCE_YOUR_CALM = 0xB
+    INADEQUATE_SECURITY = 0xC
+    HTTP_1_1_REQUIRED = 0xD
+
+
 def _reason(code: int) -> Any:
     try:
-        return h2.errors.ErrorCodes(code)
+        return ErrorCodes(code)
     except ValueError:
         return code
 
@@ -331,7 +350,7 @@ class H2Connection(asyncio.Protocol):
             self._on_continuation(flags, sid, payload)
         elif kind == _RST_STREAM:
             (code,) = struct.unpack(">I", payload)
-            kind_of = Unprocessed if code == h2.errors.ErrorCodes.REFUSED_STREAM else \
+            kind_of = Unprocessed if code == ErrorCodes.REFUSED_STREAM else \
                 httpx.RemoteProtocolError
             self._settle(sid, kind_of(f"the server reset the stream ({_reason(code)!r})"))
         elif kind == _SETTINGS:
@@ -523,7 +542,7 @@ class H2Connection(asyncio.Protocol):
     def _reset(self, sid: int) -> None:
         if self.transport is None or self.transport.is_closing():
             return
-        self._out += _frame(_RST_STREAM, 0, sid, struct.pack(">I", h2.errors.ErrorCodes.CANCEL))
+        self._out += _frame(_RST_STREAM, 0, sid, struct.pack(">I", ErrorCodes.CANCEL))
         self._flush_later()
 
     def _close_if_drained(self) -> None:
