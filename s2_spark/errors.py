@@ -17,6 +17,7 @@ S2SparkError
 ├── OptionError                     a data source option is not accepted (a ValueError)
 ├── FrameError                      malformed S2S session data
 ├── WriterFencedError               a sink's newer attempt owns the stream: this one stops
+├── ReplayMismatchError             a replayed micro-batch's rows are not the rows it wrote
 └── ServiceError                    a call to S2 or Durable Streams failed
     ├── BadRequestError             400/422, or refused before sending
     │   ├── S2BadRequestError                      S2
@@ -84,6 +85,18 @@ class WriterFencedError(S2SparkError):
 
     Raised by the exactly-once sinks so a stale attempt stops instead of appending twice.
     """
+
+    def __init__(self, message: str, *, stream: str) -> None:
+        super().__init__(message)
+        self.stream = stream
+
+
+class ReplayMismatchError(S2SparkError):
+    """A replayed micro-batch's rows for a stream are not the rows an earlier attempt of
+    its partition wrote there: exactly-once cannot hold, and the writer stops.
+
+    Raised by the `s2` sink, which finds what an earlier attempt landed by content (any
+    order), so a replay must give each partition the same rows, in any order."""
 
     def __init__(self, message: str, *, stream: str) -> None:
         super().__init__(message)

@@ -45,6 +45,7 @@ for _name in ("NO_PROXY", "no_proxy"):
 LONGEST_FIRST = (
     "test_spark_fanout.py", "test_deploy_cluster.py", "test_spark_many_streams.py",
     "test_deploy_pipelines.py", "test_deploy_connect.py", "test_spark_writer.py",
+    "test_spark_writer_reorder.py",
     "test_durable_spark_writer.py", "test_spark_reader.py", "test_durable_spark_reader.py",
     "test_spark_encryption.py",
 )

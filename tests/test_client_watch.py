@@ -3,12 +3,12 @@ record arrives, after a failure, or before it was watched; moving a position re-
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from _s2_target import s2_config, unique_name
+from _waiting import wait_for as until
 
 from s2_spark.s2 import AppendRecord, BasinClient, S2Client, S2Config
 from s2_spark.s2._watch import TailWatch
@@ -20,13 +20,6 @@ def basin(s2_server: Any) -> Iterator[BasinClient]:
         name = unique_name("watch")
         client.create_basin(name)
         yield client.basin(name)
-
-
-def until(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.02)
 
 
 def test_quiet_until_a_record_arrives_then_rearmed_from_the_new_position(

@@ -18,10 +18,9 @@ import http.client
 import json
 import logging
 import threading
-import time
 import uuid
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -30,6 +29,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import zstandard
+from _waiting import wait_for as until
 
 from s2_spark._http import BodyDecodingError, Response
 from s2_spark.durable import DurableConfig, DurableStreamsClient
@@ -63,13 +63,6 @@ def body(stream: str, i: int, size: int = BIG) -> bytes:
 
 def compressed(server: LocalS2Server, coding: str) -> int:
     return server.compressed_counts().get(coding, 0)
-
-
-def until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.02)
 
 
 def raw_get(url: str, path: str, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:

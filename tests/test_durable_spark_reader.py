@@ -15,12 +15,13 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _versions import needs_admission_control, plan_all_available, progress_offsets
+from _waiting import wait_for
 from durable_testbed import DurableServer
 
 from s2_spark.durable import DurableStreamsClient
@@ -128,14 +129,6 @@ def expected_batches(
     """What each planned micro-batch must hold: the messages between its start and end."""
     ends = {b: env.message_index(stream, log[b][stream]) for b in log}
     return {b: [msg(n) for n in range(ends.get(b - 1, 0), ends[b])] for b in sorted(log)}
-
-
-def wait_for(cond: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 class Appender:

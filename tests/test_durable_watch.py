@@ -6,11 +6,11 @@ at a closed stream's end; `close` ends outstanding polls at once."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from _waiting import wait_for as until
 from durable_testbed import DurableServer
 from http_proxy import HttpProxy
 
@@ -56,13 +56,6 @@ def proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[HttpProxy]:
 
 def at_tail(s: DurableStream, **extra: Any) -> dict[str, Any]:
     return {"offset": s.head().next_offset, "skip": 0, **extra}
-
-
-def until(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.02)
 
 
 def polls(proxy: HttpProxy, name: str) -> int:

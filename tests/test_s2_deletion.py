@@ -16,13 +16,13 @@ until its terminal trim is durable, milliseconds), so a test can look at that st
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from _waiting import wait_for as until
 
 from s2_spark.errors import (
     AlreadyExistsError,
@@ -35,14 +35,6 @@ from s2_spark.testing import LocalS2Server, ServerProcess
 
 Unique = Callable[[str], str]
 TRIM_TO_END = (2**64 - 1).to_bytes(8, "big")
-
-
-def until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")

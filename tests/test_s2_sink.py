@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from s2_spark.backends.s2._digest import RowsDigest
 from s2_spark.backends.s2.sink import (
     DATA_MAX_BYTES,
     DATA_MAX_RECORDS,
@@ -31,6 +32,7 @@ from s2_spark.errors import (
     WriterFencedError,
 )
 from s2_spark.s2 import AppendRecord
+from s2_spark.wire.appends import EncodedRecords, encode_entries
 
 pytestmark = pytest.mark.backend
 
@@ -107,6 +109,18 @@ def test_marks_and_tokens() -> None:
     big = WriterId(query_key("q"), True, run_key("r"), 2**41, 36**5 - 1, 36**3 - 1, 99)
     m = big.mark(36**7 - 1)
     assert len(m.encode()) <= 36 and parse_mark(m.encode()) == m
+    # A data mark holds as much of its rows' digest as fits: here none (a replay of it
+    # reads the rows back), usually 10 characters; bump marks hold none.
+    digest = RowsDigest().extend(b"rows")
+    m = big.mark(36**7 - 1, digest=digest)
+    assert len(m.encode()) == 36 and parse_mark(m.encode()) == m and m.digest == ""
+    m = wid().mark(5000, digest=digest)
+    assert parse_mark(m.encode()) == m and m.digest == digest.text()[:10]
+    assert digest.matches(m.digest) and not RowsDigest().matches(m.digest)
+    assert not digest.matches(m.digest[:5])  # too short to trust
+    assert parse_mark(wid().mark(5, data=False, digest=digest).encode()).digest is None
+    assert parse_mark(wid().mark(5).encode()).digest is None  # written before digests
+    assert parse_mark(wid().mark(5).encode() + ".a-b") is None
     assert len(big.bump_token(36**2 - 1)) <= 36 and len(big.run_token()) <= 36
     assert parse_mark("wLSabc.1.2.3.4.5") == Mark(True, "abc", 1, 2, 3, 4, 5, data=True)
     assert parse_mark(big.run_token()) is None and parse_mark("someone-else") is None
@@ -134,13 +148,9 @@ def test_plain_write_in_order(basin: Any, unique: Callable[[str], str]) -> None:
     name = unique("s")
     basin.create_stream(name)
     sink = StreamSink(basin, name, wid(), SMALL)
-    sink.add(
-        bodies(1500),
-        pa.array(
-            [[{"name": b"k", "value": b"v"}]] * 1500,
-            pa.list_(pa.struct([("name", pa.binary()), ("value", pa.binary())])),
-        ),
-    )
+    headers = pa.array([[{"name": b"k", "value": b"v"}]] * 1500,
+                       pa.list_(pa.struct([("name", pa.binary()), ("value", pa.binary())])))
+    sink.add(bodies(1500), headers)
     sink.add(bodies(1000, start=1500))
     result = sink.close()
     assert result.appended == 2500 and result.skipped == 0 and result.appends == 3
@@ -148,8 +158,14 @@ def test_plain_write_in_order(basin: Any, unique: Callable[[str], str]) -> None:
     assert [b for b, _ in rows] == [f"r{i}".encode() for i in range(2500)]
     assert rows[0][1] == [(b"k", b"v")] and rows[-1][1] == []
     run = wid().run_token()
-    assert fences(basin, name) == [wid().mark(PER).encode(), run, wid().mark(2 * PER).encode(),
-                                   run, wid().mark(2500).encode(), run]
+    # Each mark: the progress, and the digest of the rows so far as they were encoded.
+    entries = EncodedRecords.concat([encode_entries(bodies(1500), headers),
+                                     encode_entries(bodies(1000, start=1500))])
+
+    def mark(n: int) -> str:
+        return wid().mark(n, digest=RowsDigest().extend(entries.slice(0, n).payload)).encode()
+
+    assert fences(basin, name) == [mark(PER), run, mark(2 * PER), run, mark(2500), run]
     assert token(basin, name) == run
 
 

@@ -13,13 +13,13 @@ naming it and saying what to do.
 from __future__ import annotations
 
 import tempfile
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _waiting import wait_for
 
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.testing import LocalS2Server
@@ -27,14 +27,6 @@ from s2_spark.testing import LocalS2Server
 pytestmark = pytest.mark.spark
 
 SECRET = "tok-SECRET-d31e"  # passed as accessToken; must never show up in errors
-
-
-def wait_for(cond: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 class Env:

@@ -12,13 +12,14 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _s2_target import s2_config, token
 from _versions import limit, needs_admission_control, progress_offsets
+from _waiting import wait_for
 
 from s2_spark.s2 import AppendRecord, S2Client
 from s2_spark.spark import S2DataSource
@@ -127,14 +128,6 @@ def rows_by_case(df: Any, cases: list[str]) -> dict[str, list[Row]]:
 
 def no_headers(rows: list[Row]) -> list[Any]:
     return [(s, n, ts, None, b) for s, n, ts, _, b in rows]
-
-
-def wait_for(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from _s2_target import s2_config, token
 from _versions import needs_admission_control, progress_offsets
+from _waiting import wait_for
 
 from s2_spark.durable import DurableStreamsClient
 from s2_spark.errors import OptionError
@@ -35,14 +36,6 @@ SECRET = token("tok-TRIGGER-SECRET-3c1d")
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-
-def wait_for(cond: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 class BatchLog:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from _waiting import wait_for as until
 from h2_peer import H2Peer
 
 from s2_spark._http import AsyncTimeouts, Response, _h2_origin
@@ -37,13 +37,6 @@ TIMEOUTS = AsyncTimeouts(connect=10.0, read=10.0)
 def nothing_known_of_origins(monkeypatch: pytest.MonkeyPatch) -> None:
     """Whether an origin speaks HTTP/2 is remembered per process: start from nothing."""
     monkeypatch.setattr(_h2_origin, "_SPEAKS", {})
-
-
-def until(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.02)
 
 
 def get(url: str, target: str = "/poll?n=1") -> Response:

@@ -5,6 +5,13 @@ Marks are fence records, so reading them means reading the records around them. 
 ways: `back` from a point (the tail, or the writer's own bump) to where the writer's
 micro-batch began on the stream, when the writer knows nothing yet; `forward` over a
 span the writer has not seen, when it has read or appended up to the span's start.
+
+Besides how far its partition got, a writer learns where each append of its partition
+is (`Landed`): an append is its data records, its mark and a token, so the data of an
+append whose mark is at seq_num s and says the partition reached p rows are the p - q
+records before s, q being what the partition had before it (the most any earlier mark
+of the partition says). A replay checks its rows against the marks' digests and, where
+they differ, reads those records back (`_replay`).
 """
 
 from __future__ import annotations
@@ -13,12 +20,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from s2_spark.backends.s2.tokens import Mark, WriterId, is_token, parse_mark
 
 if TYPE_CHECKING:
     from s2_spark.s2 import StreamClient
 
-__all__ = ["History", "StreamMarks"]
+__all__ = ["History", "Landed", "StreamMarks"]
 
 #: Records read in the first window back from the tail (doubling up to `_MAX_WINDOW`):
 #: the marks a writer looks for are usually the stream's last few records.
@@ -27,28 +37,46 @@ _MAX_WINDOW = 64_000
 
 
 @dataclass(frozen=True, slots=True)
+class Landed:
+    """One append of the writer's partition found in the stream: its data records are
+    the seq_nums [first, end) (`end`: its mark's), after which the partition has
+    `progress` rows in the stream, whose digest the mark holds (None: a mark written
+    before digests, trusted by count as then)."""
+
+    first: int
+    end: int
+    progress: int
+    digest: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class History:
     """What a stream's marks before `end` (a seq_num) say to one writer.
 
     `progress`: the most rows of the writer's partition of its micro-batch any mark shows
     in the stream; `own`: of those, the most its own marks show (appends of its whose
-    answer was lost). `stale`: why the writer must stop (a newer attempt of its task, a newer
-    micro-batch or run wrote the stream), or None. `clean`: no earlier run of the query
-    left marks of this micro-batch, so every writer of this run may trust that its rows
-    start at zero.
+    answer was lost). `landed`: the partition's appends found, in stream order. `stale`:
+    why the writer must stop (a newer attempt of its task, a newer micro-batch or run
+    wrote the stream), or None. `clean`: no earlier run of the query left marks of this
+    micro-batch, so every writer of this run may trust that its rows start at zero.
     """
 
     progress: int
     own: int
+    landed: tuple[Landed, ...]
     stale: str | None
     clean: bool
     end: int
 
 
-def summarize(me: WriterId, marks: list[Mark], end: int) -> History:
-    """The history `marks` (this writer's query or job only) make for `me`."""
-    progress, own, stale, clean = 0, 0, None, True
-    for m in marks:
+def summarize(me: WriterId, marks: list[tuple[int, Mark]], end: int, before: int = 0
+              ) -> History:
+    """The history `marks` (this writer's query or job only, with their seq_nums, in
+    stream order) make for `me`; `before`: the partition's rows known to be in the
+    stream before the first of them."""
+    progress, own, stale, clean = before, 0, None, True
+    landed: list[Landed] = []
+    for seq, m in marks:
         if me.streaming and m.generation > me.generation:
             what = "run" if m.batch <= me.batch else f"micro-batch ({m.batch})"
             stale = stale or f"a newer {what} of this query wrote it"
@@ -59,10 +87,13 @@ def summarize(me: WriterId, marks: list[Mark], end: int) -> History:
         if m.partition == me.partition:
             if m.generation == me.generation and m.attempt > me.attempt:
                 stale = stale or f"attempt {m.attempt} of this task writes it"
+            if m.data and m.progress > progress:
+                landed.append(Landed(seq - (m.progress - progress), seq, m.progress,
+                                     m.digest))
             progress = max(progress, m.progress)
             if m.generation == me.generation and m.attempt == me.attempt:
                 own = max(own, m.progress)
-    return History(progress, own, stale, clean, end)
+    return History(progress, own, tuple(landed), stale, clean, end)
 
 
 class StreamMarks:
@@ -79,8 +110,8 @@ class StreamMarks:
         if end is None:
             end = self._stream.check_tail().seq_num
         me = self._me
-        found: list[Mark] = []
-        for raw in self._fences_back(end):
+        found: list[tuple[int, Mark]] = []
+        for seq, raw in self._fences_back(end):
             m = parse_mark(raw)
             if m is None:
                 if is_token(raw):
@@ -88,20 +119,21 @@ class StreamMarks:
                 break
             if not me.same_writer_kind(m) or (me.streaming and m.data and m.batch < me.batch):
                 break
-            found.append(m)
-        return summarize(me, found, end)
+            found.append((seq, m))
+        return summarize(me, found[::-1], end)
 
-    def forward(self, start: int, end: int | None = None) -> History:
-        """The marks in [start, end) (default: up to the tail)."""
+    def forward(self, start: int, end: int | None = None, *, before: int = 0) -> History:
+        """The marks in [start, end) (default: up to the tail); `before`: the rows of the
+        writer's partition known to be in the stream before `start`."""
         if end is None:
             end = self._stream.check_tail().seq_num
         me = self._me
-        found = [m for raw in self._fences(start, end)
+        found = [(seq, m) for seq, raw in self._fences(start, end)
                  if (m := parse_mark(raw)) is not None and me.same_writer_kind(m)]
-        return summarize(me, found, end)
+        return summarize(me, found, end, before)
 
-    def _fences_back(self, end: int) -> Iterator[str]:
-        """The bodies of the fence records before `end`, newest first: a window at a
+    def _fences_back(self, end: int) -> Iterator[tuple[int, str]]:
+        """The fence records before `end` (seq_num, body), newest first: a window at a
         time, each twice the last."""
         hi, window = end, _FIRST_WINDOW
         while hi > 0:
@@ -110,23 +142,31 @@ class StreamMarks:
             hi = lo
             window = min(window * 2, _MAX_WINDOW)
 
-    def _fences(self, lo: int, hi: int) -> list[str]:
-        """The bodies of the fence records in [lo, hi), in order."""
-        bodies: list[str] = []
+    def _fences(self, lo: int, hi: int) -> list[tuple[int, str]]:
+        """The fence records in [lo, hi) (seq_num, body), in order (picked out in Arrow:
+        the data records around them are most of what is read)."""
+        bodies: list[tuple[int, str]] = []
         pos = lo
         while pos < hi:
             decoded = self._stream.read(seq_num=pos, count=min(1000, hi - pos),
                                         include_command_records=True)
-            if decoded.count == 0:
+            if decoded.count == 0 or decoded.last_seq_num is None:
                 break
             batch = decoded.batch
-            seqs = batch.column("seq_num").to_pylist()
-            headers = batch.column("headers").to_pylist()
-            values = batch.column("body").to_pylist()
-            for s, h, b in zip(seqs, headers, values, strict=True):
-                if s >= hi:
-                    break
-                if h and len(h) == 1 and h[0]["name"] == b"" and h[0]["value"] == b"fence":
-                    bodies.append(b.decode("utf-8", "replace"))
-            pos = int(seqs[-1]) + 1
+            fences = batch.filter(_fence_mask(batch.column("headers")))
+            for s, b in zip(fences.column("seq_num").to_pylist(),
+                            fences.column("body").to_pylist(), strict=True):
+                if s < hi:
+                    bodies.append((s, b.decode("utf-8", "replace")))
+            pos = decoded.last_seq_num + 1
         return bodies
+
+
+def _fence_mask(headers: pa.Array) -> pa.Array:
+    """Which records are fence commands: one header, with an empty name and the value
+    "fence"."""
+    single = pc.fill_null(pc.equal(pc.list_value_length(headers), 1), False)
+    first = pc.list_element(pc.if_else(single, headers, pa.nulls(len(headers), headers.type)), 0)
+    name, value = pc.struct_field(first, [0]), pc.struct_field(first, [1])
+    fence = pc.and_(pc.equal(pc.binary_length(name), 0), pc.equal(value, pa.scalar(b"fence")))
+    return pc.fill_null(fence, False)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Literal
 
-from s2_spark.backends.s2._history import History, StreamMarks
+from s2_spark.backends.s2._history import History, Landed, StreamMarks
 from s2_spark.backends.s2.tokens import ForeignFenceError, Seen, WriterId, fence_entry
 from s2_spark.errors import (
     AlreadyExistsError,
@@ -84,8 +84,9 @@ class StreamToken:
     the next append is conditioned on, `_sets` the token its appends set, `_check` what
     must be read first, `_must_bump` whether a bump comes first, `_progress` the rows of
     the writer's partition known to be in the stream (`_own_progress`: of those, the ones
-    this very writer appended), `_read_to` how far the writer has seen the stream (None:
-    not at all)."""
+    this very writer appended; `_ahead`: the appends of them found past the writer's
+    buffered rows, not yet checked), `_read_to` how far the writer has seen the stream
+    (None: not at all)."""
 
     name: str
     writer: WriterId
@@ -97,6 +98,7 @@ class StreamToken:
     _cancel: threading.Event | None
     _progress: int
     _own_progress: int
+    _ahead: tuple[Landed, ...]
 
     @property
     def _stream(self) -> StreamClient:
@@ -208,14 +210,21 @@ class StreamToken:
             self._sets = self._new_token(clean=history.clean)
         elif check == "forward":
             assert self._read_to is not None
-            self._apply(self._marks.forward(self._read_to))
+            self._apply(self._marks.forward(self._read_to, before=self._progress))
         elif check == "back":
             self._apply(self._marks.back())
 
     def _apply(self, history: History) -> History:
-        """Take what the marks say: stop if stale, else skip what is in the stream."""
+        """Take what the marks say: stop if stale, else note the partition's appends
+        found past what the writer knew, to be skipped once its rows are checked against
+        them (`StreamSink._settle`)."""
         if history.stale is not None:
             raise self._stale(history.stale)
+        fresh = tuple(a for a in history.landed if a.progress > self._progress)
+        self._ahead += fresh
+        known = fresh[-1].progress if fresh else self._progress
+        if history.progress > known:  # rows no data mark accounts for: trusted by count
+            self._ahead += (Landed(-1, -1, history.progress, None),)
         self._progress = max(self._progress, history.progress)
         self._own_progress = max(self._own_progress, history.own)
         self._read_to = history.end
@@ -252,7 +261,7 @@ class StreamToken:
         if self._read_to is None:
             self._apply(self._marks.back(end))
         else:
-            self._apply(self._marks.forward(self._read_to, end))
+            self._apply(self._marks.forward(self._read_to, end, before=self._progress))
 
     def _fences(self, values: tuple[str, ...]) -> AppendAck:
         """One append of fence records only, under the current condition (repeated when

@@ -40,6 +40,7 @@ from s2_spark.backends.s2.stream_sink import (
 )
 from s2_spark.backends.s2.tokens import (
     JOB_QUERY,
+    DataMarks,
     ForeignFenceError,
     WriterId,
     query_key,
@@ -109,6 +110,7 @@ class PartitionWriter:
         self.settings = settings
         self._after_append = after_append
         self._budget = AppendBudget(settings.max_inflight_appends)
+        self._marks = DataMarks(writer)
         # With the test-only `after_append` hook, one stream at a time in the caller's
         # thread, in a fixed order: the hook counts appends across streams, and its
         # "exactly N appends landed" must not depend on thread timing.
@@ -122,7 +124,7 @@ class PartitionWriter:
     def _new_sink(self, name: str) -> StreamSink:
         return StreamSink(self._basin, name, self.writer, self.settings,
                           after_append=self._after_append, budget=self._budget,
-                          cancel=self._cancel)
+                          marks=self._marks, cancel=self._cancel)
 
     def add(self, bodies: pa.Array, headers: pa.Array | None, timestamps: pa.Array | None,
             streams: pa.Array | str) -> None:

@@ -5,10 +5,11 @@ has: the stream's fencing token and `match_seq_num` (the vocabulary: `tokens`; t
 decisions: `_stream_token`; docs/writing.md has the whole argument).
 
 * A writer is one attempt at writing one input partition of one micro-batch (or batch
-  job), `WriterId`; its rows for a stream must come in the same order on every replay.
-* Every data append ends with two fence records: the writer's *mark* (who, and how many
-  of its partition's rows for the stream are in with it) and the *token* the stream keeps
-  after it. Data and mark land together.
+  job), `WriterId`; its rows for a stream must be the same rows on every replay, in any
+  order.
+* Every data append ends with two fence records: the writer's *mark* (who, how many of
+  its partition's rows for the stream are in with it, and their digest) and the *token*
+  the stream keeps after it. Data and mark land together.
 * While one run of a query writes a stream, the token is the run's and stays so: every
   writer of the run conditions its appends on it without knowing who wrote last, so the
   tasks of a micro-batch write the same streams at once, one append per task and stream
@@ -18,7 +19,10 @@ decisions: `_stream_token`; docs/writing.md has the whole argument).
   rows land in input order, and acks name the prefix that landed.
 * When a writer cannot know what of its rows are in (a retried or speculative attempt,
   an append whose outcome was lost, a replay after a restart) it reads the marks back
-  first, after a bump where another attempt of its task could still append.
+  first, after a bump where another attempt of its task could still append. It skips
+  its rows up to each of its partition's marks whose digest they have (the same rows in
+  the same order); past the first that differs, it reads back what landed and skips
+  those rows by content (`_replay`).
 """
 
 from __future__ import annotations
@@ -28,8 +32,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
+from s2_spark.backends.s2._digest import NO_ROWS, RowsDigest
+from s2_spark.backends.s2._history import Landed
+from s2_spark.backends.s2._replay import LandedRows, read_landed
 from s2_spark.backends.s2._stream_token import StreamToken
 from s2_spark.backends.s2.settings import (
     DATA_MAX_BYTES,
@@ -39,11 +47,12 @@ from s2_spark.backends.s2.settings import (
     AppendBudget,
     SinkSettings,
 )
-from s2_spark.backends.s2.tokens import WriterId, fence_entry
+from s2_spark.backends.s2.tokens import DataMarks, WriterId, fence_entry
 from s2_spark.errors import (
     FencingTokenMismatchError,
     NotFoundError,
     RecordTooLargeError,
+    ReplayMismatchError,
     S2SparkError,
     SeqNumMismatchError,
     ServiceError,
@@ -101,12 +110,13 @@ class StreamWriteResult:
 @dataclass(frozen=True, slots=True)
 class _Link:
     """One append: data, mark and token, the token it is conditioned on, and the
-    partition's progress once it lands."""
+    partition's progress and digest once it lands."""
 
     payload: AppendBatch
     count: int
     condition: str
     progress: int
+    digest: RowsDigest
 
 
 class StreamSink(StreamToken):
@@ -114,9 +124,10 @@ class StreamSink(StreamToken):
 
     Feed rows with `add` (Arrow arrays: bodies, optional headers and timestamps), then
     `close`. `budget` bounds the appends in flight across the streams of one writer (one
-    sink alone: its own); once `cancel` is set the sink stops at its next request (another
-    stream of the writer failed). `after_append` (tests) runs after every acknowledged
-    append, each sent alone.
+    sink alone: its own), and `marks` encodes the writer's marks (shared by its streams;
+    one sink alone: its own); once `cancel` is set the sink stops at its next request
+    (another stream of the writer failed). `after_append` (tests) runs after every
+    acknowledged append, each sent alone.
     """
 
     def __init__(
@@ -128,6 +139,7 @@ class StreamSink(StreamToken):
         *,
         after_append: Callable[[StreamSink], None] | None = None,
         budget: AppendBudget | None = None,
+        marks: DataMarks | None = None,
         cancel: threading.Event | None = None,
     ) -> None:
         self.name = name
@@ -149,6 +161,12 @@ class StreamSink(StreamToken):
         self._seen = 0
         self._progress = 0  # rows of this partition known to be in the stream
         self._own_progress = 0  # of those, appended by this writer
+        self._data_marks = marks or DataMarks(writer)
+        self._digest = NO_ROWS  # digest of the partition's rows in the stream before _start
+        self._ahead: tuple[Landed, ...] = ()  # its appends found past _start, unchecked
+        # A replay in another order: the rows its partition landed past _start, being
+        # found in the input (holding the input rows that are not among them meanwhile).
+        self._landed_rows: LandedRows | None = None
         self._init_token()
         # Appends per chain (halved after a chain that landed nothing, see _send).
         self._window = max(1, min(settings.max_inflight_appends, MAX_INPUTS_PER_SESSION))
@@ -170,8 +188,13 @@ class StreamSink(StreamToken):
 
     @property
     def settled(self) -> bool:
-        """Whether `close` has nothing left to send."""
-        return not self._chunks
+        """Whether `close` has nothing left to send or check."""
+        return not self._chunks and not self._replaying
+
+    @property
+    def _replaying(self) -> bool:
+        """Whether rows found in the stream are still to be checked or found."""
+        return bool(self._ahead) or self._landed_rows is not None
 
     # -- input --------------------------------------------------------------------------
 
@@ -205,13 +228,6 @@ class StreamSink(StreamToken):
     def close(self) -> StreamWriteResult:
         """Append everything buffered; what this writer did to the stream."""
         self._flush(final=True)
-        if self._progress > self._seen:
-            raise S2SparkError(
-                f"{self._what} already holds {self._progress} rows of partition "
-                f"{self.writer.partition} of this batch, but the input has only {self._seen}: "
-                "the input is not deterministic, so exactly-once cannot hold (make each "
-                "partition's rows and their order the same on every replay)"
-            )
         return StreamWriteResult(self.name, self.appended, self._skipped, self._first_seq,
                                  self._end_seq, self.appends)
 
@@ -222,12 +238,10 @@ class StreamSink(StreamToken):
         must be read or bumped first; else None. Many streams' go out together
         (`PartitionWriter.close`); `after_single` records what became of each."""
         if (not self.ready or not self._chunks or self._match is not None
-                or self._after_append is not None
+                or self._after_append is not None or self._replaying
                 or self._buffered_rows > self.settings.max_records):
             return None
-        records, start = self._buffered()
-        if self._progress > start:
-            return None  # rows to skip: the usual path
+        records, _ = self._buffered()
         batches = records.batches(self.settings.max_records, DATA_MAX_BYTES)
         if len(batches) != 1 or batches[0].metered_bytes > DATA_MAX_BYTES:
             return None
@@ -248,6 +262,8 @@ class StreamSink(StreamToken):
 
     def _buffered(self) -> tuple[EncodedRecords, int]:
         """The buffered rows, and the index of the first, without taking them."""
+        if not self._chunks:
+            return _NO_ROWS, self._start
         records = EncodedRecords.concat(self._chunks)
         self._chunks = [records]
         return records, self._start
@@ -270,7 +286,7 @@ class StreamSink(StreamToken):
         unknown outcome, decide again from what was learnt and go on from there."""
         loop = RetryLoop(self._stream.config.retry, f"appends to {self._what}")
         refusals = 0
-        while self._chunks:
+        while self._chunks or (final and self._replaying):
             self._check_cancel()
             self._prepare()
             batches = self._next_batches(final=final)
@@ -295,18 +311,11 @@ class StreamSink(StreamToken):
 
     def _next_batches(self, *, final: bool) -> list[AppendBatch]:
         """The buffered rows past what the stream has, encoded into appends (a short last
-        one left buffered unless `final`); rows found in the stream are dropped."""
+        one left buffered unless `final`); rows found in the stream are dropped (`_settle`;
+        none while it waits for more input)."""
+        if not self._settle(final=final):
+            return []
         records, start = self._buffered()
-        skip = min(max(0, self._progress - start), len(records))
-        if skip:
-            # Rows whose appends' answers were lost are this writer's own; the rest an
-            # earlier attempt's or run's.
-            own = min(max(0, self._own_progress - start), skip)
-            self.appended += own
-            self._skipped += skip - own
-            records = records.slice(skip)
-            start += skip
-            self._keep(records, start)
         if len(records) == 0:
             return []
         per_append = self.settings.max_records
@@ -323,6 +332,95 @@ class StreamSink(StreamToken):
         if not final and batches[-1].count < per_append:
             batches = batches[:-1]  # a short last append waits for more rows
         return batches
+
+    # -- rows found in the stream ------------------------------------------------------
+
+    def _settle(self, *, final: bool) -> bool:
+        """Drop the buffered rows that the marks read back show in the stream: up to each
+        append of the partition found (`_ahead`), as far as the input has come, where the
+        digest of the rows up to it is the one its mark holds (the same rows in the same
+        order; a mark from before digests is trusted by count, as then). From the first
+        that differs on, find the rows that landed by content (`_find_landed`). Whether
+        the rows left may be appended now (False: more input is needed first)."""
+        while self._ahead and self._landed_rows is None:
+            landed = self._ahead[0]
+            records, start = self._buffered()
+            need = landed.progress - start
+            if need <= 0:
+                self._ahead = self._ahead[1:]
+                continue
+            if len(records) < need:
+                if final:
+                    raise self._mismatch(f"this attempt has only {self._seen} rows for it")
+                return False  # at most one append's rows wait for the rest of them
+            digest = self._digest.extend(records.slice(0, need).payload)
+            if landed.digest is None or digest.matches(landed.digest):
+                self._drop_landed(need, digest)
+                self._ahead = self._ahead[1:]
+                continue
+            ahead, self._ahead = self._ahead, ()
+            self._landed_rows = self._read_landed(ahead, start)
+        if self._landed_rows is not None:
+            return self._find_landed(final=final)
+        return True
+
+    def _drop_landed(self, n: int, digest: RowsDigest) -> None:
+        """The first `n` buffered rows are in the stream, with `digest` after them: drop
+        them. Those whose appends' answers were lost are this writer's own; the rest an
+        earlier attempt's or run's."""
+        own = min(max(0, self._own_progress - self._start), n)
+        self.appended += own
+        self._skipped += n - own
+        self._consume(n)
+        self._digest = digest
+
+    def _read_landed(self, ahead: tuple[Landed, ...], start: int) -> LandedRows:
+        """The data records of the appends `ahead` (the partition's rows past `start`),
+        read back."""
+        first = ahead[0]
+        if any(a.first < 0 for a in ahead) or first.progress - (first.end - first.first) != start:
+            w = self.writer
+            raise S2SparkError(
+                f"{self._what}: the marks of partition {w.partition} of micro-batch {w.batch} "
+                f"do not say where its rows {start}..{self._progress - 1} are, so this replay, "
+                "whose rows come in another order, cannot tell which of them were written")
+        rows = read_landed(self._stream, ahead, self._what)
+        if rows.count != ahead[-1].progress - start:
+            raise self._mismatch(f"its appends hold {rows.count} data records")
+        return rows
+
+    def _find_landed(self, *, final: bool) -> bool:
+        """A replay in another order: find the landed rows among the input rows as they
+        come, holding back the others (nothing is appended until every landed row is
+        found); then drop those, and the held rows are appended in their new order."""
+        landed = self._landed_rows
+        assert landed is not None
+        records, start = self._buffered()
+        if len(records):
+            landed.offer(records)
+            self._keep(_NO_ROWS, start)
+        if landed.remaining and final:
+            landed.finish()
+        if landed.remaining:
+            if final:
+                raise self._mismatch(
+                    f"{landed.remaining} of them are not among this attempt's "
+                    f"{self._seen} rows")
+            return False
+        self._skipped += landed.count
+        self._digest = self._digest.extend(landed.entries())
+        self._keep(landed.held() or _NO_ROWS, start + landed.count)
+        self._landed_rows = None
+        return True
+
+    def _mismatch(self, why: str) -> ReplayMismatchError:
+        w = self.writer
+        return ReplayMismatchError(
+            f"{self._what} already holds {self._progress} rows of partition {w.partition} "
+            f"of micro-batch {w.batch}, written by an earlier attempt, but {why}: this "
+            "replay's rows are not the rows that attempt wrote, so exactly-once cannot hold "
+            "and nothing more is written. Make each partition's rows the same on every "
+            "replay (their order may change)", stream=self.name)
 
     def _send(self, batches: list[AppendBatch]) -> ServiceError | None:
         """Append `batches` in order, chains of them per S2S session, each input after
@@ -358,26 +456,29 @@ class StreamSink(StreamToken):
 
     def _chain(self, batches: list[AppendBatch], first: int, limit: int) -> list[_Link]:
         """The next appends to send together: at most `limit`, within the in-flight byte
-        bound (at least one), each ending with this writer's mark and the token."""
+        bound (at least one), each ending with this writer's mark (with the digest of
+        the partition's rows so far) and the token."""
         links: list[_Link] = []
-        progress, condition, size = self._progress, self._condition, 0
+        progress, digest, condition, size = self._progress, self._digest, self._condition, 0
         sets_entry, sets_metered = fence_entry(self._sets)
         for batch in batches[first:first + limit]:
             if links and size + batch.metered_bytes > self.settings.max_inflight_bytes:
                 break
             progress += batch.count
-            mark_entry, mark_metered = fence_entry(self.writer.mark(progress).encode())
+            digest = digest.extend(batch.records_payload)
+            mark_entry, mark_metered = fence_entry(self._data_marks.encode(progress, digest))
             payload = AppendBatch(batch.records_payload + mark_entry + sets_entry,
                                   batch.count + 2,
                                   batch.metered_bytes + mark_metered + sets_metered,
                                   batch.first_index)
-            links.append(_Link(payload, batch.count, condition, progress))
+            links.append(_Link(payload, batch.count, condition, progress, digest))
             condition, size = self._sets, size + payload.metered_bytes
         return links
 
     def _landed(self, link: _Link, ack: AppendAck) -> None:
         """Record one append as in the stream."""
         self._progress = self._own_progress = link.progress
+        self._digest = link.digest
         self._remember(self._sets)
         self._condition, self._match = self._sets, None
         self._read_to = ack.end.seq_num
@@ -403,3 +504,5 @@ class StreamSink(StreamToken):
         elif not err.unsent:
             self._must_bump = True  # it may have landed: bump, then the marks tell
 
+
+_NO_ROWS = EncodedRecords(memoryview(b""), np.zeros(0, np.int64), np.zeros(0, np.int64))

@@ -4,10 +4,11 @@ S2 has no server-side dedup; the sink builds exactly-once from the stream's fenc
 and `match_seq_num` (`stream_sink` says how). It leaves two kinds of fence record:
 
 * A **mark** ends every data append: a fence record naming the writer (query, micro-batch,
-  planning time, partition, attempt) and how many of that partition's rows for the stream
-  are in the stream with it (`progress`). Marks are read back (`_history`) when a writer
-  must learn what an earlier attempt or run wrote. ``p`` marks follow data; ``m`` marks
-  are left by a writer that set a token of its own without data (a *bump*).
+  planning time, partition, attempt), how many of that partition's rows for the stream
+  are in the stream with it (`progress`) and the digest of those rows (`_digest`, cut to
+  the room the mark leaves). Marks are read back (`_history`) when a writer must learn
+  what an earlier attempt or run wrote. ``p`` marks follow data; ``m`` marks are left by
+  a writer that set a token of its own without data (a *bump*).
 * A **token** follows the mark and sets the stream's fencing token back, or to a new one.
   While one run of a streaming query writes a stream, its token is the run's
   (`WriterId.run_token`): the same for every task and micro-batch of the run, so tasks
@@ -17,8 +18,9 @@ and `match_seq_num` (`stream_sink` says how). It leaves two kinds of fence recor
   A batch job keeps a stream's empty token as it finds it.
 
 `WriterId.sees` classifies a token a writer finds on a stream (`Seen`); the release before
-this one left lease tokens (``w...``), which still parse, as marks. Every value is at most
-36 bytes, S2's limit; numbers are base 36.
+this one left lease tokens (``w...``), which still parse, as marks without a digest, as do
+data marks written before digests were added. Every value is at most 36 bytes, S2's
+limit; numbers are base 36.
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ import enum
 import hashlib
 from dataclasses import dataclass
 
+from s2_spark.backends.s2._digest import DIGEST_CHARS, MARK_CHARS, RowsDigest
 from s2_spark.errors import S2SparkError
 
 __all__ = [
     "FENCE_HEADERS",
     "JOB_QUERY",
     "MAX_TOKEN_BYTES",
+    "DataMarks",
     "ForeignFenceError",
     "Mark",
     "Seen",
@@ -98,7 +102,9 @@ def _checked(raw: str) -> str:
 @dataclass(frozen=True, slots=True)
 class Mark:
     """A writer's mark, read back from a stream: `data` for a ``p`` mark (it followed
-    data; the release before this one left only such), False for a bump's ``m`` mark."""
+    data; the release before this one left only such), False for a bump's ``m`` mark.
+    `digest`: the data mark's digest of its partition's rows (`_digest`), maybe cut
+    short, even to ""; None for a bump's mark and for marks written before digests."""
 
     streaming: bool
     query: str
@@ -108,14 +114,14 @@ class Mark:
     attempt: int
     progress: int
     data: bool
+    digest: str | None = None
 
     def encode(self) -> str:
         mode = "s" if self.streaming else "b"
-        return _checked(
-            f"{'p' if self.data else 'm'}{mode}{self.query}.{_b36(self.generation)}."
-            f"{_b36(self.batch)}.{_b36(self.partition)}.{_b36(self.attempt)}."
-            f"{_b36(self.progress)}"
-        )
+        fields = (f"{'p' if self.data else 'm'}{mode}{self.query}.{_b36(self.generation)}."
+                  f"{_b36(self.batch)}.{_b36(self.partition)}.{_b36(self.attempt)}."
+                  f"{_b36(self.progress)}")
+        return _checked(fields if self.digest is None else f"{fields}.{self.digest}")
 
 
 def _numbers(parts: list[str]) -> list[int] | None:
@@ -132,12 +138,18 @@ def parse_mark(raw: str) -> Mark | None:
         return None
     if raw[0] in "pm" and raw[1] in "sb":
         head, _, rest = raw.partition(".")
-        numbers = _numbers(rest.split("."))
+        fields = rest.split(".")
+        digest = None
+        if len(fields) == 6 and raw[0] == "p":
+            digest = fields.pop()
+            if not DIGEST_CHARS.issuperset(digest):
+                return None
+        numbers = _numbers(fields)
         if len(head) != 5 or numbers is None or len(numbers) != 5:
             return None
         gen, batch, part, attempt, progress = numbers
         return Mark(raw[1] == "s", head[2:], gen, batch, part, attempt, progress,
-                    data=raw[0] == "p")
+                    data=raw[0] == "p", digest=digest)
     if raw[0] == "w" and raw[1] in "LR" and raw[2] in "sSbB":
         # The previous release's lease: w<held><mode, upper when clean><query>.<gen>.<batch>
         # .<partition>.<attempt>.<progress>, set by every append with its progress.
@@ -203,7 +215,14 @@ class WriterId:
         return _checked(f"n{self._prefix}.{_b36(self.batch)}.{_b36(self.partition)}."
                         f"{_b36(self.attempt)}.{_b36(k)}")
 
-    def mark(self, progress: int, *, data: bool = True) -> Mark:
+    def mark(self, progress: int, *, data: bool = True, digest: RowsDigest | None = None
+             ) -> Mark:
+        """This writer's mark; a data mark with the `digest` of its partition's rows in
+        the stream as `DataMarks` writes it (a bump's mark holds no digest)."""
+        if digest is not None and data:
+            mark = parse_mark(DataMarks(self).encode(progress, digest))
+            assert mark is not None
+            return mark
         return Mark(self.streaming, self.query, self.generation, self.batch, self.partition,
                     self.attempt, progress, data)
 
@@ -232,6 +251,23 @@ class WriterId:
         if old.streaming and f"s{old.query}" == this_query:
             return Seen.EARLIER_RUN
         return Seen.OTHER_WRITER
+
+
+class DataMarks:
+    """One writer's data marks, encoded: the mark of every append, so built from a head
+    made once. A mark keeps as much of its digest as fits in S2's 36 bytes, at most
+    `MARK_CHARS` characters, maybe none (then a replay reads its rows back)."""
+
+    __slots__ = ("_head",)
+
+    def __init__(self, me: WriterId) -> None:
+        self._head = Mark(me.streaming, me.query, me.generation, me.batch, me.partition,
+                          me.attempt, 0, data=True).encode()[:-1]  # all but progress 0
+
+    def encode(self, progress: int, digest: RowsDigest) -> str:
+        fields = self._head + _b36(progress)
+        room = MAX_TOKEN_BYTES - len(fields) - 1
+        return _checked(f"{fields}.{digest.text()[:max(0, min(room, MARK_CHARS))]}")
 
 
 def is_token(raw: str) -> bool:
