@@ -7,7 +7,11 @@ what it does with the first request on that connection:
 - `"refuse"`: RST_STREAM(REFUSED_STREAM) (not processed); later requests are answered;
 - `"goaway-then-close"`: GOAWAY naming the request as processed, then close unanswered;
 - `"goaway-then-answer"`: GOAWAY naming the request as processed, then the answer, then
-  close (a graceful shutdown, RFC 9113 6.8).
+  close (a graceful shutdown, RFC 9113 6.8);
+- `"silent"`: no answer to any request on that connection;
+- `"elaborate"`: every answer the long way: a 103 first, a head of more than one frame
+  (HEADERS, then CONTINUATION: a header `x-big` of 20,000 bytes), the body in padded
+  DATA frames of 7 bytes, then trailers.
 
 Every request it receives is recorded in `seen` as (connection number, stream id, path).
 The GOAWAY frames are written by hand (hyperframe): h2 itself takes no more frames once it
@@ -94,8 +98,9 @@ class H2Peer:
                         path = dict(event.headers)[":path"]
                         with self._lock:
                             self.seen.append((number, event.stream_id, path))
+                        follow = plan if plan in ("silent", "elaborate") else "answer"
                         if not self._act(sock, conn, event.stream_id, path, number,
-                                         plan if first else "answer"):
+                                         plan if first else follow):
                             _hang_up(sock)
                             return
                         first = False
@@ -111,6 +116,11 @@ class H2Peer:
         if plan == "refuse":
             conn.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
             return True
+        if plan == "silent":
+            return True
+        if plan == "elaborate":
+            self._elaborate(conn, sid, path, number)
+            return True
         if plan.startswith("goaway"):
             last = sid - 2 if plan == "goaway" else sid
             sock.sendall(conn.data_to_send()
@@ -125,6 +135,18 @@ class H2Peer:
             sock.sendall(conn.data_to_send())
             return False
         return True
+
+
+    @staticmethod
+    def _elaborate(conn: h2.connection.H2Connection, sid: int, path: str,
+                   number: int) -> None:
+        body = json.dumps({"path": path, "connection": number}).encode()
+        conn.send_headers(sid, [(":status", "103"), ("link", "</x>; rel=preload")])
+        conn.send_headers(sid, [(":status", "200"), ("content-type", "application/json"),
+                                ("x-big", "b" * 20000)])
+        for at in range(0, len(body), 7):
+            conn.send_data(sid, body[at:at + 7], pad_length=5)
+        conn.send_headers(sid, [("x-trailer", "t")], end_stream=True)
 
 
 def _hang_up(sock: socket.socket) -> None:

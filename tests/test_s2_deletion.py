@@ -267,9 +267,8 @@ def test_the_tail_watch_stops_polling_a_stream_being_deleted(client: S2Client,
         positions = {"here": 0, "gone": 1}
         watch.watch(positions)
 
-        def gone_poll_ended() -> bool:
-            entry = watch._tasks.get("gone")
-            return entry is not None and entry[1].done()
+        def gone_poll_ended() -> bool:  # told the caller, and no poll under way
+            return "gone" in watch._changed and "gone" not in watch._records
 
         until(gone_poll_ended, "the deleted stream's poll to end")
         until(lambda: watch.quiet(positions) == {"here"}, "only the live stream is quiet")

@@ -128,6 +128,50 @@ def test_in_a_graceful_shutdown_the_processed_request_is_answered_and_the_next_r
         assert [(c, p) for c, _, p in peer.seen if c == 2] == [(2, answers[1]["path"])]
 
 
+def test_an_answer_sent_the_long_way_is_read_whole() -> None:
+    """An informational 103 first, a head in HEADERS and CONTINUATION frames, the body in
+    padded DATA frames, then trailers: the answer is the final head and the body, exact,
+    and the connection takes the next request (its header table still in step)."""
+    async def two(url: str) -> list[Response]:
+        origin = Http2Origin(url, ssl.create_default_context)
+        try:
+            return [await asyncio.wait_for(origin.request(b"GET", f"/e?n={n}", [], TIMEOUTS),
+                                           30) for n in (1, 2)]
+        finally:
+            origin.close()
+
+    with H2Peer(["elaborate"]) as peer:
+        first, second = asyncio.run(two(peer.url))
+        for n, resp in ((1, first), (2, second)):
+            assert answer_of(resp) == {"path": f"/e?n={n}", "connection": 1}
+            assert resp.headers["x-big"] == "b" * 20000
+            assert "x-trailer" not in resp.headers and "link" not in resp.headers
+        assert peer.connections == 1
+
+
+def test_a_request_never_answered_times_out_even_behind_one_that_waits_longer() -> None:
+    """Read timeouts hold whatever was sent before on the connection: a request with a
+    short one, sent after one with a long one, times out first; then the long one does."""
+    async def run(url: str) -> tuple[bool, BaseException | None]:
+        origin = Http2Origin(url, ssl.create_default_context)
+        try:
+            long = asyncio.ensure_future(
+                origin.request(b"GET", "/long", [], AsyncTimeouts(connect=10.0, read=4.0)))
+            await asyncio.sleep(0.2)
+            with pytest.raises(httpx.ReadTimeout):
+                await origin.request(b"GET", "/short", [], AsyncTimeouts(10.0, 0.5))
+            long_pending = not long.done()
+            await asyncio.wait([long], timeout=60)
+            return long_pending, long.exception()
+        finally:
+            origin.close()
+
+    with H2Peer(["silent"]) as peer:
+        long_pending, failure = asyncio.run(run(peer.url))
+    assert long_pending
+    assert isinstance(failure, httpx.ReadTimeout)
+
+
 # -- an origin that speaks HTTP/1.1 only: the Durable Streams reference server -------------
 
 

@@ -56,7 +56,8 @@ class _Wire(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.reader: ResponseReader | None = None
-        self.waiter: asyncio.Future[None] | None = None
+        #: Called once with None when the answer is whole, or with the failure.
+        self.done: Callable[[Exception | None], None] | None = None
         self.lost = False
         self.stray = False  # bytes came with no request waiting: never reuse
 
@@ -97,17 +98,23 @@ class _Wire(asyncio.Protocol):
         self._wake(None)
 
     def _wake(self, exc: Exception | None) -> None:
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            if exc is None:
-                waiter.set_result(None)
-            else:
-                waiter.set_exception(exc)
+        done = self.done
+        if done is not None:
+            self.done = None
+            done(exc)
 
 
 class AsyncConnection:
     """Requests to one origin, one at a time, over one connection opened on first use and
-    opened again after a failure or a server's close. Loop thread only."""
+    opened again after a failure or a server's close. Loop thread only.
+
+    `send` starts a request on the open connection and calls back with its answer: no
+    task, future or timeout context per request (a fan-out sends thousands a second, a
+    watch keeps one waiting per stream); `request` is the same awaited."""
+
+    __slots__ = ("_authority", "_done", "_head_only", "_host", "_host_header", "_origin",
+                 "_port", "_prefix", "_proxy", "_reader", "_ssl_context", "_timer", "_tls",
+                 "_wire")
 
     def __init__(self, base_url: str, ssl_context: Callable[[], ssl.SSLContext]) -> None:
         end = Endpoint.of(base_url)
@@ -119,10 +126,22 @@ class AsyncConnection:
         self._proxy = end.proxy
         self._ssl_context = ssl_context
         self._wire: _Wire | None = None
+        # The request in flight: its answer's reader, its callback, its read timer.
+        self._reader: ResponseReader | None = None
+        self._done: Callable[[Response | Exception], None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._head_only = False
 
     @property
     def connected(self) -> bool:
         return self._wire is not None
+
+    @property
+    def reusable(self) -> bool:
+        """Open, idle and sound: the next request may go out on it at once (`send`)."""
+        wire = self._wire
+        return (wire is not None and self._done is None and not wire.lost
+                and not wire.stray)
 
     async def connect(self, timeouts: AsyncTimeouts) -> None:
         """Open the connection (and the proxy's tunnel, and TLS) unless it is open."""
@@ -151,26 +170,97 @@ class AsyncConnection:
         if self._wire is not None and (self._wire.lost or self._wire.stray):
             self.close()
         await self.connect(timeouts)
-        reader = ResponseReader(head_request=method == b"HEAD",
-                                head_only=HEAD_BYTES if head_only else None)
-        wire = self._wire
-        assert wire is not None
+        answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self.send(method, target, headers, timeouts.read, _settle(answer), content=content,
+                  head_only=head_only)
         try:
-            # The request's bytes are not kept while the answer takes (a long-poll's:
-            # per watched stream).
-            await _answer(wire, self._request_bytes(method, target, headers, content),
-                          reader, timeouts.read)
-        except BaseException:
-            self.close()
+            return await answer
+        except asyncio.CancelledError:
+            self.close()  # the answer is not waited for: the connection is in doubt
             raise
-        if not reader.keep_alive or reader.leftover or wire.lost:
-            self.close()  # closed by the server, a body left unread, or bytes unasked
-        return Response(reader.status, reader.headers, content=reader.body, prefix=head_only)
+
+    def send(self, method: bytes, target: str, headers: Headers, read_timeout: float | None,
+             done: Callable[[Response | Exception], None], *, content: bytes | None = None,
+             head_only: bool = False) -> None:
+        """Start a request on the open connection (`reusable`); `done` is called once, on
+        the loop, with the response or the exception it failed with (httpx's types: the
+        connection is closed then). Not called if `close` comes first."""
+        wire = self._wire
+        assert wire is not None and wire.transport is not None and self._done is None
+        if wire.lost or wire.stray:
+            self._fail(done, httpx.ReadError("the connection was closed or sent bytes unasked"))
+            return
+        try:
+            data = self._request_bytes(method, target, headers, content)
+        except ValueError as exc:
+            self._fail(done, exc)
+            return
+        self._reader = wire.reader = ResponseReader(head_request=method == b"HEAD",
+                                                    head_only=HEAD_BYTES if head_only else None)
+        self._done, self._head_only = done, head_only
+        wire.done = self._answered
+        if read_timeout is not None:
+            self._timer = asyncio.get_running_loop().call_later(read_timeout, self._timed_out)
+        try:
+            wire.transport.write(data)
+        except (OSError, ssl.SSLError) as exc:
+            self._answered(httpx.ReadError(f"{type(exc).__name__}: {exc}"))
+
+    def cancel(self) -> None:
+        """Give up the request in flight (closing the connection: its answer would be in
+        the way of the next); no callback then."""
+        self.close()
 
     def close(self) -> None:
+        """Close the connection; a request in flight is dropped without its callback."""
         wire, self._wire = self._wire, None
-        if wire is not None and wire.transport is not None:
-            wire.transport.close()
+        self._clear()
+        if wire is not None:
+            wire.reader = wire.done = None
+            if wire.transport is not None:
+                wire.transport.close()
+
+    def _answered(self, exc: Exception | None) -> None:
+        """(The wire) the answer is whole, or the request failed."""
+        done, reader, wire = self._done, self._reader, self._wire
+        self._clear()
+        if done is None or reader is None or wire is None:
+            return
+        wire.reader = None
+        if exc is not None:
+            self._fail(done, exc)
+            return
+        if not reader.keep_alive or reader.leftover or wire.lost:
+            self.close()  # closed by the server, a body left unread, or bytes unasked
+        try:
+            response = Response(reader.status, reader.headers, content=reader.body,
+                                prefix=self._head_only)
+        except Exception as err:  # a body that does not decode
+            done(err)
+            return
+        done(response)
+
+    def expire(self) -> None:
+        """The request in flight took too long: it fails with `ReadTimeout` (for a caller
+        that keeps the deadlines of many connections itself: `send` without a timeout)."""
+        self._timed_out()
+
+    def _timed_out(self) -> None:
+        self._timer = None
+        done = self._done
+        if done is not None:
+            self._clear()
+            self._fail(done, httpx.ReadTimeout("no answer in time"))
+
+    def _fail(self, done: Callable[[Response | Exception], None], exc: Exception) -> None:
+        self.close()
+        done(exc)
+
+    def _clear(self) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        self._reader = self._done = None
 
     def _request_bytes(self, method: bytes, target: str, headers: Headers,
                        content: bytes | None) -> bytes:
@@ -204,6 +294,18 @@ class AsyncConnection:
         assert isinstance(tls, asyncio.Transport)
         wire.transport = tls
         return wire
+
+
+def _settle(future: asyncio.Future[Response]) -> Callable[[Response | Exception], None]:
+    """A `send` callback that resolves `future` (unless it was cancelled)."""
+    def done(result: Response | Exception) -> None:
+        if not future.done():
+            if isinstance(result, Exception):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+    return done
 
 
 async def _connect_to_proxy(proxy_url: str,
@@ -252,8 +354,16 @@ async def _answer(wire: _Wire, data: bytes, reader: ResponseReader,
     assert wire.transport is not None
     if wire.lost or wire.stray:
         raise httpx.ReadError("the connection was closed or sent bytes unasked")
-    waiter = asyncio.get_running_loop().create_future()
-    wire.reader, wire.waiter = reader, waiter
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def done(exc: Exception | None) -> None:
+        if not waiter.done():
+            if exc is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(exc)
+
+    wire.reader, wire.done = reader, done
     try:
         wire.transport.write(data)
         del data  # the transport holds what it has not sent yet
@@ -264,4 +374,4 @@ async def _answer(wire: _Wire, data: bytes, reader: ResponseReader,
     except (OSError, ssl.SSLError) as exc:
         raise httpx.ReadError(f"{type(exc).__name__}: {exc}") from exc
     finally:
-        wire.reader = wire.waiter = None
+        wire.reader = wire.done = None

@@ -16,12 +16,12 @@ through their client's own path, which retries by deadline and reports typed err
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import concurrent.futures
 import ssl
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from s2_spark._closeable import Closeable
 
@@ -34,6 +34,9 @@ Headers = list[tuple[bytes, bytes]]
 #: Connections a fan-out keeps per origin: requests in flight at once. On a loopback they
 #: are answered about as fast as sent; 20 ms away, 64 still send 3,000 a second.
 FANOUT_WIDTH = 64
+#: Seconds between two looks at the busy connections' deadlines: a request times out up
+#: to this late (a timer per request cost a tenth of the loop's work).
+_SWEEP = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +54,42 @@ class Call:
 FollowUp = Callable[[int, Response], "Call | None"]
 
 
+class _Run:
+    """One `run`'s calls as they go out and come back (loop thread, but for `answered`)."""
+
+    __slots__ = ("answered", "calls", "in_flight", "left", "limit", "next", "results", "then")
+
+    def __init__(self, calls: Sequence[Call], limit: int | None, then: FollowUp | None
+                 ) -> None:
+        self.calls = calls
+        self.limit = len(calls) if limit is None else max(1, limit)
+        self.then = then
+        self.results: list[Response | Exception | None] = [None] * len(calls)
+        self.next = 0  # the next call to send
+        self.in_flight = 0
+        self.left = len(calls)  # calls without their last answer yet
+        self.answered: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+
+class _Pool:
+    """One origin's connections: those open, the idle ones among them, how many are open
+    or opening, and the requests waiting for one (loop thread only)."""
+
+    __slots__ = ("conns", "idle", "open", "waiting")
+
+    def __init__(self) -> None:
+        self.conns: set[AsyncConnection] = set()
+        self.idle: list[AsyncConnection] = []
+        self.open = 0
+        self.waiting: deque[tuple[_Run, int, Call]] = deque()
+
+
 class Fanout(Closeable):
-    """Sends the calls of `run` concurrently; any thread may call it."""
+    """Sends the calls of `run` concurrently; any thread may call it.
+
+    Loop side, a request is a connection's callback, not a task: each answer hands its
+    connection the next request waiting for one, so a request costs the loop its bytes
+    out, its answer in and a call or two."""
 
     def __init__(self, ssl_context: Callable[[], ssl.SSLContext], timeouts: AsyncTimeouts,
                  *, width: int = FANOUT_WIDTH) -> None:
@@ -62,9 +99,13 @@ class Fanout(Closeable):
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        # Loop thread only: idle connections and free places per origin.
-        self._idle: dict[str, list[AsyncConnection]] = {}
-        self._slots: dict[str, asyncio.Semaphore] = {}
+        # Loop thread only: each origin's connections, the runs not answered yet and the
+        # connections being opened.
+        self._pools: dict[str, _Pool] = {}
+        self._runs: set[_Run] = set()
+        self._opening: set[asyncio.Task[None]] = set()
+        self._deadlines: dict[AsyncConnection, float] = {}  # busy connections
+        self._sweeping: asyncio.TimerHandle | None = None
 
     def __repr__(self) -> str:
         return f"Fanout(width={self._width})"
@@ -80,8 +121,10 @@ class Fanout(Closeable):
         append sent again, at once rather than in another round)."""
         if not calls:
             return []
-        return asyncio.run_coroutine_threadsafe(self._all(calls, limit, then),
-                                                self._started()).result()
+        run = _Run(calls, limit, then)
+        self._started().call_soon_threadsafe(self._begin, run)
+        run.answered.result()
+        return run.results  # type: ignore[return-value]  # every one set by now
 
     def close(self) -> None:
         with self._lock:
@@ -102,47 +145,142 @@ class Fanout(Closeable):
                 self._loop, self._thread = loop, thread
             return self._loop
 
-    async def _all(self, calls: Sequence[Call], limit: int | None, then: FollowUp | None
-                   ) -> list[Response | Exception]:
-        mine = asyncio.Semaphore(limit) if limit is not None else contextlib.nullcontext()
-        done = await asyncio.gather(*(self._chain(i, c, mine, then)
-                                      for i, c in enumerate(calls)),
-                                    return_exceptions=True)
-        out: list[Response | Exception] = []
-        for result in done:
-            if isinstance(result, BaseException) and not isinstance(result, Exception):
-                raise result  # cancelled, interrupted: not a failed request
-            out.append(result)
-        return out
+    # -- the loop thread ---------------------------------------------------------------------
 
-    async def _chain(self, i: int, call: Call | None,
-                     mine: contextlib.AbstractAsyncContextManager[Any],
-                     then: FollowUp | None) -> Response:
-        """Call `call`, then what `then` asks for in reply, until it asks for nothing."""
-        response = None
-        while call is not None:
-            response = await self._one(call, mine)
-            call = then(i, response) if then is not None else None
-        assert response is not None
-        return response
+    def _begin(self, run: _Run) -> None:
+        self._runs.add(run)
+        self._feed(run)
 
-    async def _one(self, call: Call, mine: contextlib.AbstractAsyncContextManager[Any]
-                   ) -> Response:
-        slots = self._slots.get(call.base_url)
-        if slots is None:
-            slots = self._slots[call.base_url] = asyncio.Semaphore(self._width)
-        async with mine, slots:
-            idle = self._idle.setdefault(call.base_url, [])
-            conn = idle.pop() if idle else AsyncConnection(call.base_url, self._ssl_context)
+    def _feed(self, run: _Run) -> None:
+        """Send the run's next calls, up to its limit."""
+        calls = run.calls
+        while run.in_flight < run.limit and run.next < len(calls):
+            i = run.next
+            run.next += 1
+            run.in_flight += 1
+            self._submit(run, i, calls[i])
+
+    def _submit(self, run: _Run, i: int, call: Call) -> None:
+        """Send call i of `run` on an idle connection of its origin, on a new one if the
+        origin has fewer than `width`, else once one is free."""
+        pool = self._pools.get(call.base_url)
+        if pool is None:
+            pool = self._pools[call.base_url] = _Pool()
+        while pool.idle:
+            conn = pool.idle.pop()
+            if conn.reusable:
+                self._send(pool, conn, run, i, call)
+                return
+            self._drop(pool, conn)
+        if pool.open < self._width:
+            pool.open += 1
+            self._open(pool, run, i, call)
+        else:
+            pool.waiting.append((run, i, call))
+
+    def _open(self, pool: _Pool, run: _Run, i: int, call: Call) -> None:
+        task = asyncio.get_running_loop().create_task(self._connect(pool, run, i, call))
+        self._opening.add(task)
+        task.add_done_callback(self._opening.discard)
+
+    async def _connect(self, pool: _Pool, run: _Run, i: int, call: Call) -> None:
+        conn = AsyncConnection(call.base_url, self._ssl_context)
+        try:
+            await conn.connect(self._timeouts)
+        except Exception as exc:
+            pool.open -= 1
+            self._settled(run, i, exc)
+            self._next_waiting(pool)
+            return
+        pool.conns.add(conn)
+        self._send(pool, conn, run, i, call)
+
+    def _send(self, pool: _Pool, conn: AsyncConnection, run: _Run, i: int, call: Call
+              ) -> None:
+        def done(result: Response | Exception) -> None:
+            self._deadlines.pop(conn, None)
+            self._answered(pool, conn, run, i, call, result)
+
+        read = self._timeouts.read
+        if read is not None:
+            loop = asyncio.get_running_loop()
+            self._deadlines[conn] = loop.time() + read
+            if self._sweeping is None:
+                self._sweeping = loop.call_later(_SWEEP, self._sweep)
+        conn.send(call.method, call.target, call.headers, None, done, content=call.content)
+
+    def _sweep(self) -> None:
+        """Fail the requests past their deadline (each connection's callback runs then)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for conn in [c for c, at in self._deadlines.items() if at <= now]:
+            if self._deadlines.pop(conn, None) is not None:
+                conn.expire()
+        self._sweeping = loop.call_later(_SWEEP, self._sweep) if self._deadlines else None
+
+    def _answered(self, pool: _Pool, conn: AsyncConnection, run: _Run, i: int, call: Call,
+                  result: Response | Exception) -> None:
+        """Call i's answer: the follow-up `then` asks for goes out (on this connection if
+        it may), else it is the call's result; either way the connection serves on."""
+        follow = None
+        if run.then is not None and isinstance(result, Response):
             try:
-                return await conn.request(call.method, call.target, call.headers,
-                                          self._timeouts, content=call.content)
-            finally:
-                if conn.connected:
-                    idle.append(conn)
+                follow = run.then(i, result)
+            except Exception as exc:
+                result = exc
+        if follow is not None and follow.base_url == call.base_url and conn.reusable:
+            self._send(pool, conn, run, i, follow)
+            return
+        self._release(pool, conn)
+        if follow is not None:
+            self._submit(run, i, follow)
+            return
+        self._settled(run, i, result)
+
+    def _settled(self, run: _Run, i: int, result: Response | Exception) -> None:
+        run.results[i] = result
+        run.in_flight -= 1
+        run.left -= 1
+        if run.left == 0:
+            self._runs.discard(run)
+            run.answered.set_result(None)
+        else:
+            self._feed(run)
+
+    def _release(self, pool: _Pool, conn: AsyncConnection) -> None:
+        """A connection done with its request: to the next waiting one, or idle."""
+        if not conn.reusable:
+            self._drop(pool, conn)
+            self._next_waiting(pool)
+        elif pool.waiting:
+            self._send(pool, conn, *pool.waiting.popleft())
+        else:
+            pool.idle.append(conn)
+
+    @staticmethod
+    def _drop(pool: _Pool, conn: AsyncConnection) -> None:
+        conn.close()
+        pool.conns.discard(conn)
+        pool.open -= 1
+
+    def _next_waiting(self, pool: _Pool) -> None:
+        """A connection closed: open one for the next waiting request, if any."""
+        if pool.waiting and pool.open < self._width:
+            pool.open += 1
+            self._open(pool, *pool.waiting.popleft())
 
     async def _drop_connections(self) -> None:
-        for idle in self._idle.values():
-            for conn in idle:
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+            self._sweeping = None
+        self._deadlines.clear()
+        for task in list(self._opening):
+            task.cancel()
+        for pool in self._pools.values():
+            for conn in pool.conns:
                 conn.close()
-        self._idle.clear()
+        self._pools.clear()
+        for run in list(self._runs):
+            if not run.answered.done():
+                run.answered.set_exception(RuntimeError("the fan-out was closed"))
+        self._runs.clear()

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import httpx
 
 from ._async_connection import HEAD_BYTES, AsyncTimeouts, open_tunnel
-from ._h2_connection import H2Connection, NotHttp2, Unprocessed
+from ._h2_connection import Done, H2Connection, NotHttp2, Unprocessed
 from ._response import Response
 from ._routes import Endpoint
 
@@ -43,6 +43,69 @@ def alpn_context(context: ssl.SSLContext) -> ssl.SSLContext:
     return context
 
 
+class _Sending:
+    """One request through an `Http2Origin` until it is answered: sent again on a newer
+    connection while the server says it did not process it (`_SENDS` sends at most).
+    `cancel` gives up on it (no callback then)."""
+
+    __slots__ = ("conn", "done", "head_only", "headers", "method", "origin", "path",
+                 "sends", "sid", "timeouts")
+
+    def __init__(self, origin: Http2Origin, method: bytes, path: bytes, headers: Headers,
+                 timeouts: AsyncTimeouts, done: Done, head_only: bool) -> None:
+        self.origin = origin
+        self.method = method
+        self.path = path
+        self.headers = headers
+        self.timeouts = timeouts
+        self.done: Done | None = done
+        self.head_only = head_only
+        self.sends = 0
+        self.conn: H2Connection | None = None  # the connection of the last send
+        self.sid = 0
+
+    @property
+    def newer_than(self) -> int:
+        """The next send goes on a connection opened after the last send's."""
+        return self.conn.serial if self.conn is not None else 0
+
+    def send_on(self, conn: H2Connection) -> None:
+        origin = self.origin
+        self.sends += 1
+        self.conn = conn
+        try:
+            self.sid = conn.send(self.method, origin._authority_bytes, origin._scheme,
+                                 self.path, self.headers, self.timeouts.read, self,
+                                 HEAD_BYTES if self.head_only else None)
+        except Exception as exc:  # no room after all (closing), or a header too long
+            self(exc)
+
+    def cancel(self) -> None:
+        self.done = None
+        if self.conn is not None and self.sid:
+            self.conn.cancel(self.sid)
+        self.origin._forget(self)
+
+    def __call__(self, result: Response | Exception) -> None:
+        """The answer of the last send (the connection's callback: no bound method is
+        made per request)."""
+        self.sid = 0
+        if self.done is None:
+            return
+        if isinstance(result, Unprocessed):
+            if self.sends < _SENDS:
+                self.origin._dispatch(self)
+                return
+            result = Unprocessed(f"the server did not process the request in {_SENDS} sends, "
+                                 f"each on a newer connection: {result}")
+        self.fail_or_answer(result)
+
+    def fail_or_answer(self, result: Response | Exception) -> None:
+        done, self.done = self.done, None
+        if done is not None:
+            done(result)
+
+
 class Http2Origin:
     """Requests to the origin of `base_url` (and its path prefix) over HTTP/2; `ssl_context`
     gives the TLS context with ALPN (`alpn_context`). Loop thread only."""
@@ -61,7 +124,11 @@ class Http2Origin:
         self._ssl_context = ssl_context
         self._conns: list[H2Connection] = []  # in the order they were opened
         self._opened = 0  # connections opened so far (`H2Connection.serial`)
-        self._opening = asyncio.Lock()
+        self._last: H2Connection | None = None  # the last one found with room
+        # Requests waiting for a connection with room, and the one being opened for them.
+        self._waiting: dict[_Sending, None] = {}
+        self._opening: asyncio.Task[None] | None = None
+        self._probing: asyncio.Future[None] | None = None
 
     @property
     def speaks_h2(self) -> bool | None:
@@ -79,61 +146,109 @@ class Http2Origin:
         (httpx's errors when that fails)."""
         known = self.speaks_h2
         if known is None:
-            try:
-                await self._connection(timeouts)
-            except NotHttp2:
-                return False
+            if self._with_room(0) is None:
+                try:
+                    self._conns.append(await self._open(timeouts))
+                except NotHttp2:
+                    return False
             return True
         return known
 
     async def request(self, method: bytes, target: str, headers: Headers,
                       timeouts: AsyncTimeouts, *, head_only: bool = False) -> Response:
-        """A request without a body for `target` (under the base URL's path). `NotHttp2`
-        if the origin does not speak it; `Unprocessed` if the server did not process it in
-        `_SENDS` sends; httpx's errors for the rest."""
-        path = (self._prefix + target).encode()
-        last = 0  # the serial of the last send's connection: the next goes on a newer one
-        for send in range(1, _SENDS + 1):
-            conn = await self._connection(timeouts, newer_than=last)
-            try:
-                return await conn.request(method, self._authority_bytes, self._scheme,
-                                          path, headers, timeouts.read,
-                                          HEAD_BYTES if head_only else None)
-            except Unprocessed as exc:
-                if send == _SENDS:
-                    raise Unprocessed(f"the server did not process the request in {_SENDS} "
-                                      f"sends, each on a newer connection: {exc}") from exc
-                last = conn.serial
-        raise AssertionError("unreachable")
+        """`send`, awaited (cancelling it gives the request up)."""
+        answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+
+        def done(result: Response | Exception) -> None:
+            if not answer.done():
+                if isinstance(result, Exception):
+                    answer.set_exception(result)
+                else:
+                    answer.set_result(result)
+
+        sending = self.send(method, target, headers, timeouts, done, head_only=head_only)
+        try:
+            return await answer
+        except asyncio.CancelledError:
+            sending.cancel()
+            raise
+
+    def send(self, method: bytes, target: str, headers: Headers, timeouts: AsyncTimeouts,
+             done: Done, *, head_only: bool = False) -> _Sending:
+        """A request without a body for `target` (under the base URL's path); `done` is
+        called once, on the loop, with the answer or the exception: `NotHttp2` if the
+        origin does not speak it, `Unprocessed` if the server did not process it in
+        `_SENDS` sends, httpx's errors for the rest. `cancel()` on what it returns gives
+        the request up (no callback then)."""
+        sending = _Sending(self, method, (self._prefix + target).encode(), headers,
+                           timeouts, done, head_only)
+        self._dispatch(sending)
+        return sending
 
     def close(self) -> None:
-        conns, self._conns = self._conns, []
+        conns, self._conns, self._last = self._conns, [], None
+        if self._opening is not None:
+            self._opening.cancel()
         for conn in conns:
             conn.close()
 
-    async def _connection(self, timeouts: AsyncTimeouts, newer_than: int = 0
-                          ) -> H2Connection:
-        """A connection with room for one more request, opened after the one numbered
-        `newer_than` (`H2Connection.serial`); opened if none has."""
-        conn = self._with_room(newer_than)
+    # -- inside ------------------------------------------------------------------------------
+
+    def _dispatch(self, sending: _Sending) -> None:
+        """Send on a connection with room opened after the last send's; else wait for
+        one, opened for the requests waiting."""
+        conn = self._with_room(sending.newer_than)
         if conn is not None:
-            return conn
-        async with self._opening:
-            conn = self._with_room(newer_than)
-            if conn is None:
-                if self.speaks_h2 is False:
-                    raise NotHttp2(self._key)
-                conn = await self._open(timeouts)
-                self._opened += 1
-                conn.serial = self._opened
+            sending.send_on(conn)
+            return
+        if self.speaks_h2 is False:
+            sending.fail_or_answer(NotHttp2(self._key))
+            return
+        self._waiting[sending] = None
+        if self._opening is None:
+            self._opening = asyncio.get_running_loop().create_task(
+                self._open_for_waiting(sending.timeouts))
+
+    def _forget(self, sending: _Sending) -> None:
+        self._waiting.pop(sending, None)
+
+    async def _open_for_waiting(self, timeouts: AsyncTimeouts) -> None:
+        """Open connections until every waiting request is sent (a failure fails those
+        waiting then)."""
+        try:
+            while self._waiting:
+                try:
+                    conn = await self._open(timeouts)
+                except Exception as exc:
+                    waiting, self._waiting = self._waiting, {}
+                    for sending in waiting:
+                        sending.fail_or_answer(exc)
+                    return
                 self._conns.append(conn)
-            return conn
+                for sending in list(self._waiting):
+                    if not (conn.usable and conn.in_flight < conn.max_streams):
+                        break
+                    if conn.serial > sending.newer_than:
+                        del self._waiting[sending]
+                        sending.send_on(conn)
+        finally:
+            self._opening = None
 
     def _with_room(self, newer_than: int) -> H2Connection | None:
-        self._conns = [c for c in self._conns if c.usable or c.in_flight]
-        for conn in self._conns:
+        """A connection with room opened after `newer_than`: the last one found, while
+        it has room (a look at each connection per request, thousands of requests over
+        a hundred connections, cost a tenth of a watch's CPU)."""
+        last = self._last
+        if (last is not None and last.serial > newer_than and last.usable
+                and last.in_flight < last.max_streams):
+            return last
+        conns = self._conns
+        if any(not (c.usable or c.in_flight) for c in conns):
+            self._conns = conns = [c for c in conns if c.usable or c.in_flight]
+        for conn in conns:
             if (conn.serial > newer_than and conn.usable
                     and conn.in_flight < conn.max_streams):
+                self._last = conn
                 return conn
         return None
 
@@ -154,6 +269,8 @@ class Http2Origin:
                 raise httpx.ConnectError(f"{type(exc).__name__}: {exc}") from exc
             raise
         self._remember(True)
+        self._opened += 1
+        conns[0].serial = self._opened
         return conns[0]
 
     async def _handshake(self, out: list[H2Connection]) -> None:

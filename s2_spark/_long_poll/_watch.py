@@ -24,6 +24,11 @@ stream is busy and its tail is dropped: the caller asks (a tail told once and ke
 be overtaken by every record after the first, and a plan made from it would leave those
 for the next micro-batch).
 
+A watched stream is a small record (`_Watched`), its polls driven by the callbacks of the
+connections (`PollConnections.send`), not a task each: a waiting poll holds the record,
+its request on the wire and the connection's share, about half a kilobyte, where a task
+and its suspended coroutines took several.
+
 This module holds no protocol: a subclass says how to long-poll one stream at one
 position and what the answer means (an `Answer`); see `s2_spark.s2._watch` (S2) and
 `s2_spark.durable._watch` (Durable Streams). No pyspark here either.
@@ -38,7 +43,7 @@ import logging
 import random
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -95,9 +100,29 @@ class Pause:
     seconds: float
 
 
-#: One long-poll of one stream at one position; raising `httpx.HTTPError` or `ValueError`
-#: counts as `Answer.FAILED`. Made by `LongPollWatch._poller`, which may keep state in it.
-Poll = Callable[[], Awaitable["Answer | News[Any] | Pause"]]
+@dataclass(frozen=True, slots=True)
+class Poll:
+    """One long-poll's request: a GET of `base_url` + `target`; `head_only`: the first
+    bytes of the body are enough to tell what the answer means."""
+
+    base_url: str
+    target: str
+    head_only: bool = False
+
+
+#: `_Watched.pending` while its request is being handed to the connections.
+_SENDING = object()
+
+
+def _moved(wanted: Mapping[str, Any], want: Mapping[str, Any]) -> set[str]:
+    """The streams of `wanted` new to `want` or at another position there (compared in C
+    where positions can be hashed)."""
+    if wanted == want:
+        return set()
+    try:
+        return {s for s, _ in wanted.items() - want.items()}
+    except TypeError:  # positions that are dicts (Durable Streams)
+        return {s for s, pos in wanted.items() if s not in want or want[s] != pos}
 
 
 def jittered_wait(wait: int) -> int:
@@ -107,10 +132,34 @@ def jittered_wait(wait: int) -> int:
     return random.randint(max(1, wait * 3 // 4), max(1, wait))
 
 
+class _Watched:
+    """(Loop thread) one watched stream: where it is polled, the protocol's state for
+    that position, and what is under way (a request, or a timer before the next one).
+    Called with each answer, it hands it to the watch: the connections take it as the
+    request's callback, so a waiting poll allocates nothing of its own."""
+
+    __slots__ = ("failures", "following", "live", "pending", "pos", "state", "stream",
+                 "timer", "watch")
+
+    def __init__(self, watch: LongPollWatch[Any], stream: str, pos: Any, state: Any) -> None:
+        self.watch = watch
+        self.stream = stream
+        self.pos = pos
+        self.state = state
+        self.following = False  # polling at the tail news came with (`news_tails`)
+        self.failures = 0  # failed polls in a row
+        self.live = True  # False once ended or dropped: answers are then ignored
+        self.pending: Any = None  # the request on the wire (`cancel()`able)
+        self.timer: asyncio.TimerHandle | None = None
+
+    def __call__(self, result: Response | Exception) -> None:
+        self.watch._answered(self, result)
+
+
 class LongPollWatch(Closeable, ABC, Generic[P]):
     """Long-polls the streams given to `watch` from a daemon thread (a `StreamWatch` of
     `s2_spark.backends.base`; `with watch:` closes it). Subclasses say how to poll one
-    stream (`_poller`) and which positions can be watched (`_watchable`)."""
+    stream (`_request`, `_read`) and which positions can be watched (`_watchable`)."""
 
     def __init__(self, settings: ClientSettings, base_url: str | None, *,
                  limit: int | None = None, own_connections: int | None = None,
@@ -119,10 +168,10 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         streams are anywhere, and the limit stays HTTP/1.1's);
         `limit`: streams watched at most (by default none over HTTP/2, `watch_limit()`
         over HTTP/1.1). `own_connections`: streams polled on an HTTP/1.1 connection of
-        their own before HTTP/2 carries the rest (by default as many as the open-files
-        limit allows; see `PollConnections`). `repoll_pause`: after a poll that found
-        nothing, wait a random part of this many seconds before the next (the stream
-        stays quiet meanwhile).
+        their own before HTTP/2 carries the rest (by default none: where the service
+        speaks HTTP/2 every poll goes over it; see `PollConnections`). `repoll_pause`:
+        after a poll that found nothing, wait a random part of this many seconds before
+        the next (the stream stays quiet meanwhile).
         For services whose server fixes how long a poll waits: their polls, started
         together, would otherwise stay in step for good (the others use
         `jittered_wait`)."""
@@ -143,10 +192,9 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         self._said_over = False
         self._said_malformed = False
         self._closed = False
-        # Loop thread only: the poll of each stream (with its position), pools of
+        # Loop thread only: each stream's polls (where, what is under way), pools of
         # connections and which one each stream uses.
-        self._tasks: dict[str, tuple[P, asyncio.Task[None]]] = {}
-        self._polled: set[str] = set()  # given a poll, and still watched
+        self._records: dict[str, _Watched] = {}
         self._conns: PollConnections
         self._stopped: asyncio.Event
         self._loop = asyncio.new_event_loop()
@@ -162,9 +210,21 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
     # -- the protocol's part -----------------------------------------------------------------
 
     @abstractmethod
-    def _poller(self, stream: str, position: P) -> Poll:
-        """(Loop thread) how to long-poll `stream` at `position`, once per call; the same
-        callable is used for every poll at that position."""
+    def _request(self, stream: str, position: P, state: Any) -> Poll | Answer:
+        """(Loop thread) the request that long-polls `stream` at `position` once (`state`:
+        what `_poll_state` made for that position), or the answer itself where none is
+        needed (`Answer.ENDED`: nothing can come there)."""
+
+    @abstractmethod
+    def _read(self, stream: str, position: P, state: Any,
+              response: Response) -> Answer | News[Any] | Pause:
+        """(Loop thread) what a poll's answer means; `ValueError` for an answer that
+        cannot be read (`Answer.FAILED`)."""
+
+    def _poll_state(self, stream: str, position: P) -> Any:
+        """(Loop thread) what the protocol keeps while polling `stream` at `position`
+        (none by default)."""
+        return None
 
     def _watchable(self, position: P) -> bool:
         """Whether a poll can wait at `position` (others are never quiet)."""
@@ -204,11 +264,21 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
     def watch(self, positions: Mapping[str, P]) -> set[str]:
         """Watch exactly these streams, each from its position (the next one to plan).
         Streams at positions that cannot be watched are left out (never quiet), and so
-        are those beyond `limit`, which are returned (in the order given)."""
-        watchable = {s: pos for s, pos in positions.items() if self._watchable(pos)}
+        are those beyond `limit`, which are returned (in the order given).
+
+        Over 100,000 streams a plan calls this with positions that mostly did not move:
+        what changed is found by comparing whole dicts (in C), and only those streams and
+        the ones with news are looked at one by one."""
+        if type(self)._watchable is LongPollWatch._watchable:
+            watchable: Mapping[str, P] = positions
+        else:
+            watchable = {s: pos for s, pos in positions.items() if self._watchable(pos)}
         limit = self.limit
-        wanted = dict(itertools.islice(watchable.items(), limit))
-        over = {s: None for s in watchable if s not in wanted}
+        if limit is None or len(watchable) <= limit:
+            wanted, over = watchable, {}
+        else:
+            wanted = dict(itertools.islice(watchable.items(), limit))
+            over = {s: None for s in watchable if s not in wanted}
         if over and not self._said_over:
             self._said_over = True
             log.warning("the tail watch holds %d streams (the limit: the service speaks "
@@ -217,15 +287,17 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         with self._lock:
             if self._closed:
                 return set(over)
-            touched = [s for s in self._want if s not in wanted]
+            want = self._want
+            touched = list(want.keys() - wanted.keys())
             for stream in touched:
-                del self._want[stream]
+                del want[stream]
                 self._forget_news(stream)
-            for stream, pos in wanted.items():
+            for stream in _moved(wanted, want) | (self._changed & wanted.keys()):
+                pos = wanted[stream]
                 if self._tails.get(stream) == pos:
                     self._adopt(stream, pos)
-                elif self._want.get(stream) != pos or stream in self._changed:
-                    self._want[stream] = pos
+                elif want.get(stream) != pos or stream in self._changed:
+                    want[stream] = pos
                     self._forget_news(stream)
                     touched.append(stream)
             self._schedule(touched)
@@ -263,6 +335,8 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
     def quiet(self, positions: Mapping[str, P]) -> set[str]:
         """The streams known to have nothing at or after the given positions."""
         with self._lock:
+            if positions == self._quiet:  # an idle plan's question: one look, in C
+                return set(positions)
             return {s for s, pos in positions.items() if self._quiet.get(s) == pos}
 
     def wait(self, streams: Iterable[str], timeout: float) -> None:
@@ -305,21 +379,14 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         self._conns = PollConnections(self._settings, self._own_connections)
         self._ready.set()
         await self._stopped.wait()
-        tasks = [task for _, task in self._tasks.values()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for rec in list(self._records.values()):
+            self._drop(rec)
+        self._records.clear()
         self._conns.close()
 
-    def _get(self, stream: str, base_url: str, target: str, *,
-             head_only: bool = False) -> Awaitable[Response]:
-        """(Loop thread) GET `base_url` + `target` for `stream` (see `PollConnections`).
-        Not a coroutine of its own: every frame a waiting poll holds is held per stream."""
-        return self._conns.get(stream, base_url, target, head_only=head_only)
-
     def _sync(self) -> None:
-        """(Loop thread) start and cancel the polls of the streams `watch` touched, to
-        match what is wanted: one task per stream and position; a stream with news waits
+        """(Loop thread) start and drop the polls of the streams `watch` touched, to match
+        what is wanted: one record per stream and position; a stream with news waits
         until the caller watches it again."""
         with self._lock:
             pending, self._pending = self._pending, set()
@@ -329,112 +396,172 @@ class LongPollWatch(Closeable, ABC, Generic[P]):
         if closed:
             self._stopped.set()
             return
+        records = self._records
         for stream in pending:
-            entry = self._tasks.get(stream)
+            rec = records.get(stream)
             pos = want.get(stream)
-            if entry is not None and (pos is None or entry[0] != pos or entry[1].done()):
-                del self._tasks[stream]  # first: its end then leaves `_quiet` alone
-                entry[1].cancel()
+            if rec is not None and (pos is None or rec.pos != pos):
+                del records[stream]  # first: its end then leaves `_quiet` alone
+                self._drop(rec)
             if pos is None:
-                if stream in self._polled:
-                    self._polled.discard(stream)
-                    self._forget(stream)
-            elif stream not in self._tasks and stream not in changed:
-                self._tasks[stream] = (pos, self._loop.create_task(self._poll(stream, pos)))
-                self._polled.add(stream)
+                self._forget(stream)
+            elif stream not in records and stream not in changed:
+                rec = records[stream] = _Watched(self, stream, pos,
+                                                 self._new_state(stream, pos))
+                self._next(rec)
 
-    async def _poll(self, stream: str, pos: P) -> None:
-        """Long-poll `stream` at `pos` until data arrives there (see `Answer`); news that
-        came with the tail is followed (`_follow`), and once the caller watches from that
-        tail, polling goes on there. A transient failure makes the stream not quiet until
-        a later poll, after a pause, waits again.
-
-        When the task ends by itself, for whatever reason, the stream stops being quiet;
-        one `_sync` cancelled was moved on by the caller, who saw to that. (One coroutine,
-        the poll's own answer asked inline: each frame a waiting poll holds costs a few
-        hundred bytes per watched stream.)"""
+    def _new_state(self, stream: str, pos: P) -> Any:
         try:
-            poll = self._poller(stream, pos)
-            failures = 0
-            answer: Answer | News[Any] | Pause | None = None  # one in hand: a followed poll's
-            while answer is not None or self._arm(stream, pos):
-                if answer is None:
-                    try:
-                        answer = await poll()
-                    except (httpx.HTTPError, ValueError) as exc:
-                        self._failed(stream, exc)
-                        answer = Answer.FAILED
-                got, answer = answer, None
-                if isinstance(got, News):
-                    if not self._report(stream, pos, final=True, tail=got.tail):
-                        return
-                    adopted, answer = await self._follow(stream, got.tail)
-                    if not adopted:
-                        return
-                    pos, poll, failures = got.tail, self._poller(stream, got.tail), 0
-                    continue
-                if got is Answer.NOTHING:
-                    failures = 0
-                    if self._repoll_pause > 0:
-                        await asyncio.sleep(random.uniform(0, self._repoll_pause))
-                    continue
-                if got is Answer.ENDED:
-                    await asyncio.Event().wait()  # quiet for good, until `_sync` cancels it
-                final = got is Answer.NEWS or got is Answer.GONE
-                self._report(stream, pos, final=final)
-                if final:
-                    return  # the caller looks it up and watches it again from its plan
-                failures += 1
-                delay = _RETRY_DELAYS[min(failures, len(_RETRY_DELAYS)) - 1]
-                await asyncio.sleep(max(delay, got.seconds) if isinstance(got, Pause)
-                                    else delay)
+            return self._poll_state(stream, pos)
         except Exception as exc:
             log.warning("tail watch of %s stopped: %r", self._describe(stream), exc)
-        finally:
-            self._ended(stream)
+            return None
 
-    def _ended(self, stream: str) -> None:
-        """(The stream's task, ending) unless `_sync` moved it on: not quiet any more."""
-        entry = self._tasks.get(stream)
-        if entry is not None and entry[1] is asyncio.current_task(self._loop):
-            with self._news:  # a stream no poll waits on is never quiet
-                self._quiet.pop(stream, None)
-                if self._tails.get(stream) == entry[0]:
-                    del self._tails[stream]
-                if self._want.get(stream) == entry[0]:
-                    self._changed.add(stream)  # polled again once watched again
-                self._news.notify_all()
+    @staticmethod
+    def _drop(rec: _Watched) -> None:
+        """(Loop thread) stop a stream's polls: the caller moved it on (no `_end`)."""
+        rec.live = False
+        pending, timer, rec.pending, rec.timer = rec.pending, rec.timer, None, None
+        if timer is not None:
+            timer.cancel()
+        if pending is not None and pending is not _SENDING:
+            pending.cancel()
 
-    async def _follow(self, stream: str, tail: P
-                      ) -> tuple[bool, Answer | News[Any] | Pause | None]:
-        """(The stream's task) poll at the tail news came with while `news_tails` gives
-        it. Once the caller watches from it (`_adopt`), this is the stream's poll at its
-        watched position: (True, the answer of the poll out then, if one was). (False,
-        None) when the caller moved on, or the stream got more data first (the tail is
-        dropped: the caller asks)."""
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks[stream] = (tail, task)  # where it polls now, for `_sync` and `_poll`
-        poll = self._poller(stream, tail)
-        answer: Answer | News[Any] | Pause | None = None
-        while True:
-            with self._lock:
-                if self._tails.get(stream) != tail:
-                    adopted = self._want.get(stream) == tail and stream not in self._changed
-                    return adopted, answer if adopted else None
-                if answer is not None and answer is not Answer.NOTHING:
-                    del self._tails[stream]
-                    return False, None
-            answer = await self._ask(stream, poll)
+    def _next(self, rec: _Watched) -> None:
+        """(Loop thread) poll again at the stream's watched position: quiet there from
+        now, unless the caller moved on or has not looked at the news yet (then polling
+        stops)."""
+        rec.timer = None
+        if not rec.live:
+            return
+        if not self._arm(rec.stream, rec.pos):
+            self._end(rec)
+            return
+        self._send(rec)
 
-    async def _ask(self, stream: str, poll: Poll) -> Answer | News[Any] | Pause:
-        """One poll; transport failures and malformed answers are `FAILED` (the type of
-        the failure is logged, never a URL or a header: `_failed`)."""
+    def _send(self, rec: _Watched) -> None:
+        """(Loop thread) one poll of `rec` at its position; the answer comes to
+        `_answered`."""
         try:
-            return await poll()
-        except (httpx.HTTPError, ValueError) as exc:
-            self._failed(stream, exc)
-            return Answer.FAILED
+            request = self._request(rec.stream, rec.pos, rec.state)
+        except Exception as exc:
+            log.warning("tail watch of %s stopped: %r", self._describe(rec.stream), exc)
+            self._end(rec)
+            return
+        if isinstance(request, Answer):
+            self._answered(rec, request)
+            return
+        rec.pending = _SENDING
+        handle = self._conns.send(rec.stream, request.base_url, request.target, rec,
+                                  head_only=request.head_only)
+        if rec.pending is _SENDING:  # not answered (or dropped) while being sent
+            rec.pending = handle
+
+    def _answered(self, rec: _Watched, result: Response | Exception | Answer) -> None:
+        """(Loop thread) a poll's answer (or failure): what it means, then what follows."""
+        if not rec.live:
+            return
+        rec.pending = None
+        got: Answer | News[Any] | Pause
+        if isinstance(result, Answer):
+            got = result
+        elif isinstance(result, Response):
+            try:
+                got = self._read(rec.stream, rec.pos, rec.state, result)
+            except ValueError as exc:
+                self._failed(rec.stream, exc)
+                got = Answer.FAILED
+            except Exception as exc:
+                log.warning("tail watch of %s stopped: %r", self._describe(rec.stream), exc)
+                self._end(rec)
+                return
+        elif isinstance(result, httpx.HTTPError | ValueError):
+            self._failed(rec.stream, result)
+            got = Answer.FAILED
+        else:
+            log.warning("tail watch of %s stopped: %r", self._describe(rec.stream), result)
+            self._end(rec)
+            return
+        if rec.following:
+            self._followed(rec, got)
+        else:
+            self._then(rec, got)
+
+    def _then(self, rec: _Watched, got: Answer | News[Any] | Pause) -> None:
+        """(Loop thread) after an answer at the watched position (see `Answer`): news that
+        came with the tail is followed; once the caller watches from that tail, polling
+        goes on there. A transient failure makes the stream not quiet until a later poll,
+        after a pause, waits again."""
+        stream, pos = rec.stream, rec.pos
+        if isinstance(got, News):
+            if not self._report(stream, pos, final=True, tail=got.tail):
+                self._end(rec)
+                return
+            rec.following, rec.pos = True, got.tail
+            rec.state = self._new_state(stream, got.tail)
+            self._followed(rec, None)
+            return
+        if got is Answer.NOTHING:
+            rec.failures = 0
+            if self._repoll_pause > 0:
+                rec.timer = self._loop.call_later(random.uniform(0, self._repoll_pause),
+                                                  self._next, rec)
+            else:
+                self._next(rec)
+            return
+        if got is Answer.ENDED:
+            return  # quiet for good, until `_sync` drops it
+        final = got is Answer.NEWS or got is Answer.GONE
+        self._report(stream, pos, final=final)
+        if final:
+            self._end(rec)  # the caller looks it up and watches it again from its plan
+            return
+        rec.failures += 1
+        delay = _RETRY_DELAYS[min(rec.failures, len(_RETRY_DELAYS)) - 1]
+        if isinstance(got, Pause):
+            delay = max(delay, got.seconds)
+        rec.timer = self._loop.call_later(delay, self._next, rec)
+
+    def _followed(self, rec: _Watched, answer: Answer | News[Any] | Pause | None) -> None:
+        """(Loop thread) poll at the tail news came with while `news_tails` gives it. Once
+        the caller watches from it (`_adopt`), this is the stream's poll at its watched
+        position, and the answer of the poll out then (if one was) is taken as such. The
+        polling ends when the caller moved on, or the stream got more data first (the
+        tail is dropped: the caller asks)."""
+        stream, tail = rec.stream, rec.pos
+        adopted: bool | None = None
+        with self._lock:
+            if self._tails.get(stream) != tail:
+                adopted = self._want.get(stream) == tail and stream not in self._changed
+            elif answer is not None and answer is not Answer.NOTHING:
+                del self._tails[stream]
+                adopted = False
+        if adopted is None:
+            self._send(rec)  # (again) at the tail
+        elif not adopted:
+            self._end(rec)
+        else:
+            rec.following, rec.failures = False, 0
+            if answer is None:
+                self._next(rec)
+            else:
+                self._then(rec, answer)
+
+    def _end(self, rec: _Watched) -> None:
+        """(Loop thread) the stream's polls end by themselves: unless `_sync` moved it on,
+        it is not quiet any more (watched again, it is polled again)."""
+        rec.live = False
+        if self._records.get(rec.stream) is not rec:
+            return
+        del self._records[rec.stream]
+        stream, pos = rec.stream, rec.pos
+        with self._news:  # a stream no poll waits on is never quiet
+            self._quiet.pop(stream, None)
+            if self._tails.get(stream) == pos:
+                del self._tails[stream]
+            if self._want.get(stream) == pos:
+                self._changed.add(stream)  # polled again once watched again
+            self._news.notify_all()
 
     def _failed(self, stream: str, exc: Exception) -> None:
         """A poll failed (the type of the failure is logged, never a URL or a header). A

@@ -72,54 +72,54 @@ class DurableTailWatch(LongPollWatch[Position]):
         self._cursors.pop(stream, None)
         super()._forget(stream)
 
-    def _poller(self, stream: str, position: Position) -> Poll:
-        return _OffsetPoll(self, stream, self._config.stream_url(stream), position)
+    def _poll_state(self, stream: str, position: Position) -> _Offset:
+        return _Offset(position["offset"], bool(position.get("closed")))
 
-    async def _long_poll(self, stream: str, url: str, query: str) -> Response:
-        """(Loop thread) a long-poll read of `url`: its answer's head is enough."""
-        base, path = split_url(url)
-        return await self._get(stream, base, path + query, head_only=True)
-
-
-class _OffsetPoll:
-    """Long-polls one stream from one position, echoing the last cursor. An empty answer
-    that moves the offset (a read from "-1" on an empty stream answers at once) is the
-    same position: the next poll starts from the offset it gave."""
-
-    def __init__(self, watch: DurableTailWatch, stream: str, url: str,
-                 position: Position) -> None:
-        self._watch = watch
-        self._stream = stream
-        self._url = url
-        self._offset: str = position["offset"]
-        self._ended = bool(position.get("closed"))
-
-    async def __call__(self) -> Answer:
-        if self._ended:
-            return Answer.ENDED  # a closed stream's end: no request
-        params = {"offset": self._offset, "live": "long-poll"}
-        cursor = self._watch._cursors.get(self._stream)
+    def _request(self, stream: str, position: Position, state: _Offset) -> Poll | Answer:
+        """A long-poll read from the offset (echoing the last cursor); none at a closed
+        stream's end. Its answer's head is enough."""
+        if state.ended:
+            return Answer.ENDED
+        params = {"offset": state.offset, "live": "long-poll"}
+        cursor = self._cursors.get(stream)
         if cursor:
             params["cursor"] = cursor
-        resp = await self._watch._long_poll(self._stream, self._url, query(params))
+        base, path = split_url(self._config.stream_url(stream))
+        return Poll(base, path + query(params), head_only=True)
+
+    def _read(self, stream: str, position: Position, state: _Offset,
+              resp: Response) -> Answer:
         if resp.headers.get("stream-cursor"):
-            self._watch._cursors[self._stream] = resp.headers["stream-cursor"]
+            self._cursors[stream] = resp.headers["stream-cursor"]
         if resp.status_code == 204:
             return Answer.ENDED if flag(resp, "stream-closed") else Answer.NOTHING
         if resp.status_code != 200:
             return Answer.FAILED
         if _has_data(resp):
             return Answer.NEWS
-        return self._moved(resp)
+        return state.moved(resp)
 
-    def _moved(self, resp: Response) -> Answer:
+
+class _Offset:
+    """Where one stream is long-polled from one position: the server offset, which an
+    empty answer that moves it (a read from "-1" on an empty stream answers at once)
+    moves on (the same position: the next poll starts from the offset it gave), and
+    whether the stream is closed there."""
+
+    __slots__ = ("ended", "offset")
+
+    def __init__(self, offset: str, ended: bool) -> None:
+        self.offset = offset
+        self.ended = ended
+
+    def moved(self, resp: Response) -> Answer:
         """An answer without data: closed there, or the same position at a new offset."""
         if flag(resp, "stream-closed"):
             return Answer.ENDED
         next_offset = resp.headers.get("stream-next-offset")
-        if not next_offset or next_offset == self._offset:
+        if not next_offset or next_offset == self.offset:
             return Answer.FAILED  # it would answer at once again: pause, as after errors
-        self._offset = next_offset
+        self.offset = next_offset
         return Answer.NOTHING
 
 

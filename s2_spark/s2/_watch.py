@@ -57,24 +57,23 @@ class TailWatch(LongPollWatch[int]):
         super().__init__(settings, self._basin_url, limit=limit,
                          own_connections=own_connections, label=f"basin={basin!r}")
 
-    def _poller(self, stream: str, position: int) -> Poll:
+    def _request(self, stream: str, position: int, state: None) -> Poll:
         """A read of one record from `position` that waits a random part of `wait`."""
-        path = f"/streams/{quote(stream, safe='')}/records?seq_num={position}&count=1&wait="
+        return Poll(self._basin_url, f"/streams/{quote(stream, safe='')}/records?seq_num="
+                                     f"{position}&count=1&wait={jittered_wait(self._wait)}")
 
-        async def poll() -> Answer | News[int] | Pause:
-            resp = await self._get(stream, self._basin_url, f"{path}{jittered_wait(self._wait)}")
-            if resp.status_code != 200:
-                return _failed(resp, stream)
-            try:
-                batch = s2_pb2.ReadBatch.FromString(resp.content)
-            except DecodeError as exc:
-                raise ValueError(f"a read's answer is not a ReadBatch ({exc})") from exc
-            if not batch.records:
-                return Answer.NOTHING
-            # A record that came while the read waited comes with the tail (s2-lite).
-            return News(batch.tail.seq_num) if batch.HasField("tail") else Answer.NEWS
-
-        return poll
+    def _read(self, stream: str, position: int, state: None,
+              resp: Response) -> Answer | News[int] | Pause:
+        if resp.status_code != 200:
+            return _failed(resp, stream)
+        try:
+            batch = s2_pb2.ReadBatch.FromString(resp.content)
+        except DecodeError as exc:
+            raise ValueError(f"a read's answer is not a ReadBatch ({exc})") from exc
+        if not batch.records:
+            return Answer.NOTHING
+        # A record that came while the read waited comes with the tail (s2-lite).
+        return News(batch.tail.seq_num) if batch.HasField("tail") else Answer.NEWS
 
 
 def _failed(resp: Response, stream: str) -> Answer | Pause:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, KeysView, Mapping, Sequence
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -74,6 +74,8 @@ class RangeStreamReader(DataSourceStreamReader):
         self._gone: set[str] = set()
         # Offsets as Spark stores them: compact over many streams.
         self._codec = OffsetCodec()
+        # The last set of streams `_selected` found all selected.
+        self._all_selected: set[str] | None = None
         # minRecordsPerTrigger (PySpark 4.2+): whether a trigger waits for more records.
         minimum = options.min_units_per_trigger
         self._hold = None if minimum is None else TriggerHold(
@@ -82,7 +84,7 @@ class RangeStreamReader(DataSourceStreamReader):
     #: What the driver keeps for planning: positions of every stream, the watch.
     _DRIVER_ONLY = frozenset({"_target", "_reported", "_planned", "_initial", "_watch",
                               "_discovered", "_unwatched", "_empty", "_fresh", "_hold",
-                              "_codec", "_gone"})
+                              "_codec", "_gone", "_all_selected"})
 
     def __getstate__(self) -> dict[str, Any]:
         """All but the driver's planning state, which pickled into every task made each
@@ -116,10 +118,15 @@ class RangeStreamReader(DataSourceStreamReader):
                 self._initial = self._planned = {}
                 return {}
             planner = Planner(self._backend, self._options)
-            self._initial = self._planned = planner.each(
-                lambda stream: planner.resolve(self._options.starting, stream, default="earliest"),
-                planner.discover(),
-            )
+            streams = planner.discover()
+            found: dict[str, Position | None] = {}
+            if options.starting.kind == "latest":
+                found = self._backend.latest_many(streams)  # together, not one by one
+            self._initial = self._planned = {
+                **planner.each(
+                    lambda stream: planner.resolve(options.starting, stream, default="earliest"),
+                    [s for s in streams if found.get(s) is None]),  # missing ones: as before
+                **{s: tail for s, tail in found.items() if tail is not None}}
             if options.starting.kind == "latest":
                 self._fresh = dict(self._initial)
         return self._codec.encode(self._initial)
@@ -144,8 +151,18 @@ class RangeStreamReader(DataSourceStreamReader):
         if self._target is not None:
             return {s for s, end in self._target.items()
                     if s not in start or backend.is_after(end, start[s])}
-        selection = self._options.selection
-        return {s for s in start if selection.matches(s)} | set(self._discovery().recent())
+        return self._selected(start.keys()) | set(self._discovery().recent())
+
+    def _selected(self, streams: KeysView[str]) -> set[str]:
+        """Those of `streams` the options select. Over 100,000 streams an idle plan asks
+        about the same ones every time: a set that was all selected last time is not
+        asked about one by one again."""
+        if self._all_selected is not None and streams == self._all_selected:
+            return set(self._all_selected)
+        matches = self._options.selection.matches
+        selected = {s for s in streams if matches(s)}
+        self._all_selected = set(selected) if len(selected) == len(streams) else None
+        return selected
 
     def _discovery(self) -> Discovery:
         """The selected streams that exist, listed again every discoveryIntervalMs
@@ -201,8 +218,12 @@ class RangeStreamReader(DataSourceStreamReader):
         kept: dict[str, Position] = {}
         if watch is not None:
             origin = self._backend.origin()
-            known = {s: start.get(s, origin) for s in streams
-                     if s in start or s in self._empty}
+            if start.keys() <= streams:  # (in C: an idle plan over many streams)
+                known = {**dict.fromkeys((streams & self._empty) - start.keys(), origin),
+                         **start}
+            else:
+                known = {s: start.get(s, origin) for s in streams
+                         if s in start or s in self._empty}
             if held:
                 known.update((s, held[s]) for s in streams if s in held)
             quiet = watch.quiet(known)
@@ -281,9 +302,11 @@ class RangeStreamReader(DataSourceStreamReader):
     def _watch_from(self, positions: dict[str, Position]) -> None:
         """Have the watch wait for records at or after these positions."""
         assert self._watch
-        selection = self._options.selection
-        over = self._watch.watch({s: p for s, p in positions.items()
-                                  if selection.matches(s) and s not in self._gone})
+        selected = self._selected(positions.keys())
+        if self._gone or len(selected) != len(positions):
+            positions = {s: p for s, p in positions.items()
+                         if s in selected and s not in self._gone}
+        over = self._watch.watch(positions)
         if set(self._unwatched) != over:
             self._unwatched = sorted(over)
 

@@ -1,0 +1,140 @@
+"""The client's fan-out (`s2_spark._http.Fanout`) against a small HTTP/1.1 server over a
+real socket: every call gets its own answer, at most `limit` of a run are in flight and
+at most `width` per origin in all, a follow-up goes out in the answered call's place, and
+a call the server never answers times out on its own without holding up the others."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from s2_spark._http import AsyncTimeouts, Call, Fanout, Response
+
+TIMEOUTS = AsyncTimeouts(connect=5.0, read=30.0)
+
+
+class SlowServer:
+    """Answers `GET /<n>` with body `<n>` after `delay` s, one connection per thread, and
+    counts the requests it is working on at once (`most`). `GET /never` is never
+    answered."""
+
+    def __init__(self, delay: float = 0.02) -> None:
+        self.delay = delay
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._lock = threading.Lock()
+        self.busy = self.most = self.connections = 0
+        self._socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        with self._lock:
+            for sock in self._socks:
+                sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                self._socks.append(sock)
+                self.connections += 1
+            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        buf = b""
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                path = head.split(b" ")[1].decode()
+                if path == "/never":
+                    continue  # no answer, ever
+                with self._lock:
+                    self.busy += 1
+                    self.most = max(self.most, self.busy)
+                time.sleep(self.delay)
+                with self._lock:
+                    self.busy -= 1
+                body = path.lstrip("/").encode()
+                sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s"
+                             % (len(body), body))
+        except OSError:
+            return
+
+
+@pytest.fixture
+def server() -> Iterator[SlowServer]:
+    s = SlowServer()
+    yield s
+    s.close()
+
+
+def get(url: str, path: str) -> Call:
+    return Call(b"GET", url, path, [])
+
+
+def test_each_call_gets_its_own_answer_within_the_run_limit(server: SlowServer) -> None:
+    with Fanout(ssl.create_default_context, TIMEOUTS, width=16) as fanout:
+        results = fanout.run([get(server.url, f"/{k}") for k in range(60)], limit=5)
+    assert [r.content for r in results if isinstance(r, Response)] == [
+        str(k).encode() for k in range(60)]
+    assert server.most == 5  # reached, never passed
+    assert server.connections == 5
+
+
+def test_the_width_bounds_calls_in_flight_per_origin(server: SlowServer) -> None:
+    with Fanout(ssl.create_default_context, TIMEOUTS, width=4) as fanout:
+        results = fanout.run([get(server.url, f"/{k}") for k in range(40)])
+        again = fanout.run([get(server.url, f"/{k}") for k in range(8)])
+    assert all(isinstance(r, Response) and r.status_code == 200 for r in results + again)
+    assert server.most == 4
+    assert server.connections == 4  # kept from one run to the next
+
+
+def test_a_follow_up_goes_out_in_the_place_of_the_answered_call(server: SlowServer) -> None:
+    def then(i: int, response: Response) -> Call | None:
+        n = int(response.content)
+        return get(server.url, f"/{n + 100}") if n < 100 else None
+
+    with Fanout(ssl.create_default_context, TIMEOUTS, width=3) as fanout:
+        results = fanout.run([get(server.url, f"/{k}") for k in range(10)], then=then)
+    assert [r.content for r in results if isinstance(r, Response)] == [
+        str(k + 100).encode() for k in range(10)]
+
+
+def test_a_call_never_answered_times_out_without_holding_up_the_others(
+    server: SlowServer,
+) -> None:
+    timeouts = AsyncTimeouts(connect=5.0, read=1.0)
+    with Fanout(ssl.create_default_context, timeouts, width=4) as fanout:
+        calls = [get(server.url, "/never"), *(get(server.url, f"/{k}") for k in range(20))]
+        results = fanout.run(calls)
+        assert isinstance(results[0], httpx.ReadTimeout)
+        assert [r.content for r in results[1:] if isinstance(r, Response)] == [
+            str(k).encode() for k in range(20)]
+        # The connection that timed out was dropped; the fan-out goes on.
+        assert [r.content for r in fanout.run([get(server.url, "/7")])
+                if isinstance(r, Response)] == [b"7"]
+
+
+def test_a_refused_connection_is_that_call_s_error() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with Fanout(ssl.create_default_context, TIMEOUTS) as fanout:
+        results = fanout.run([get(url, "/1"), get(url, "/2")])
+    assert all(isinstance(r, httpx.ConnectError) for r in results)
