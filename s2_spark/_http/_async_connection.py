@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlsplit
 import httpx
 
 from ._h1 import ResponseReader, request_head
-from ._response import Response
+from ._response import Response, settle
 from ._routes import Endpoint
 
 __all__ = ["AsyncConnection", "AsyncTimeouts", "open_tunnel"]
@@ -171,7 +171,7 @@ class AsyncConnection:
             self.close()
         await self.connect(timeouts)
         answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-        self.send(method, target, headers, timeouts.read, _settle(answer), content=content,
+        self.send(method, target, headers, timeouts.read, settle(answer), content=content,
                   head_only=head_only)
         try:
             return await answer
@@ -294,18 +294,6 @@ class AsyncConnection:
         assert isinstance(tls, asyncio.Transport)
         wire.transport = tls
         return wire
-
-
-def _settle(future: asyncio.Future[Response]) -> Callable[[Response | Exception], None]:
-    """A `send` callback that resolves `future` (unless it was cancelled)."""
-    def done(result: Response | Exception) -> None:
-        if not future.done():
-            if isinstance(result, Exception):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
-
-    return done
 
 
 async def _connect_to_proxy(proxy_url: str,

@@ -32,19 +32,17 @@ import asyncio
 import enum
 import math
 import struct
-from collections.abc import Callable
 from typing import Any
 
 import hpack
 import httpx
 
-from ._response import Response
+from ._response import Done, Response, settle
 
 __all__ = ["H2Connection", "NotHttp2", "Unprocessed"]
 
 Headers = list[tuple[bytes, bytes]]
 #: Called once with a request's answer or the exception it failed with.
-Done = Callable[[Response | Exception], None]
 
 #: Flow-control window per stream and for the connection: a long-poll answer is small,
 #: but a slow reader must never stall the others sharing the connection.
@@ -229,15 +227,8 @@ class H2Connection(asyncio.Protocol):
         """`send`, awaited (cancelling it resets the stream)."""
         answer: asyncio.Future[Response] = self._loop.create_future()
 
-        def done(result: Response | Exception) -> None:
-            if not answer.done():
-                if isinstance(result, Exception):
-                    answer.set_exception(result)
-                else:
-                    answer.set_result(result)
-
-        sid = self.send(method, authority, scheme, path, headers, read_timeout, done,
-                        head_only)
+        sid = self.send(method, authority, scheme, path, headers, read_timeout,
+                        settle(answer), head_only)
         try:
             return await answer
         except asyncio.CancelledError:

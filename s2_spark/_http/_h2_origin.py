@@ -20,8 +20,8 @@ from collections.abc import Callable
 import httpx
 
 from ._async_connection import HEAD_BYTES, AsyncTimeouts, open_tunnel
-from ._h2_connection import Done, H2Connection, NotHttp2, Unprocessed
-from ._response import Response
+from ._h2_connection import H2Connection, NotHttp2, Unprocessed
+from ._response import Done, Response, settle
 from ._routes import Endpoint
 
 __all__ = ["Http2Origin", "NotHttp2", "alpn_context"]
@@ -159,14 +159,8 @@ class Http2Origin:
         """`send`, awaited (cancelling it gives the request up)."""
         answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
 
-        def done(result: Response | Exception) -> None:
-            if not answer.done():
-                if isinstance(result, Exception):
-                    answer.set_exception(result)
-                else:
-                    answer.set_result(result)
-
-        sending = self.send(method, target, headers, timeouts, done, head_only=head_only)
+        sending = self.send(method, target, headers, timeouts, settle(answer),
+                            head_only=head_only)
         try:
             return await answer
         except asyncio.CancelledError:

@@ -15,6 +15,7 @@ does not decode raises `BodyDecodingError`, never a parse error further on.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -22,7 +23,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["BodyDecoder", "BodyDecodingError", "Headers", "Response", "content_encoding",
+__all__ = ["BodyDecoder", "BodyDecodingError", "Done", "Headers", "Response", "content_encoding",
            "decoded_body"]
 
 Chunks = Iterator[bytes]
@@ -279,3 +280,21 @@ def _decoding(raw: Chunks, decoder: BodyDecoder) -> Chunks:
     for data in raw:
         yield decoder.decode(data)
     decoder.finish()
+
+
+#: How a request sent by callback answers: called once, on the event loop, with the
+#: answer or the exception the request failed with.
+Done = Callable[[Response | Exception], None]
+
+
+def settle(answer: asyncio.Future[Response]) -> Done:
+    """A `Done` that resolves `answer` (unless it was cancelled): a callback-driven
+    `send`, awaited."""
+    def done(result: Response | Exception) -> None:
+        if not answer.done():
+            if isinstance(result, Exception):
+                answer.set_exception(result)
+            else:
+                answer.set_result(result)
+
+    return done

@@ -4,9 +4,9 @@ poll); where it does not, one HTTP/1.1 connection per stream (`AsyncConnection`)
 many streams as the process may open files for (`watch_limit`).
 
 Why HTTP/2 first: with this client's own framing (`_h2_connection`), a long-poll over
-HTTP/2 costs about the same CPU as over HTTP/1.1 on both sides (`benchmarks/watch_polls.py`
-against the local server: 0.08 ms of client CPU either way, the server's 0.16-0.18 ms
-against 0.19), and a connection per stream costs a file descriptor and about 2 KB more
+HTTP/2 costs no more CPU than over HTTP/1.1 on either side (`benchmarks/watch_polls.py`
+against the local server: 0.09 ms of client CPU against 0.11, the server's 0.20-0.22 ms
+against 0.22-0.23), and a connection per stream costs a file descriptor and about 2 KB more
 of the process's memory each (transport, socket, buffers). `own_connections` still puts
 the first streams on connections of their own, for tests and for a service whose HTTP/2
 costs more."""
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from s2_spark._http import AsyncConnection, AsyncTimeouts, Response
-from s2_spark._http._h2_connection import Done
 from s2_spark._http._h2_origin import Http2Origin, NotHttp2, alpn_context
+from s2_spark._http._response import Done, settle
 from s2_spark._tls import TlsConfig, ssl_context_for
 
 __all__ = ["CONNECTS_AT_ONCE", "ClientSettings", "PollConnections"]
@@ -83,14 +83,7 @@ class PollConnections:
         """`send`, awaited."""
         answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
 
-        def done(result: Response | Exception) -> None:
-            if not answer.done():
-                if isinstance(result, Exception):
-                    answer.set_exception(result)
-                else:
-                    answer.set_result(result)
-
-        pending = self.send(stream, base_url, target, done, head_only=head_only)
+        pending = self.send(stream, base_url, target, settle(answer), head_only=head_only)
         try:
             return await answer
         except asyncio.CancelledError:
