@@ -146,7 +146,37 @@ async def _serve(sock: socket.socket, app: Any, shutdown: asyncio.Event,
         await server
 
 
-class LocalS2Server:
+class _Settings:
+    """What both forms of the server are started with (host, port, storage, token,
+    heartbeats, TLS, deletion delay, HTTP stack), and the URL they answer at."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        data_dir: str | Path | None = None,
+        token: str | None = None,
+        heartbeat_interval: float | HeartbeatInterval = HEARTBEAT_INTERVAL,
+        tls: ServerTls | None = None,
+        deletion_delay: float = 0.0,
+        stack: str = "auto",
+    ) -> None:
+        self.stack = stack
+        self.host = host
+        self.port = port
+        self.data_dir = None if data_dir is None else Path(data_dir)
+        self._token = token
+        self.heartbeat_interval = heartbeat_range(heartbeat_interval)
+        self.tls = tls
+        self.deletion_delay = deletion_delay
+
+    @property
+    def url(self) -> str:
+        return url(self.host, self.port, self.tls)
+
+
+class LocalS2Server(_Settings):
     """An S2-compatible server in a background thread with its own event loop.
 
     In memory unless `data_dir` is given. `url` holds the real port even for port 0.
@@ -170,14 +200,9 @@ class LocalS2Server:
         deletion_delay: float = 0.0,
         stack: str = "auto",
     ) -> None:
-        self.stack = stack
-        self.host = host
-        self.port = port
-        self.data_dir = None if data_dir is None else Path(data_dir)
-        self._token = token
-        self.heartbeat_interval = heartbeat_range(heartbeat_interval)
-        self.tls = tls
-        self.deletion_delay = deletion_delay
+        super().__init__(host, port, data_dir=data_dir, token=token,
+                         heartbeat_interval=heartbeat_interval, tls=tls,
+                         deletion_delay=deletion_delay, stack=stack)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._shutdown: asyncio.Event | None = None
@@ -189,10 +214,6 @@ class LocalS2Server:
 
     def __repr__(self) -> str:
         return f"LocalS2Server(url={self.url if self._sock else None!r})"
-
-    @property
-    def url(self) -> str:
-        return url(self.host, self.port, self.tls)
 
     def start(self) -> LocalS2Server:
         if self._thread is not None:
@@ -340,7 +361,7 @@ def serve_forever(
         sock.close()
 
 
-class ServerProcess:
+class ServerProcess(_Settings):
     """The server as a child process (`python -m s2_spark.testing`), for kill -9 tests.
     `stack` as for `LocalS2Server`.
 
@@ -361,23 +382,14 @@ class ServerProcess:
         deletion_delay: float = 0.0,
         stack: str = "auto",
     ) -> None:
-        self.stack = stack
-        self.host = host
-        self.port = port
-        self.data_dir = None if data_dir is None else Path(data_dir)
-        self._token = token
-        self.heartbeat_interval = heartbeat_range(heartbeat_interval)
+        super().__init__(host, port, data_dir=data_dir, token=token,
+                         heartbeat_interval=heartbeat_interval, tls=tls,
+                         deletion_delay=deletion_delay, stack=stack)
         self.startup_timeout = startup_timeout
-        self.tls = tls
-        self.deletion_delay = deletion_delay
         self._proc: subprocess.Popen[str] | None = None
 
     def __repr__(self) -> str:
         return f"ServerProcess(url={self.url!r}, running={self.running})"
-
-    @property
-    def url(self) -> str:
-        return url(self.host, self.port, self.tls)
 
     @property
     def running(self) -> bool:
