@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _records import Rec, data_records
 
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
 
@@ -51,21 +52,9 @@ def src_record(i: int) -> AppendRecord:
     return AppendRecord(f"event-{i}".encode(), [(b"i", str(i).encode())], T0 + i)
 
 
-def records_of(client: S2Client, basin: str, stream: str) -> list[tuple[bytes, list[Any], int]]:
+def records_of(client: S2Client, basin: str, stream: str) -> list[Rec]:
     """Every data record of a stream, read with the client's key."""
-    s = client.basin(basin).stream(stream)
-    tail = s.check_tail().seq_num
-    out = []
-    pos = 0
-    while pos < tail:
-        d = s.read(seq_num=pos, count=min(1000, tail - pos), include_command_records=False)
-        if d.count == 0:
-            break
-        for r in d.batch.to_pylist():
-            ts = int(r["timestamp"].timestamp() * 1000)
-            out.append((r["body"], [(h["name"], h["value"]) for h in r["headers"]], ts))
-        pos = int(d.last_seq_num) + 1
-    return out
+    return data_records(client.basin(basin).stream(stream))
 
 
 CHILD = textwrap.dedent('''

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from _child import kill_at_marker
+from _records import Rec, data_records
 from _s2_target import s2_config, token
 from _versions import limit, needs_admission_control
 
@@ -34,7 +35,6 @@ SECRET = token("tok-SECRET-w41d")  # passed as accessToken; must never show up i
 T0 = (int(time.time()) - 3600) * 1000
 UTC = dt.UTC
 
-Rec = tuple[bytes, list[tuple[bytes, bytes]], int]
 
 
 class Env:
@@ -62,23 +62,7 @@ class Env:
 
     def records(self, stream: str, basin: str | None = None) -> list[Rec]:
         """Every data record of `stream` (command records left out), in order."""
-        s = self.b(basin).stream(stream)
-        tail = s.check_tail().seq_num
-        out: list[Rec] = []
-        pos = 0
-        while pos < tail:
-            d = s.read(seq_num=pos, count=min(1000, tail - pos), include_command_records=False)
-            if d.count == 0:
-                break
-            for r in d.batch.to_pylist():
-                ts = (
-                    int(r["timestamp"].timestamp() * 1000)
-                    if hasattr(r["timestamp"], "timestamp")
-                    else int(r["timestamp"])
-                )
-                out.append((r["body"], [(h["name"], h["value"]) for h in r["headers"]], ts))
-            pos = int(d.last_seq_num) + 1
-        return out
+        return data_records(self.b(basin).stream(stream))
 
     def bodies(self, stream: str, basin: str | None = None) -> list[bytes]:
         return [b for b, _, _ in self.records(stream, basin)]

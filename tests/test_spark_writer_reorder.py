@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from _child import kill_at_marker
+from _records import data_records
 from _versions import needs_admission_control
 
 from s2_spark.s2 import S2Client, S2Config
@@ -83,19 +84,10 @@ def target(s2_server: Any) -> Iterator[str]:
 
 def stream_rows(url: str, basin: str) -> dict[str, Counter[tuple[Any, ...]]]:
     """Each target stream's data records (body, headers) as a multiset."""
-    out: dict[str, Counter[tuple[Any, ...]]] = {}
     with S2Client(S2Config(endpoint=url)) as client:
-        for k in range(STREAMS):
-            name = f"{PREFIX}{k}"
-            stream = client.basin(basin).stream(name)
-            tail, pos, got = stream.check_tail().seq_num, 0, Counter[tuple[Any, ...]]()
-            while pos < tail:
-                d = stream.read(seq_num=pos, count=1000, include_command_records=False)
-                for r in d.batch.to_pylist():
-                    got[(r["body"], tuple((h["name"], h["value"]) for h in r["headers"]))] += 1
-                pos = int(d.last_seq_num) + 1
-            out[name] = got
-    return out
+        return {name: Counter((body, tuple(headers)) for body, headers, _ in
+                              data_records(client.basin(basin).stream(name)))
+                for name in (f"{PREFIX}{k}" for k in range(STREAMS))}
 
 
 def child_args(url: str, basin: str, checkpoint: str, cores: int) -> list[str]:
