@@ -16,13 +16,14 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
 __all__ = [
     "AfterAppend",
     "PartitionSink",
+    "PickledAsFields",
     "SinkPlan",
     "SinksByStream",
     "StreamSink",
@@ -81,6 +82,18 @@ class StreamSink(Protocol):
 
 #: Called after each acknowledged append, with the stream's sink (the test fault hook).
 AfterAppend = Callable[[StreamSink], None]
+
+
+class PickledAsFields:
+    """For a slotted dataclass a task sends one of per stream to the driver: pickled as
+    its fields in order. A slotted dataclass's own pickling calls `fields()` for every
+    instance, which took 7% of a fan-out task's CPU at 10,000 streams."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
+        names: tuple[str, ...] = type(self).__slots__  # the dataclass's fields, in order
+        return (type(self), tuple(getattr(self, name) for name in names))
 
 
 class StreamWriteResult(Protocol):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import pyarrow as pa
 
+from s2_spark.backends.sink import PickledAsFields
 from s2_spark.errors import (
     DurableStreamsError,
     MalformedResponseError,
@@ -142,7 +143,7 @@ class StreamTarget:
 
 
 @dataclass(frozen=True, slots=True)
-class StreamWriteResult:
+class StreamWriteResult(PickledAsFields):
     """What one writer did to one stream: rows sent, requests, and requests the server
     already had (answered as duplicates: written by an earlier attempt)."""
 

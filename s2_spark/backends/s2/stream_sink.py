@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -48,6 +48,7 @@ from s2_spark.backends.s2.settings import (
     SinkSettings,
 )
 from s2_spark.backends.s2.tokens import DataMarks, WriterId, fence_entry
+from s2_spark.backends.sink import PickledAsFields
 from s2_spark.errors import (
     FencingTokenMismatchError,
     NotFoundError,
@@ -81,7 +82,7 @@ _MAX_REFUSALS = 50
 
 
 @dataclass(frozen=True, slots=True)
-class StreamWriteResult:
+class StreamWriteResult(PickledAsFields):
     """What one writer did to one stream: rows appended, rows found already there (the
     shared `backends.sink.StreamWriteResult` fields are derived from these)."""
 
@@ -91,13 +92,6 @@ class StreamWriteResult:
     first_seq_num: int | None
     end_seq_num: int | None
     appends: int
-
-    def __reduce__(self) -> tuple[type[StreamWriteResult], tuple[Any, ...]]:
-        """Pickled as its fields in order: a task sends one per stream to the driver, and
-        a slotted dataclass's own pickling (`fields()` for each instance) took 7% of a
-        fan-out task's CPU at 10,000 streams."""
-        return (StreamWriteResult, (self.stream, self.appended, self.skipped,
-                                    self.first_seq_num, self.end_seq_num, self.appends))
 
     @property
     def rows(self) -> int:
