@@ -206,34 +206,42 @@ class ReadSession(ResumableRead["DecodedBatch"]):
     ) -> Generator[DecodedBatch, None, AttemptOutcome | Literal["ended"]]:
         """Deliver one response's data frames (held until `batch_bytes` of them are
         here); "ended" when the server ended the body. Frames held when the connection
-        fails were not delivered: the next attempt reads them again."""
+        fails are whole and valid: they are delivered before the failure is reported, so
+        a connection cut sooner than `batch_bytes` still moves the read on."""
         decoder = FrameDecoder(views=True)
         held: list[bytes | memoryview] = []
         size = 0
-        for chunk in resp.iter_bytes():
-            for frame in decoder.feed(chunk):
-                if not isinstance(frame, Message):
-                    if held:
-                        yield from self._deliver(held, advised=False)
-                    return error_from_status(frame.status, frame.error(), self._target)
-                loop.progressed()
-                held.append(frame.body)
-                size += len(frame.body)
-                if size < self._batch_bytes and not frame.reconnect_advised:
-                    continue
-                outcome = yield from self._deliver(held, advised=frame.reconnect_advised)
-                held, size = [], 0
+        try:
+            for chunk in resp.iter_bytes():
+                for frame in decoder.feed(chunk):
+                    if not isinstance(frame, Message):
+                        if held:
+                            yield from self._deliver(held, loop, advised=False)
+                        return error_from_status(frame.status, frame.error(), self._target)
+                    held.append(frame.body)
+                    size += len(frame.body)
+                    if size < self._batch_bytes and not frame.reconnect_advised:
+                        continue
+                    outcome = yield from self._deliver(held, loop,
+                                                       advised=frame.reconnect_advised)
+                    held, size = [], 0
+                    if outcome is not None:
+                        return outcome
+        except httpx.TransportError:
+            if held:
+                outcome = yield from self._deliver(held, loop, advised=False)
                 if outcome is not None:
-                    return outcome
+                    return outcome  # the bounds were reached: the failure does not matter
+            raise
         decoder.finish()
         if held:
-            outcome = yield from self._deliver(held, advised=False)
+            outcome = yield from self._deliver(held, loop, advised=False)
             if outcome is not None:
                 return outcome
         return "ended"
 
     def _deliver(
-        self, bodies: list[bytes | memoryview], *, advised: bool
+        self, bodies: list[bytes | memoryview], loop: RetryLoop, *, advised: bool
     ) -> Generator[DecodedBatch, None, AttemptOutcome | None]:
         """Decode the payloads of consecutive frames as one ReadBatch, account for it and
         yield it (a heartbeat only with `heartbeats`); "done" at the session's bounds,
@@ -247,6 +255,7 @@ class ReadSession(ResumableRead["DecodedBatch"]):
             include_headers=self._include_headers,
         )
         heartbeat = self._account(decoded)
+        loop.progressed()  # only what is delivered counts: held frames may yet be lost
         if not heartbeat:
             self._last_progress = time.monotonic()
         advised = advised and self._advice_taken()
