@@ -255,7 +255,7 @@ class ReadSession(ResumableRead["DecodedBatch"]):
             include_headers=self._include_headers,
         )
         heartbeat = self._account(decoded)
-        loop.progressed()  # only what is delivered counts: held frames may yet be lost
+        loop.progressed()  # delivered: progress (a frame only received and held is not)
         if not heartbeat:
             self._last_progress = time.monotonic()
         advised = advised and self._advice_taken()
