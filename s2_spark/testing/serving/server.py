@@ -188,29 +188,15 @@ class LocalS2Server(_Settings):
     `stack`: the HTTP stack (`auto`: granian where installed, else hypercorn).
     """
 
-    def __init__(
-        self,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        *,
-        data_dir: str | Path | None = None,
-        token: str | None = None,
-        heartbeat_interval: float | HeartbeatInterval = HEARTBEAT_INTERVAL,
-        tls: ServerTls | None = None,
-        deletion_delay: float = 0.0,
-        stack: str = "auto",
-    ) -> None:
-        super().__init__(host, port, data_dir=data_dir, token=token,
-                         heartbeat_interval=heartbeat_interval, tls=tls,
-                         deletion_delay=deletion_delay, stack=stack)
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._shutdown: asyncio.Event | None = None
-        self._sock: socket.socket | None = None
-        self._error: BaseException | None = None
-        self.store: Store | None = None
-        self._app: S2App | None = None
-        self._served: HttpCompression | None = None
+    # Set while running (`start`); the settings are `_Settings`'.
+    _thread: threading.Thread | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+    _shutdown: asyncio.Event | None = None
+    _sock: socket.socket | None = None
+    _error: BaseException | None = None
+    store: Store | None = None
+    _app: S2App | None = None
+    _served: HttpCompression | None = None
 
     def __repr__(self) -> str:
         return f"LocalS2Server(url={self.url if self._sock else None!r})"
