@@ -85,13 +85,13 @@ def test_s2_copy_over_a_cutting_network_finishes_in_one_run(
     """Paced (4.2+): micro-batches of 700 records, each read one frame. In one read (as
     every micro-batch is before 4.2): 3,000 records in frames of ~110 KB, more than a
     connection carries before it is cut, delivered as they arrive all the same."""
-    if paced and not limit(700):
+    read = limit(700) if paced else {}
+    if paced and not read:
         pytest.skip("maxRecordsPerTrigger needs PySpark 4.2+: the one-read case covers it")
     pair = S2Pair(s2_server.url, unique("basin"))
     pair.append(0, 3000)
     with TcpProxy(s2_server.url, cut_after=(16 << 10, 160 << 10), seed=7) as proxy:
         options = {"endpoint": proxy.url, "basin": pair.basin}
-        read = limit(700) if paced else {}
         q = s2_copy(spark, options, tmp_path / "ckpt", available_now=True, **read)
         q.awaitTermination()  # raises if the query failed
         assert failed_tasks(spark, q.runId) == 0

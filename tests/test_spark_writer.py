@@ -36,7 +36,6 @@ T0 = (int(time.time()) - 3600) * 1000
 UTC = dt.UTC
 
 
-
 class Env:
     """The shared server, a fresh basin per module, and read-back helpers."""
 

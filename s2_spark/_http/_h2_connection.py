@@ -42,7 +42,6 @@ from ._response import Done, Response, settle
 __all__ = ["H2Connection", "NotHttp2", "Unprocessed"]
 
 Headers = list[tuple[bytes, bytes]]
-#: Called once with a request's answer or the exception it failed with.
 
 #: Flow-control window per stream and for the connection: a long-poll answer is small,
 #: but a slow reader must never stall the others sharing the connection.

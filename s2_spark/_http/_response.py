@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 
 __all__ = ["BodyDecoder", "BodyDecodingError", "Done", "Headers", "Response", "content_encoding",
-           "decoded_body"]
+           "decoded_body", "settle"]
 
 Chunks = Iterator[bytes]
 

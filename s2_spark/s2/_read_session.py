@@ -211,6 +211,7 @@ class ReadSession(ResumableRead["DecodedBatch"]):
         decoder = FrameDecoder(views=True)
         held: list[bytes | memoryview] = []
         size = 0
+        failure: httpx.TransportError | None = None
         try:
             for chunk in resp.iter_bytes():
                 for frame in decoder.feed(chunk):
@@ -227,17 +228,15 @@ class ReadSession(ResumableRead["DecodedBatch"]):
                     held, size = [], 0
                     if outcome is not None:
                         return outcome
-        except httpx.TransportError:
-            if held:
-                outcome = yield from self._deliver(held, loop, advised=False)
-                if outcome is not None:
-                    return outcome  # the bounds were reached: the failure does not matter
-            raise
-        decoder.finish()
+            decoder.finish()
+        except httpx.TransportError as exc:
+            failure = exc
         if held:
             outcome = yield from self._deliver(held, loop, advised=False)
             if outcome is not None:
-                return outcome
+                return outcome  # the bounds were reached: a failure after does not matter
+        if failure is not None:
+            raise failure
         return "ended"
 
     def _deliver(
