@@ -14,7 +14,7 @@ Affinity is inherited by the threads and processes made after it is set, so:
     add_pin_option(ap)
     args = ap.parse_args()
     placement = placed(args)  # this process pinned: before Spark or any peer starts
-    with ServerProcess() as server:
+    with ServerProcess() as server:  # an S2 server: `_servers.s2_server`, which pins it
         placement.pin_server(server.pid)  # every thread of the running server
         cpu = CpuMeter(server=server.pid)
         with cpu.printed("s2 reader"):  # prints `  s2 reader: CPU s JVM 0.61, ...`
@@ -80,13 +80,18 @@ class Placement:
         """One word for summary lines: `pinned` or `unpinned`."""
         return "pinned" if self.pinned else "unpinned"
 
-    def describe(self) -> str:
+    def describe(self, *, server_started: bool = True) -> str:
+        """One line; `server_started=False`: the server runs already (`--server URL`), so
+        its CPU is only left free for it, not given to it."""
         if not self.pinned:
             return (f"placement: unpinned ({self.why_not}): the server and everything else "
                     f"share CPUs {_cpus(self.rest_cpus)}")
-        return (f"placement: pinned: the server on CPU {_cpus(self.server_cpus)}; this "
-                f"process and what it starts (Spark's JVM and Python workers) on CPU "
+        rest = (f"this process and what it starts (Spark's JVM and Python workers) on CPU "
                 f"{_cpus(self.rest_cpus)}")
+        if not server_started:
+            return (f"placement: pinned: {rest}; CPU {_cpus(self.server_cpus)} left to the "
+                    f"server, which runs already and is not pinned here")
+        return f"placement: pinned: the server on CPU {_cpus(self.server_cpus)}; {rest}"
 
     def pin_rest(self) -> None:
         """This process and its threads on the rest's CPUs: call it before starting Spark
@@ -102,10 +107,12 @@ class Placement:
 
 def placed(args: argparse.Namespace) -> Placement:
     """The placement `--no-pin` asks for, with this process already on the rest's CPUs
-    (call it before Spark or any peer process starts) and the mode printed."""
+    (call it before Spark or any peer process starts) and the mode printed (with
+    `--server URL`, `_servers`: a server running already, not pinned here)."""
     placement = Placement.from_args(args)
     placement.pin_rest()
-    print(placement.describe())
+    running = str(getattr(args, "server", "")).startswith(("http://", "https://"))
+    print(placement.describe(server_started=not running))
     return placement
 
 

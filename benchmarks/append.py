@@ -1,10 +1,10 @@
-"""Append throughput of 100 B records to a local server process.
+"""Append throughput of 100 B records to an S2 server process (`--server`; the local one).
 
 s2_spark's `append_many` (S2S append sessions over httpx, half-duplex) against s2-sdk's
 producer on the same server in the same run; also prints one-unary-request-per-batch
 and the Arrow path the Spark writer uses. By default the server runs on a CPU of its own
 and each writer's CPU seconds (this process, the server) are printed (`_pinning`;
-`--no-pin` for the old behaviour). Ends with one line:
+`--no-pin` for the old behaviour; `--server`: which server, `_servers`). Ends with one line:
 `append: <records/s> records/s, <ratio>x s2-sdk (<pinned|unpinned>)`.
 """
 
@@ -17,9 +17,9 @@ import uuid
 import pyarrow as pa
 from _peers import random_bodies, sdk_producer  # benchmarks/ is on sys.path
 from _pinning import CpuMeter, add_pin_option, placed
+from _servers import add_server_option, s2_server
 
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
-from s2_spark.testing import ServerProcess
 from s2_spark.wire.appends import encode_append_batches
 
 RECORD = 100
@@ -29,13 +29,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=500_000)
     add_pin_option(ap)
+    add_server_option(ap)
     args = ap.parse_args()
     n = args.records
     placement = placed(args)
     data = random_bodies(n, RECORD)
     basin = f"bench-{uuid.uuid4().hex[:8]}"
-    with ServerProcess() as server:
-        placement.pin_server(server.pid)
+    with s2_server(args, placement) as server:
         cpu = CpuMeter(server=server.pid)
         with S2Client(S2Config(endpoint=server.url, compression="none")) as client:
             client.create_basin(basin)
@@ -76,7 +76,7 @@ def main() -> None:
         with cpu.printed("s2-sdk producer"):
             sdk = sdk_producer(server.url, basin, "sdk", data)
         print(f"s2-sdk producer: {n / sdk:,.0f} records/s ({sdk:.2f}s)")
-    print(f"append: {n / ours:.0f} records/s, {sdk / ours:.2f}x s2-sdk ({placement.mode})")
+    print(f"append: {n / ours:.0f} records/s, {sdk / ours:.2f}x s2-sdk ({server.mode})")
 
 
 if __name__ == "__main__":

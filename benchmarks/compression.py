@@ -1,8 +1,9 @@
 """What compressed answers cost and save: `read_many` over many small streams with
 `compression` none, zstd and gzip, same run.
 
-One local server process (`ServerProcess`, on a CPU of its own where there are two or
-more: `_pinning`), which compresses answers of 1 KiB or more as s2-lite does; a basin of
+One server process (`--server`: the local server by default, or s2-lite; on a CPU of
+its own where there are two or more: `_pinning`), which compresses answers of 1 KiB or
+more (as s2-lite does); a basin of
 `--streams` streams of `--records` JSON events each (about `--body` bytes, text that
 compresses as real events do: ids, names, timestamps). For each coding, an `S2Client`
 with that `compression` reads every stream whole with `BasinClient.read_many` (the
@@ -27,10 +28,10 @@ import uuid
 from urllib.parse import urlsplit
 
 from _pinning import CpuMeter, add_pin_option, cpu_seconds, placed  # benchmarks/ on sys.path
+from _servers import add_server_option, s2_server
 
 from s2_spark.s2 import AppendRecord, S2Client, S2Config, SmallRead
 from s2_spark.s2._stream import records_path
-from s2_spark.testing import ServerProcess
 
 CODINGS = ("none", "zstd", "gzip")
 ACCEPT = {"none": "identity", "zstd": "zstd, gzip", "gzip": "gzip"}
@@ -79,12 +80,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20, help="read_many calls per measurement")
     ap.add_argument("--repeat", type=int, default=3, help="measurements per coding (best)")
     add_pin_option(ap)
+    add_server_option(ap)
     args = ap.parse_args()
     placement = placed(args)
     basin = f"bench-cz-{uuid.uuid4().hex[:8]}"
     names = [f"s{k:05d}" for k in range(args.streams)]
-    with ServerProcess() as server:
-        placement.pin_server(server.pid)
+    with s2_server(args, placement) as server:
         cpu = CpuMeter(server=server.pid)
         with S2Client(S2Config(endpoint=server.url)) as filler:
             filler.create_basin(basin)
@@ -124,12 +125,25 @@ def main() -> None:
     ratios = {}
     for c in CODINGS:
         cl, sv = best[c]
-        ratios[c] = (cl / best["none"][0], sv / best["none"][1], sizes[c] / sizes["none"])
+        ratios[c] = (cl / best["none"][0], _ratio(sv, best["none"][1]), sizes[c] / sizes["none"])
         print(f"{c:6s}{cl * 1000:15.1f}{sv * 1000:15.1f}{sizes[c]:14d}"
-              f"{ratios[c][0]:8.2f}x{ratios[c][1]:8.2f}x{ratios[c][2]:7.2f}x")
-    summary = "; ".join(f"{c} {r[0]:.2f}x client CPU, {r[1]:.2f}x server CPU, {r[2]:.2f}x "
-                        "bytes" for c, r in ratios.items() if c != "none")
-    print(f"compression: {summary} (vs none, {placement.mode})")
+              f"{ratios[c][0]:8.2f}x{_x(ratios[c][1]):>9s}{ratios[c][2]:7.2f}x")
+    why = "not started here" if server.pid is None else "too little to measure"
+
+    def theirs(ratio: float) -> str:
+        return f"server CPU n/a ({why})" if ratio != ratio else f"{ratio:.2f}x server CPU"
+
+    summary = "; ".join(f"{c} {r[0]:.2f}x client CPU, {theirs(r[1])}, {r[2]:.2f}x bytes"
+                        for c, r in ratios.items() if c != "none")
+    print(f"compression: {summary} (vs none, {server.mode})")
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+def _x(ratio: float) -> str:
+    return "n/a" if ratio != ratio else f"{ratio:.2f}x"
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 import pyarrow as pa
 from _durable import DurableServer, messages  # benchmarks/ is on sys.path
 from _pinning import CpuMeter, add_pin_option, cpu_seconds, placed
-from pyspark.sql import SparkSession
+from _spark import local_session
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from spark_read import run
@@ -147,16 +147,7 @@ def main() -> None:
     n = args.messages
     placement = placed(args)
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("durable-spark-bench-read")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(MemoryDataSource)
+    spark = local_session("durable-spark-bench-read", sources=[MemoryDataSource])
     with DurableServer(long_poll_timeout=1.0) as server:
         took = fill(server.url, n)
         print(f"filled {n:,} JSON messages of ~100 B in {took:.1f}s")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 import uuid
@@ -29,6 +28,7 @@ from pathlib import Path
 
 from _durable import DurableServer, messages, require_peer  # benchmarks/ is on sys.path
 from _pinning import CpuMeter, add_pin_option, placed
+from _spark import local_session
 from durable_append import count, peer
 
 from s2_spark.durable import DurableStreamsClient
@@ -50,13 +50,7 @@ def spark_write(url: str, path: str, folder: str, rows: int, per_batch: int, cpu
     """Seconds the micro-batches after the first (warm-up) take to write `rows` rows, wall
     seconds of the whole query from start, seconds of the warm-up batch, and partitions
     per micro-batch."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName("durable-write-bench")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session("durable-write-bench", {"spark.sql.shuffle.partitions": "2"})
     df = spark.readStream.format("text").option("maxFilesPerTrigger", "1").load(folder)
     ckpt = tempfile.mkdtemp(prefix="ds-write-bench-ckpt-")
     before = cpu.sample()

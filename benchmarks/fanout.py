@@ -1,8 +1,8 @@
 """A streaming fan-out: a stream per user, written from every task of every micro-batch.
 
 The query a user runs to split one stream of events into a stream per user, against the
-same query into one stream, measured in the same run (one local server process,
-`local[2]`):
+same query into one stream, measured in the same run (one server process, the local
+server or another, `--server`; `local[2]`):
 
 * source: one stream of `--events` events of 100 B; event i belongs to user
   (i * 7919) % users, so each micro-batch holds events of nearly every user;
@@ -14,13 +14,13 @@ same query into one stream, measured in the same run (one local server process,
   user's events in one task);
 * peer: the same query into one stream (option `stream`, which overrides the column).
 
-Printed per `--users` value: rows/s of each and the ratio (fan-out / one stream, higher
-is better), micro-batch seconds (`durationMs.triggerExecution`) p50/p99 of the steady
-state (micro-batches after the first) and of the first, and from the local server's
-counters (`GET /_local/stats`) the appends that landed and were refused (412) per stream
-and micro-batch, the create requests per stream, and appends per (task, stream) that had
-events: the (micro-batch, partition,
-user) triples of the source layout, or (micro-batch, user) pairs after --repartition.
+Printed per `--users` value: rows/s of each and the ratio (fan-out / one stream, higher is
+better), micro-batch seconds (`durationMs.triggerExecution`) p50/p99 of the steady state
+(micro-batches after the first) and of the first, and from the local server's counters
+(`GET /_local/stats`; n/a with s2-lite, which has none) the appends that landed and were
+refused (412) per stream and micro-batch, the create requests per stream, and appends per
+(task, stream) that had events: the (micro-batch, partition, user) triples of the source
+layout, or (micro-batch, user) pairs after --repartition.
 The queries alternate over `--repeat` rounds; the best run counts. `--rtt-ms`: the
 queries reach the server through `s2_spark.testing.DelayProxy`. The server runs on a CPU
 of its own and everything else on the others (`_pinning`; `--no-pin`: all on all), and
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import statistics
 import sys
 import tempfile
@@ -42,15 +41,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-
 from _pinning import CpuMeter, add_pin_option, placed  # benchmarks/ is on sys.path
-from pyspark.sql import SparkSession
+from _servers import S2Server, add_server_option, s2_server
+from _spark import local_session
 from pyspark.sql import functions as F
 
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
-from s2_spark.testing import DelayProxy, ServerProcess
+from s2_spark.testing import DelayProxy
 
 RECORD = 100
 PRIME = 7919
@@ -89,17 +86,6 @@ def task_stream_pairs(events: int, users: int, per_batch: int, partitions: int,
     return len(pairs)
 
 
-def session() -> Any:
-    spark = (SparkSession.builder.master("local[2]").appName("s2-spark-bench-fanout")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.python.worker.reuse", "true")
-             .config("spark.sql.shuffle.partitions", "2")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
 @dataclass
 class Run:
     """One query run: wall seconds, micro-batch seconds, the server's append counts, and
@@ -107,16 +93,16 @@ class Run:
 
     seconds: float
     batches: list[float]
-    landed: int
-    refused: int
-    creates: int
+    landed: int | None  # None: the server has no such counts
+    refused: int | None
+    creates: int | None
     cpu: dict[str, float]
 
     def rows_per_s(self, rows: int) -> float:
         return rows / self.seconds
 
 
-def run_query(spark: Any, server: ServerProcess, cpu: CpuMeter, url: str, src: str,
+def run_query(spark: Any, server: S2Server, cpu: CpuMeter, url: str, src: str,
               args: argparse.Namespace, users: int, *, single: bool) -> Run:
     """The fan-out (or, `single`, the same into one stream) into a new basin, to the end."""
     dst = f"fan-dst-{uuid.uuid4().hex[:10]}"
@@ -131,8 +117,7 @@ def run_query(spark: Any, server: ServerProcess, cpu: CpuMeter, url: str, src: s
         "body")
     if args.repartition and not single:
         routed = routed.repartition(args.partitions, "stream")
-    before = _append_counts(server)
-    creates_before = server.request_counts().get("create_stream", 0)
+    before, requests_before = server.append_counts(), server.request_counts()
     cpu_before = cpu.sample()
     with tempfile.TemporaryDirectory() as ckpt:
         w = (routed.writeStream.format("s2").option("endpoint", url).option("basin", dst)
@@ -148,20 +133,20 @@ def run_query(spark: Any, server: ServerProcess, cpu: CpuMeter, url: str, src: s
             raise RuntimeError(str(q.exception()))
         progress = [p for p in q.recentProgress if p["numInputRows"]]
     spent = cpu.since(cpu_before)
-    after = _append_counts(server)
-    creates = server.request_counts().get("create_stream", 0) - creates_before
+    after, requests_after = server.append_counts(), server.request_counts()
     rows = sum(p["numInputRows"] for p in progress)
     assert rows == args.events, f"read {rows} rows, expected {args.events}"
     return Run(seconds, [p["durationMs"]["triggerExecution"] / 1000 for p in progress],
-               after.get("landed", 0) - before.get("landed", 0),
-               after.get("refused", 0) - before.get("refused", 0), creates, spent)
+               _grew(before, after, "landed"), _grew(before, after, "refused"),
+               _grew(requests_before, requests_after, "create_stream"), spent)
 
 
-def _append_counts(server: ServerProcess) -> dict[str, int]:
-    """The server's appends by outcome (a server of a release without the counts: none,
-    so that release's connector can be measured the same way)."""
-    counts = getattr(server, "append_counts", None)
-    return counts() if counts is not None else {}
+def _grew(before: dict[str, int] | None, after: dict[str, int] | None, key: str) -> int | None:
+    """How much a counter of the server grew (None: the server has no such counts, as
+    s2-lite, or a local server of a release without append counts)."""
+    if before is None or after is None:
+        return None
+    return after.get(key, 0) - before.get(key, 0)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -169,8 +154,8 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def bench(spark: Any, server: ServerProcess, cpu: CpuMeter, url: str, users: int,
-          args: argparse.Namespace) -> tuple[float, float, float]:
+def bench(spark: Any, server: S2Server, cpu: CpuMeter, url: str, users: int,
+          args: argparse.Namespace) -> tuple[float, float, float | None]:
     """(ratio, steady micro-batch p50 s, appends per task and stream) for `users`."""
     src = f"fan-src-{users}-{uuid.uuid4().hex[:8]}"
     with S2Client(S2Config(endpoint=server.url)) as client:
@@ -184,8 +169,8 @@ def bench(spark: Any, server: ServerProcess, cpu: CpuMeter, url: str, users: int
             print(f"  {label}: {args.events:,} rows in {r.seconds:.2f}s "
                   f"({r.rows_per_s(args.events):,.0f} rows/s); micro-batch p50 "
                   f"{statistics.median(steady):.2f}s p99 {pct(steady, 0.99):.2f}s (steady), "
-                  f"first {r.batches[0]:.2f}s; appends {r.landed:,} landed, {r.refused:,} "
-                  f"refused; {r.creates:,} create requests\n    CPU s: {cpu.format(r.cpu)}")
+                  f"first {r.batches[0]:.2f}s; {_counted(r, server)}\n"
+                  f"    CPU s: {cpu.format(r.cpu)}")
             key = "single" if single else "many"
             if key not in best or r.seconds < best[key].seconds:
                 best[key] = r
@@ -194,16 +179,27 @@ def bench(spark: Any, server: ServerProcess, cpu: CpuMeter, url: str, users: int
     batches = len(many.batches)
     pairs = task_stream_pairs(args.events, users, args.rows_per_batch, args.partitions,
                               args.repartition)
-    per_pair = (many.landed + many.refused) / pairs
     steady = statistics.median(many.batches[1:] or many.batches)
+    per_pair: float | None = None
+    if many.landed is None or many.refused is None or many.creates is None:
+        counted = f"appends and create requests per stream {server.no_counts}"
+    else:
+        per_pair = (many.landed + many.refused) / pairs
+        counted = (f"per stream and micro-batch {many.landed / (users * batches):.2f} appends "
+                   f"landed, {many.refused / (users * batches):.3f} refused; "
+                   f"{many.creates / users:.2f} create requests per stream; per (task, stream) "
+                   f"with events {per_pair:.3f} appends ({pairs:,} such)")
     print(f"fan-out to {users:,} users: {many.seconds:.2f}s against {single.seconds:.2f}s into "
           f"one stream -> {ratio:.2f}x; micro-batch p50 {steady:.2f}s p99 "
-          f"{pct(many.batches[1:] or many.batches, 0.99):.2f}s; per stream and micro-batch "
-          f"{many.landed / (users * batches):.2f} appends landed, "
-          f"{many.refused / (users * batches):.3f} refused; {many.creates / users:.2f} create "
-          f"requests per stream; per (task, stream) with events {per_pair:.3f} appends "
-          f"({pairs:,} such)")
+          f"{pct(many.batches[1:] or many.batches, 0.99):.2f}s; {counted}")
     return ratio, steady, per_pair
+
+
+def _counted(r: Run, server: S2Server) -> str:
+    if r.landed is None or r.refused is None or r.creates is None:
+        return f"appends and create requests {server.no_counts}"
+    return (f"appends {r.landed:,} landed, {r.refused:,} refused; {r.creates:,} create "
+            "requests")
 
 
 def main() -> None:
@@ -220,15 +216,20 @@ def main() -> None:
                     help="round trip the queries see (s2_spark.testing.DelayProxy)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each query (best counts)")
     ap.add_argument("--http-stack", default="auto", choices=["auto", "granian", "hypercorn"],
-                    help="the local server's HTTP stack (see docs/local-server.md)")
+                    help="the local server's HTTP stack (see docs/local-server.md; "
+                         "--server local only)")
     add_pin_option(ap)
+    add_server_option(ap)
     args = ap.parse_args()
+    if args.http_stack != "auto" and args.server != "local":
+        ap.error(f"--http-stack is the local server's: it does not apply to --server "
+                 f"{args.server}")
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     placement = placed(args)  # before Spark starts
-    spark = session()
+    spark = local_session("s2-spark-bench-fanout", {"spark.sql.shuffle.partitions": "2"})
     out = []
-    with ServerProcess(stack=args.http_stack) as server, contextlib.ExitStack() as stack:
-        placement.pin_server(server.pid)
+    with s2_server(args, placement, stack=args.http_stack) as server, \
+            contextlib.ExitStack() as stack:
         cpu = CpuMeter(server=server.pid, here="this process (driver)")
         url = server.url
         if args.rtt_ms:
@@ -242,13 +243,14 @@ def main() -> None:
         run_query(spark, server, cpu, url, src, warm, 50, single=False)
         for users in args.users:
             ratio, steady, per_pair = bench(spark, server, cpu, url, users, args)
+            appends = "n/a" if per_pair is None else f"{per_pair:.2f}"
             out.append(f"{ratio:.2f}x one stream at {users:,} users ({steady:.2f}s a "
-                       f"micro-batch, {per_pair:.2f} appends per task and stream)")
+                       f"micro-batch, {appends} appends per task and stream)")
     spark.stop()
     shape = (f"{args.events:,} events, {args.rows_per_batch:,} a micro-batch, "
              f"{args.partitions} partitions{', repartitioned' if args.repartition else ''}"
              f"{f', {args.rtt_ms:g} ms round trip' if args.rtt_ms else ''}")
-    print(f"fanout ({shape}): {'; '.join(out)} ({placement.mode})")
+    print(f"fanout ({shape}): {'; '.join(out)} ({server.mode})")
 
 
 if __name__ == "__main__":

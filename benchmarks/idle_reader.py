@@ -3,12 +3,13 @@ the requests it makes and how soon it plans a record appended to any stream.
 
 What Spark's driver-side runner does with the `s2` streaming reader, without Spark: a
 reader over `--streams` empty streams (`streamPrefix`, `startingPosition=latest`, one
-local server process), planned again and again (`latestOffset` from the last end, 10 ms
-apart when a plan found nothing: Spark's polling delay). After `--settle` s, for
-`--window` s: the plans made, the reader's CPU seconds a plan (this process: the plans and
-the tail watch's thread; nothing else runs here), the server's, the requests that reach
-the server per stream and second, and this process's resident memory against before the
-reader started (per stream). Then one record every `--interval` ms to a random stream for
+server process: the local server, or another with `--server`), planned again and again
+(`latestOffset` from the last end, 10 ms apart when a plan found nothing: Spark's polling
+delay). After `--settle` s, for `--window` s: the plans made, the reader's CPU seconds a
+plan (this process: the plans and the tail watch's thread; nothing else runs here), the
+server's, the requests that reach the server per stream and second (the local server's
+counters: n/a from s2-lite), and this process's resident memory against before the reader
+started (per stream). Then one record every `--interval` ms to a random stream for
 `--duration` s: from each append's acknowledgement to the end of the plan that took it
 (p50, p99, max).
 
@@ -34,12 +35,12 @@ import uuid
 from typing import Any
 
 from _pinning import add_pin_option, cpu_seconds, placed
+from _servers import add_server_option, s2_server
 from many_streams import create_streams, leave_open_files_to_the_server, names
 
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
 from s2_spark.spark.s2.source import S2DataSource
-from s2_spark.testing import ServerProcess
 
 #: Spark's `spark.sql.streaming.pollingDelay`: how long it waits after a trigger that
 #: found no data before the next.
@@ -121,11 +122,12 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=200.0, help="ms between appends")
     ap.add_argument("--tracemalloc", action="store_true")
     add_pin_option(ap)
+    add_server_option(ap)
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     placement = placed(args)
-    with ServerProcess() as server, S2Client(S2Config(endpoint=server.url)) as client:
-        placement.pin_server(server.pid)
+    with s2_server(args, placement) as server, \
+            S2Client(S2Config(endpoint=server.url)) as client:
         leave_open_files_to_the_server()
         basin = f"idle-reader-{uuid.uuid4().hex[:8]}"
         streams = names("i-", args.streams)
@@ -154,13 +156,18 @@ def main() -> None:
             rss = _rss_mib()
             plans = plans1 - plans0
             took_s = planning.seconds[first:]
-            delta = {k: v - counts0.get(k, 0) for k, v in counts1.items()
-                     if v != counts0.get(k, 0)}
-            per_stream = sum(delta.values()) / span / args.streams
+            if counts0 is None or counts1 is None:
+                per_stream, requests = "n/a", server.no_counts
+            else:
+                delta = {k: v - counts0.get(k, 0) for k, v in counts1.items()
+                         if v != counts0.get(k, 0)}
+                per_stream = f"{sum(delta.values()) / span / args.streams:.4f}"
+                requests = f"{delta} ({per_stream}/s per stream)"
+            server_cpu = "n/a (not started here)" if server.pid is None else f"{srv:.2f}"
             print(f"idle {span:.0f}s: {plans} plans (median {statistics.median(took_s):.2f}s, "
                   f"max {max(took_s):.2f}s); CPU s: reader {mine:.2f} "
-                  f"({1000 * mine / max(plans, 1):.1f} ms a plan), server {srv:.2f}; "
-                  f"requests {delta} ({per_stream:.4f}/s per stream)")
+                  f"({1000 * mine / max(plans, 1):.1f} ms a plan), server {server_cpu}; "
+                  f"requests {requests}")
             print(f"memory: {rss:,.0f} MiB resident, {rss - rss0:,.0f} MiB over the "
                   f"{rss0:,.0f} before the reader "
                   f"({1024 * (rss - rss0) / args.streams:.2f} KB a stream)")
@@ -194,8 +201,8 @@ def main() -> None:
               f"max {max(lat, default=float('nan')):.3f}s")
     print(f"idle_reader: {args.streams:,} streams, {rss:,.0f} MiB "
           f"({1024 * (rss - rss0) / args.streams:.2f} KB a stream), "
-          f"{1000 * mine / max(plans, 1):.1f} ms of CPU a plan, {per_stream:.4f} req/s per "
-          f"stream, planned p99 {pct(lat, 0.99):.2f}s ({placement.mode})")
+          f"{1000 * mine / max(plans, 1):.1f} ms of CPU a plan, {per_stream} req/s per "
+          f"stream, planned p99 {pct(lat, 0.99):.2f}s ({server.mode})")
 
 
 if __name__ == "__main__":

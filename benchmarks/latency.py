@@ -2,14 +2,14 @@
 
 `--service s2` (default) measures `readStream.format("s2")`, `--service durable`
 `readStream.format("durable-streams")`. A producer thread appends one small record every
-`--interval` ms to a stream of a local server process (S2: the local S2 server, the record's
-body the stamp; durable: the Durable Streams reference server, one JSON message
-`{"ts_us": <stamp>}` to a JSON stream) and, right after, writes a line to an append-only
-local file; each stamp is the wall-clock time taken just before it was written. Two
-default-trigger queries run one after the other (fairer than side by side on 2 cores), each
-for `--duration` seconds in all, split over `--rounds` rounds of alternating order (so JVM
-warm-up and drifting load fall on both alike), into `foreachBatch`, which collects the
-stamps on the driver and records `now - stamp` per row:
+`--interval` ms to a stream of a local server process (S2: the local S2 server, or another
+with `--server`, the record's body the stamp; durable: the Durable Streams reference
+server, one JSON message `{"ts_us": <stamp>}` to a JSON stream) and, right after, writes a
+line to an append-only local file; each stamp is the wall-clock time taken just before it
+was written. Two default-trigger queries run one after the other (fairer than side by side
+on 2 cores), each for `--duration` seconds in all, split over `--rounds` rounds of
+alternating order (so JVM warm-up and drifting load fall on both alike), into
+`foreachBatch`, which collects the stamps on the driver and records `now - stamp` per row:
 
 * floor: a Python streaming data source over the local file (latestOffset = file size,
   read = the new lines as one Arrow batch), i.e. Spark's own per-trigger cost for a Python
@@ -52,19 +52,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-
 import pyarrow as pa
 from _durable import DurableServer  # benchmarks/ is on sys.path
 from _pinning import CpuMeter, Placement, add_pin_option, placed
+from _servers import add_server_option, s2_server
+from _spark import local_session
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from s2_spark.durable import DurableStreamsClient
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.spark import DurableStreamsDataSource, S2DataSource, read_schema
-from s2_spark.testing import ServerProcess
 
 FLOOR = "floor (file source)"
 RATE = "rate (JVM source, reference)"
@@ -155,6 +153,7 @@ class Service:
     append: Callable[[int], object]  # append one record stamped with this time (ns)
     queries: dict[str, Callable[[], Any]]  # label -> a new streaming DataFrame, column `ns`
     server_pid: int | None
+    mode: str  # for the last line: `pinned`, ... (`_servers.S2Server.mode`)
     acks: Acks | None = None  # where the service has positions to check plans against
 
 
@@ -163,14 +162,15 @@ def streams_label(n: int) -> str:
 
 
 @contextlib.contextmanager
-def s2_service(spark: SparkSession, counts: Sequence[int], placement: Placement
-               ) -> Iterator[Service]:
-    """A local S2 server and a new stream (and, for each count N > 1 in `counts`, N streams
-    under their own prefix, a random one of which gets each tick's record); each record's
-    body is its stamp's decimal text, taken just before its own append."""
+def s2_service(spark: SparkSession, counts: Sequence[int], placement: Placement,
+               args: argparse.Namespace) -> Iterator[Service]:
+    """An S2 server (`--server`: the local one by default) and a new stream (and, for each
+    count N > 1 in `counts`, N streams under their own prefix, a random one of which gets
+    each tick's record); each record's body is its stamp's decimal text, taken just before
+    its own append."""
     basin = f"bench-lat-{uuid.uuid4().hex[:8]}"
-    with ServerProcess() as server, S2Client(S2Config(endpoint=server.url)) as client:
-        placement.pin_server(server.pid)
+    with s2_server(args, placement) as server, \
+            S2Client(S2Config(endpoint=server.url)) as client:
         client.create_basin(basin)
         b = client.basin(basin)
         sets: dict[str, list[str]] = {}
@@ -200,13 +200,13 @@ def s2_service(spark: SparkSession, counts: Sequence[int], placement: Placement
                 .load()
             ).selectExpr(FLOOR_STAMP)
 
-        yield Service(word="", append=append, server_pid=server.pid, acks=acks,
-                      queries={streams_label(n): query(n) for n in counts})
+        yield Service(word="", append=append, server_pid=server.pid, mode=server.mode,
+                      acks=acks, queries={streams_label(n): query(n) for n in counts})
 
 
 @contextlib.contextmanager
-def durable_service(spark: SparkSession, counts: Sequence[int], placement: Placement
-                    ) -> Iterator[Service]:
+def durable_service(spark: SparkSession, counts: Sequence[int], placement: Placement,
+                    args: argparse.Namespace) -> Iterator[Service]:
     """The Durable Streams reference server (its default 30 s long-poll timeout, as served)
     and a JSON stream of messages `{"ts_us": n}` (microseconds: exact in JavaScript)."""
     if list(counts) != [1]:
@@ -229,10 +229,11 @@ def durable_service(spark: SparkSession, counts: Sequence[int], placement: Place
                 .load()
             ).selectExpr("CAST(get_json_object(value, '$.ts_us') AS BIGINT) * 1000 AS ns")},
             server_pid=server.pid,
+            mode=placement.mode,
         )
 
 
-Setup = Callable[[SparkSession, Sequence[int], Placement],
+Setup = Callable[[SparkSession, Sequence[int], Placement, argparse.Namespace],
                  contextlib.AbstractContextManager[Service]]
 SERVICES: dict[str, tuple[type[DataSource], Setup]] = {
     "s2": (S2DataSource, s2_service),
@@ -433,25 +434,18 @@ def main() -> None:
                     help="seconds left out per run of a query over N > 1 streams (its start "
                          "resolves and watches every stream)")
     add_pin_option(ap)
+    add_server_option(ap)
     args = ap.parse_args()
+    if args.service != "s2" and args.server != "local":
+        ap.error(f"--server is the S2 server's: --service {args.service} runs its own")
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     counts = sorted(set(args.streams) | {1})
     placement = placed(args)
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("s2-spark-bench-latency")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(FileDataSource)
     source, setup = SERVICES[args.service]
-    spark.dataSource.register(source)
+    spark = local_session("s2-spark-bench-latency", sources=[FileDataSource, source])
 
-    with setup(spark, counts, placement) as service, tempfile.TemporaryDirectory() as tmp:
+    with setup(spark, counts, placement, args) as service, tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "floor.log")
         producer = Producer(service.append, path, args.interval / 1000)
         producer.start()
@@ -474,7 +468,7 @@ def main() -> None:
             producer.stop()
     spark.stop()
     f50, f99 = results[FLOOR]
-    mode = placement.mode
+    mode = service.mode
     for label, (p50, p99) in results.items():
         if label.startswith("s2, "):
             print(f"latency at {label.removeprefix('s2, ')}: p50 {p50:.0f} ms, p99 {p99:.0f} "

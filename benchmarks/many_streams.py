@@ -1,7 +1,8 @@
 """Many streams: the reader and writer over N streams against the same work on one stream.
 
-One local server process (`ServerProcess`), `local[2]`, 100 B records; every ratio is
-against a single stream measured in the same run:
+One server process (the local server, `ServerProcess`, or another with `--server`),
+`local[2]`, 100 B records; every ratio is against a single stream measured in the same
+run:
 
 * read: `readStream.format("s2")` with `streamPrefix` over N streams of R records each,
   `trigger(availableNow=True)` into the `noop` sink, against the same query over one
@@ -24,16 +25,16 @@ against a single stream measured in the same run:
 * idle: a default-trigger query over `--idle-streams` empty streams (`streamPrefix`) into
   `foreachBatch`. After `--settle` s, for `--window` s (10, or the client's tail-watch
   long-poll wait if longer, so that every idle stream's long-poll is re-armed once in the
-  window rather than all or none of them): the median `durationMs.latestOffset`
-  of its progress events (every idle trigger reports one here: the session sets
+  window rather than all or none of them): the median `durationMs.latestOffset` of its
+  progress events (every idle trigger reports one here: the session sets
   `spark.sql.streaming.noDataProgressEventInterval=0`; a listener keeps them) and the
-  requests that reach the server (its request counter, `GET /_local/stats`), per second
-  and per stream. Then one record every `--interval` ms to a random one of the streams
-  for `--duration` s, each
-  record's body its wall-clock time (ns), and `foreachBatch` records `now - stamp` per row
-  as `latency.py` does (records stamped in the first `--warmup` s left out): p50 and p99.
-  The same is measured for one stream (latency.py's single-stream query: option `stream`,
-  startingPosition latest) in the same run; ratio: many p50 / single p50 (lower is better).
+  requests that reach the server (its request counter, `GET /_local/stats`; n/a from
+  s2-lite, which has none), per second and per stream. Then one record every `--interval`
+  ms to a random one of the streams for `--duration` s, each record's body its wall-clock
+  time (ns), and `foreachBatch` records `now - stamp` per row as `latency.py` does
+  (records stamped in the first `--warmup` s left out): p50 and p99. The same is measured
+  for one stream (latency.py's single-stream query: option `stream`, startingPosition
+  latest) in the same run; ratio: many p50 / single p50 (lower is better).
 
 Each read and the idle query also print their checkpoint's offset log (`offsets/<batch>`
 files: how many, median and largest size; offsets over more than 1000 streams are
@@ -73,18 +74,15 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-
 from _pinning import CpuMeter, add_pin_option, placed, resident
+from _servers import S2Server, add_server_option, s2_server
+from _spark import local_session
 from _streams import fill  # benchmarks/ is on sys.path
 from latency import Producer, report
-from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
 from s2_spark.s2 import AppendAck, AppendRecord, S2Client, S2Config, SingleAppend
-from s2_spark.testing import DelayProxy, ServerProcess
+from s2_spark.testing import DelayProxy
 from s2_spark.wire.appends import encode_append_batches
 
 try:  # an idle stream's long-poll lasts this long: a window as long sees each re-armed once
@@ -170,20 +168,12 @@ def _mib(sides: dict[str, tuple[float, float]]) -> str:
 
 
 def session() -> Any:
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("s2-spark-bench-many-streams")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.shuffle.partitions", "2")
+    return local_session("s2-spark-bench-many-streams", {
+        "spark.sql.shuffle.partitions": "2",
         # Every idle trigger reports progress (by default one in 10 s); the idle window's
         # (about one a second) are still among the 100 Spark keeps when it ends.
-        .config("spark.sql.streaming.noDataProgressEventInterval", "0")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+        "spark.sql.streaming.noDataProgressEventInterval": "0",
+    })
 
 
 def source(spark: Any, url: str, basin: str, *, stream: str | None = None,
@@ -352,7 +342,8 @@ class ProgressLog(StreamingQueryListener):
 class Followed:
     latest_offset_ms: float  # median durationMs.latestOffset of idle triggers
     triggers: int  # idle triggers in the window
-    requests_per_s: float  # requests reaching the server, per second and per stream
+    requests_per_s: float  # requests reaching the server, per second and per stream (nan:
+    # the server has no request counts)
     p50: float
     p99: float
     offset_log: list[int]  # bytes of each offset-log entry
@@ -363,7 +354,7 @@ def _epoch(timestamp: str) -> float:
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
-def follow(spark: Any, server: ServerProcess, basin: str, streams: Sequence[str], df: Any,
+def follow(spark: Any, server: S2Server, basin: str, streams: Sequence[str], df: Any,
            label: str, args: argparse.Namespace, cpu: CpuMeter) -> Followed:
     """Run `df` (column `ns`) into foreachBatch: idle window, then appends; see the top."""
     latencies: list[float] = []
@@ -397,18 +388,22 @@ def follow(spark: Any, server: ServerProcess, basin: str, streams: Sequence[str]
             memory = resident()
             if q.exception() is not None:
                 raise RuntimeError(f"{label}: the query failed: {q.exception()}")
-            delta = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
-            total = sum(delta.values())
             # Idle triggers raise no progress event (Spark tells listeners the query is
             # idle instead), but their progress is kept: read once, at the window's end.
             idle = [p["durationMs"]["latestOffset"] for p in q.recentProgress
                     if t0 <= _epoch(p["timestamp"]) <= t1 and not p["numInputRows"]
                     and "latestOffset" in p["durationMs"]]
             latest = statistics.median(idle) if idle else float("nan")
-            per_stream = total / (t1 - t0) / len(streams)
+            if before is None or after is None:
+                per_stream, requests = float("nan"), f"requests {server.no_counts}"
+            else:
+                delta = {k: v - before.get(k, 0) for k, v in after.items()
+                         if v != before.get(k, 0)}
+                total = sum(delta.values())
+                per_stream = total / (t1 - t0) / len(streams)
+                requests = f"{total} requests ({per_stream:.3f}/s per stream): {delta}"
             print(f"{label}, idle {t1 - t0:.1f}s: {len(idle)} triggers, latestOffset median "
-                  f"{latest:.0f} ms; {total} requests ({per_stream:.3f}/s per stream): {delta}; "
-                  f"CPU s: {cpu.format(spent)}")
+                  f"{latest:.0f} ms; {requests}; CPU s: {cpu.format(spent)}")
             print(f"  {label}, memory while idle: {_mib(memory)}")
 
             with S2Client(S2Config(endpoint=server.url)) as client:
@@ -442,7 +437,7 @@ def follow(spark: Any, server: ServerProcess, basin: str, streams: Sequence[str]
     return Followed(latest, len(idle), per_stream, p50, p99, log, memory)
 
 
-def bench_idle(spark: Any, client: S2Client, server: ServerProcess, tag: str, n: int,
+def bench_idle(spark: Any, client: S2Client, server: S2Server, tag: str, n: int,
                args: argparse.Namespace, cpu: CpuMeter) -> tuple[Followed, Followed]:
     basin = f"bench-many-idle-{tag}"
     many = names("i-", n)
@@ -457,7 +452,7 @@ def bench_idle(spark: Any, client: S2Client, server: ServerProcess, tag: str, n:
                     "one stream", args, cpu)
     print(f"idle latestOffset median: {ours.latest_offset_ms:.0f} ms at {n:,} streams, "
           f"{single.latest_offset_ms:.0f} ms at one; requests/s per stream "
-          f"{ours.requests_per_s:.3f} vs {single.requests_per_s:.3f}")
+          f"{_n(ours.requests_per_s, 3)} vs {_n(single.requests_per_s, 3)}")
     print(f"append-to-visible p50 {ours.p50:.0f} ms vs {single.p50:.0f} ms one stream "
           f"({ours.p50 / single.p50:.2f}x), p99 {ours.p99:.0f} ms vs {single.p99:.0f} ms "
           f"({ours.p99 / single.p99:.2f}x)")
@@ -466,6 +461,11 @@ def bench_idle(spark: Any, client: S2Client, server: ServerProcess, tag: str, n:
           f"(one stream {statistics.median(single.offset_log or [0]) / 1024:,.1f} KB); "
           f"idle at {n:,} streams: {_mib(ours.memory)}")
     return ours, single
+
+
+def _n(x: float, digits: int = 2) -> str:
+    """A figure, or `n/a` for NaN (not measured)."""
+    return "n/a" if x != x else f"{x:.{digits}f}"
 
 
 def leave_open_files_to_the_server() -> None:
@@ -506,6 +506,7 @@ def main() -> None:
                     help="round trip the reads and writes see: their queries reach the server "
                          "through s2_spark.testing.DelayProxy (filling and checks do not)")
     add_pin_option(ap)
+    add_server_option(ap)
     args = ap.parse_args()
     if len(args.streams) != len(args.records):
         ap.error("--streams and --records need as many values each")
@@ -518,9 +519,8 @@ def main() -> None:
     reads: list[float] = []
     writes: list[float] = []
     idle: tuple[Followed, Followed] | None = None
-    with (ServerProcess() as server, S2Client(S2Config(endpoint=server.url)) as client,
-          contextlib.ExitStack() as stack):
-        placement.pin_server(server.pid)
+    with (s2_server(args, placement) as server,
+          S2Client(S2Config(endpoint=server.url)) as client, contextlib.ExitStack() as stack):
         leave_open_files_to_the_server()
         spark = session()
         cpu = CpuMeter(server=server.pid, here="this process (driver, proxy, producer)")
@@ -545,18 +545,15 @@ def main() -> None:
             idle = bench_idle(spark, client, server, tag, args.idle_streams, args, cpu)
     spark.stop()
 
-    def fmt(x: float) -> str:
-        return "n/a" if x != x else f"{x:.2f}"
-
     def each(ratios: list[float]) -> str:
-        return ", ".join(f"{fmt(x)}x single at {n}x{r}" for x, n, r in
+        return ", ".join(f"{_n(x)}x single at {n}x{r}" for x, n, r in
                          zip(ratios, args.streams, args.records, strict=False)) or "n/a"
 
-    q = "n/a" if idle is None else f"{idle[0].requests_per_s:.3f}"
+    q = "n/a" if idle is None else _n(idle[0].requests_per_s, 3)
     x = float("nan") if idle is None else idle[0].p50 / idle[1].p50
     rtt = f" ({args.rtt_ms:g} ms round trip)" if args.rtt_ms else ""
     print(f"many_streams{rtt}: read {each(reads)}; write {each(writes)}; idle {q} req/s per "
-          f"stream, p50 {fmt(x)}x single ({placement.mode})")
+          f"stream, p50 {_n(x)}x single ({server.mode})")
 
 
 if __name__ == "__main__":

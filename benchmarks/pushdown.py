@@ -1,8 +1,8 @@
 """Filter pushdown: a batch read of the last 1% of a stream by a `timestamp` predicate.
 
-Fills one stream of a local server process with `--records` 100 B records, one per
-millisecond (record i at T0 + i ms), then runs the same batch query twice per round in one
-Spark session:
+Fills one stream of a server process (the local server, or another with `--server`) with
+`--records` 100 B records, one per millisecond (record i at T0 + i ms), then runs the same
+batch query twice per round in one Spark session:
 
     spark.read.format("s2")...load().where(timestamp >= T0 + 99% of the records)
          .agg(count(*), max(seq_num))
@@ -26,23 +26,18 @@ behaviour). Ends with one line: `pushdown: <ratio>x faster, <n> records read
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 import uuid
 from typing import Any
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-
 import pyarrow as pa
 from _pinning import CpuMeter, add_pin_option, placed
+from _servers import add_server_option, s2_server
+from _spark import local_session
 from _streams import fill  # benchmarks/ is on sys.path
-from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from s2_spark.spark import read_schema
-from s2_spark.testing import ServerProcess
 from s2_spark.wire.records import READ_SCHEMA_NO_HEADERS
 
 RECORD = 100
@@ -113,28 +108,20 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3, help="rounds (best counts)")
     add_pin_option(ap)
+    add_server_option(ap)
     args = ap.parse_args()
     n = args.records
     first = n - n // 100  # the last 1%
     placement = placed(args)
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("s2-spark-bench-pushdown")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.adaptive.enabled", "false")  # plain plan: scan metrics readable
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(MemoryDataSource)
+    spark = local_session("s2-spark-bench-pushdown", {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.adaptive.enabled": "false",  # a plain plan: scan metrics readable
+    }, sources=[MemoryDataSource])
 
     basin = f"bench-pushdown-{uuid.uuid4().hex[:8]}"
     where = f"timestamp >= timestamp_millis({T0 + first})"
-    with ServerProcess() as server:
-        placement.pin_server(server.pid)
+    with s2_server(args, placement) as server:
         cpu = CpuMeter(server=server.pid)
         took = fill(server.url, basin, "bench", n, RECORD, timestamp_base=T0)
         print(f"filled {n:,} records of {RECORD} B, one per ms, in {took:.1f}s")
@@ -180,7 +167,7 @@ def main() -> None:
     print(f"reachable: {without / best['in-memory floor']:.1f}x (without pushdown / in-memory "
           f"floor); with pushdown is {pushed / best['in-memory floor']:.2f}x the floor")
     print(f"pushdown: {without / pushed:.1f}x faster, {read['with pushdown']} records read "
-          f"({placement.mode})")
+          f"({server.mode})")
 
 
 if __name__ == "__main__":

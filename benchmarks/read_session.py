@@ -1,4 +1,4 @@
-"""Catch-up read of 1M records of 100 B from a local server process into Arrow.
+"""Catch-up read of 1M records of 100 B from a server process into Arrow (`--server`).
 
 Compares s2_spark's S2S read session (httpx, frames -> Arrow) with s2-sdk's read_session
 on the same stream in the same run, and measures the server's ceiling with a client that
@@ -19,9 +19,9 @@ import uuid
 import httpx
 import pyarrow as pa
 from _pinning import CpuMeter, add_pin_option, placed
+from _servers import add_server_option, s2_server
 
 from s2_spark.s2 import S2Client, S2Config
-from s2_spark.testing import ServerProcess
 from s2_spark.wire.appends import encode_append_batches
 
 RECORD = 100
@@ -94,12 +94,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1_000_000)
     add_pin_option(ap)
+    add_server_option(ap)
     args = ap.parse_args()
     n = args.records
     placement = placed(args)
     basin, stream = f"bench-{uuid.uuid4().hex[:8]}", "catchup"
-    with ServerProcess(heartbeat_interval=5.0) as server:
-        placement.pin_server(server.pid)
+    with s2_server(args, placement, heartbeat_interval=5.0) as server:
         cpu = CpuMeter(server=server.pid)
         zstd = S2Config(endpoint=server.url, request_timeout=120, compression="zstd")
         with S2Client(zstd) as client:
@@ -130,7 +130,7 @@ def main() -> None:
             sdk_s = sdk(server.url, basin, stream, n)
         print(f"s2-sdk read_session: {n / sdk_s:,.0f} records/s ({sdk_s:.2f}s)")
     print(f"read_session: {n / ours_s:.0f} records/s, {sdk_s / ours_s:.2f}x s2-sdk "
-          f"({placement.mode})")
+          f"({server.mode})")
 
 
 if __name__ == "__main__":

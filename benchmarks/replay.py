@@ -1,15 +1,15 @@
 """What a replay costs the S2 writer: a partition that landed part of its rows, replayed
 in the same order and in another order.
 
-One partition's writer (`StreamSink`, no Spark) of `--rows` rows of 100 B against a local
-server process. A first attempt lands `--landed` of them (appends of 998) in two streams
-and stops; a restarted run (a newer generation) then replays the partition into each:
-in the same order (it checks the rows against its marks' digests and skips them), and
-in another order (it reads its landed records back and finds them among its rows by
-content). In the same run, for scale: writing all the rows afresh. Printed for each:
-wall seconds, this process's CPU seconds, the records read back. The server runs on a
-CPU of its own (`_pinning`; `--no-pin`: all on all). Ends with one line:
-`replay: another order <x>x the same order's client CPU, <us> us of client CPU per
+One partition's writer (`StreamSink`, no Spark) of `--rows` rows of 100 B against a server
+process (the local server, or another with `--server`). A first attempt lands `--landed`
+of them (appends of 998) in two streams and stops; a restarted run (a newer generation)
+then replays the partition into each: in the same order (it checks the rows against its
+marks' digests and skips them), and in another order (it reads its landed records back and
+finds them among its rows by content). In the same run, for scale: writing all the rows
+afresh. Printed for each: wall seconds, this process's CPU seconds, the records read back.
+The server runs on a CPU of its own (`_pinning`; `--no-pin`: all on all). Ends with one
+line: `replay: another order <x>x the same order's client CPU, <us> us of client CPU per
 landed row read back, <r> records read (<landed> landed) (<pinned|unpinned>)`.
 """
 
@@ -24,11 +24,11 @@ from typing import Any
 import pyarrow as pa
 from _peers import random_bodies  # benchmarks/ is on sys.path
 from _pinning import CpuMeter, add_pin_option, placed
+from _servers import add_server_option, s2_server
 
 from s2_spark.backends.s2.sink import SinkSettings, StreamSink, WriterId, query_key
 from s2_spark.backends.s2.tokens import run_key
 from s2_spark.s2 import S2Client, S2Config
-from s2_spark.testing import ServerProcess
 
 RECORD = 100
 
@@ -65,14 +65,14 @@ def main() -> None:
     ap.add_argument("--landed", type=int, default=100_000,
                     help="rows the first attempt lands (rounded down to appends of 998)")
     add_pin_option(ap)
+    add_server_option(ap)
     args = ap.parse_args()
     placement = placed(args)
     rows = random_bodies(args.rows, RECORD)
     shuffled = list(rows)
     random.Random(1).shuffle(shuffled)
     basin_name = f"bench-{uuid.uuid4().hex[:8]}"
-    with ServerProcess() as server:
-        placement.pin_server(server.pid)
+    with s2_server(args, placement) as server:
         cpu = CpuMeter(server=server.pid)
         with S2Client(S2Config(endpoint=server.url)) as client:
             client.create_basin(basin_name)
@@ -105,7 +105,7 @@ def main() -> None:
     per_row = (other[1] - same[1]) / landed * 1e6
     print(f"replay: another order {other[1] / same[1]:.2f}x the same order's client CPU, "
           f"{per_row:.2f} us of client CPU per landed row read back, {other[2]:,} records "
-          f"read ({landed:,} landed) ({placement.mode})")
+          f"read ({landed:,} landed) ({server.mode})")
 
 
 def _count_reads() -> list[int]:

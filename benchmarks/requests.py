@@ -1,8 +1,8 @@
 """Client CPU per small request: the connector's own paths against httpx's `Client` and
 `http.client` sending the same requests, one connection each, same run.
 
-Three requests the connector makes by the thousand with many streams, against a local
-server process (`ServerProcess`, so its CPU is not counted):
+Three requests the connector makes by the thousand with many streams, against a server
+process (`ServerProcess`, or another with `--server`; so its CPU is not counted):
 
 * tail: `StreamClient.check_tail()` (GET .../records/tail, JSON answer);
 * read: `StreamClient.read(seq_num=0, count=1)`, one 100 B record (protobuf ReadBatch,
@@ -34,11 +34,11 @@ from urllib.parse import urlsplit
 
 import httpx
 from _pinning import CpuMeter, add_pin_option, placed  # benchmarks/ is on sys.path
+from _servers import add_server_option, s2_server
 
 from s2_spark._proto import s2_pb2
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.s2._encode import encode_append_records
-from s2_spark.testing import ServerProcess
 from s2_spark.wire.records import decode_read_batch
 
 RECORD = 100
@@ -58,11 +58,12 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=3000, help="requests per round")
     ap.add_argument("--repeat", type=int, default=5, help="rounds (the best counts)")
     add_pin_option(ap)
+    add_server_option(ap)
     args = ap.parse_args()
     placement = placed(args)
     basin, stream = f"bench-req-{uuid.uuid4().hex[:8]}", "s"
-    with ServerProcess() as server, S2Client(S2Config(endpoint=server.url)) as client:
-        placement.pin_server(server.pid)
+    with s2_server(args, placement) as server, \
+            S2Client(S2Config(endpoint=server.url)) as client:
         cpu = CpuMeter(server=server.pid)
         client.create_basin(basin)
         b = client.basin(basin)
@@ -142,7 +143,7 @@ def main() -> None:
           f"{(best[('read', 'connector')] - decode) / best[('read', 'http.client')]:.2f}x")
     httpx_ratio = max(best[(op, "httpx Client")] / best[(op, "http.client")] for op in ours)
     print(f"requests: tail {ratios['tail']:.2f}x http.client, read {ratios['read']:.2f}x, "
-          f"append {ratios['append']:.2f}x (httpx Client {httpx_ratio:.2f}x) ({placement.mode})")
+          f"append {ratios['append']:.2f}x (httpx Client {httpx_ratio:.2f}x) ({server.mode})")
 
 
 if __name__ == "__main__":

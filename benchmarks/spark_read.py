@@ -1,8 +1,8 @@
 """Spark read throughput: `readStream.format("s2")` against Spark's ceiling for a Python source.
 
-Fills one stream of a local server process with 100 B records, then runs two streaming
-queries in the same Spark session, each `trigger(availableNow=True)` into the `noop` sink
-with the same partitioning:
+Fills one stream of a server process (the local server, or another with `--server`) with
+100 B records, then runs two streaming queries in the same Spark session, each
+`trigger(availableNow=True)` into the `noop` sink with the same partitioning:
 
 * s2: the real reader (S2S read sessions, frames decoded straight to Arrow);
 * in-memory: a Python data source yielding the same number of rows from Arrow batches
@@ -27,8 +27,6 @@ CPU at 2 partitions).
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import tempfile
 import time
 import uuid
@@ -36,13 +34,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-
 import pyarrow as pa
-from _pinning import CpuMeter, Placement, add_pin_option, placed, python_workers
+from _pinning import CpuMeter, add_pin_option, placed, python_workers
+from _servers import add_server_option, s2_server
+from _spark import local_session
 from _streams import fill  # benchmarks/ is on sys.path
-from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamReader,
@@ -52,7 +48,6 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from s2_spark.backends._batches import COALESCE_ROWS
 from s2_spark.spark import read_schema
-from s2_spark.testing import ServerProcess
 
 RECORD = 100
 PARTITIONS = (1, 2)
@@ -223,25 +218,16 @@ def main() -> None:
     ap.add_argument("--rss", action="store_true",
                     help="also read a stream of 4x the records, to compare worker peak RSS")
     add_pin_option(ap)
+    add_server_option(ap)
     args = ap.parse_args()
     n = args.records
     placement = placed(args)
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("s2-spark-bench-read")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(MemoryDataSource)
+    spark = local_session("s2-spark-bench-read", sources=[MemoryDataSource])
 
     basin = f"bench-read-{uuid.uuid4().hex[:8]}"
     rss = PeakRss()
-    with ServerProcess() as server:
-        placement.pin_server(server.pid)
+    with s2_server(args, placement) as server:
         took = fill(server.url, basin, "bench", n, RECORD)
         print(f"filled {n:,} records of {RECORD} B in {took:.1f}s")
         if args.rss:
@@ -272,11 +258,10 @@ def main() -> None:
     if args.rss:
         print(f"peak Python worker RSS in the s2 runs: {peak:.0f} MiB reading {n:,} records, "
               f"{peak4:.0f} MiB reading {4 * n:,} ({peak4 / peak:.2f}x)")
-    report(ours, ceiling, n, placement)
+    report(ours, ceiling, n, server.mode)
 
 
-def report(ours: dict[int, Best], ceiling: dict[int, Best], rows: int,
-           placement: Placement) -> None:
+def report(ours: dict[int, Best], ceiling: dict[int, Best], rows: int, mode: str) -> None:
     for parts in PARTITIONS:
         o, c = ours[parts], ceiling[parts]
         print(f"{parts} partition(s): s2 {o.rate:,.0f} rows/s, in-memory "
@@ -294,7 +279,7 @@ def report(ours: dict[int, Best], ceiling: dict[int, Best], rows: int,
     print(f"spark_read: {ours[2].rate:.0f} rows/s, {ours[2].rate / ceiling[2].rate:.2f}x "
           f"in-memory ceiling, {ours[1].rate / ceiling[1].rate:.2f}x at 1 partition, "
           f"scaling {ours_gain / ceiling_gain:.2f}x of ceiling's gain, worker CPU per row "
-          f"{w2:.2f}x ({placement.mode})")
+          f"{w2:.2f}x ({mode})")
 
 
 if __name__ == "__main__":

@@ -2,22 +2,21 @@
 
 A streaming query (source `rate-micro-batch`, body = 100 bytes per row, 2 partitions per
 micro-batch writing one stream) writes >= 1M rows exactly-once to a local server process
-(`ServerProcess`), after one warm-up micro-batch. In the same run, the ceiling: the same
-query into a Python Arrow stream writer that discards its input (Spark's own cost); and
-s2-sdk's producer appending the same number of 100 B records from one process. The Spark
-figures are rows / time of the micro-batches after the warm-up (from the query's progress
-reports, so JVM start, Python worker start and imports are left out; the all-in figure is
-printed too). By default the server runs on a CPU of its own, and the CPU seconds of each
-side are printed for each query and for the producer (`_pinning`; `--no-pin` for the old
-behaviour). Ends with one line: `spark_write: <rows/s> rows/s, <r1>x discard writer,
-<r2>x s2-sdk producer (<pinned|unpinned>)`.
+(`ServerProcess`, or another server with `--server`), after one warm-up micro-batch. In
+the same run, the ceiling: the same query into a Python Arrow stream writer that discards
+its input (Spark's own cost); and s2-sdk's producer appending the same number of 100 B
+records from one process. The Spark figures are rows / time of the micro-batches after the
+warm-up (from the query's progress reports, so JVM start, Python worker start and imports
+are left out; the all-in figure is printed too). By default the server runs on a CPU of
+its own, and the CPU seconds of each side are printed for each query and for the producer
+(`_pinning`; `--no-pin` for the old behaviour). Ends with one line:
+`spark_write: <rows/s> rows/s, <r1>x discard writer, <r2>x s2-sdk producer
+(<pinned|unpinned>)`.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import tempfile
 import time
 import uuid
@@ -26,6 +25,8 @@ from typing import Any
 
 from _peers import random_bodies, sdk_producer  # benchmarks/ is on sys.path
 from _pinning import CpuMeter, add_pin_option, placed
+from _servers import add_server_option, s2_server
+from _spark import local_session
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamArrowWriter,
@@ -34,7 +35,6 @@ from pyspark.sql.datasource import (
 )
 
 from s2_spark.s2 import S2Client, S2Config
-from s2_spark.testing import ServerProcess
 
 RECORD = 100
 
@@ -65,15 +65,8 @@ class DiscardWriter(DataSourceStreamArrowWriter):
 
 
 def session() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName("s2-spark-write-bench")
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(DiscardSource)
-    return spark
+    return local_session("s2-spark-write-bench", {"spark.sql.shuffle.partitions": "2"},
+                         sources=[DiscardSource])
 
 
 def run_query(spark: Any, cpu: CpuMeter, fmt: str, options: dict[str, str], rows: int,
@@ -125,12 +118,12 @@ def main() -> None:
     ap.add_argument("--rows-per-batch", type=int, default=250_000)
     ap.add_argument("--partitions", type=int, default=2)
     add_pin_option(ap)
+    add_server_option(ap)
     args = ap.parse_args()
     n = args.rows
     placement = placed(args)
     basin = f"bench-{uuid.uuid4().hex[:8]}"
-    with ServerProcess() as server:
-        placement.pin_server(server.pid)
+    with s2_server(args, placement) as server:
         cpu = CpuMeter(server=server.pid, here="this process (driver, producer)")
         with S2Client(S2Config(endpoint=server.url)) as client:
             client.create_basin(basin)
@@ -156,7 +149,7 @@ def main() -> None:
               f"({discard_s:.2f}s)")
         print(f"s2-sdk producer: {n / sdk:,.0f} records/s ({sdk:.2f}s)")
     print(f"spark_write: {n / spark_s:.0f} rows/s, {discard_s / spark_s:.2f}x discard writer, "
-          f"{sdk / spark_s:.2f}x s2-sdk producer ({placement.mode})")
+          f"{sdk / spark_s:.2f}x s2-sdk producer ({server.mode})")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
 """The tail watch's long-polls: client CPU per poll over HTTP/2 (shared connections) against
 HTTP/1.1 (a connection per stream), measured in the same run.
 
-One local server process (`ServerProcess`, on a CPU of its own where there are two or
-more: `_pinning`); a `TailWatch` over `--streams` empty streams with `wait=--wait` s, so
-every stream's poll ends empty and is sent again every 0.5-1x `--wait` s. For `--seconds`
-s after `--settle` s, the polls the server answered (its `read_wait` counter) and the CPU
+One server process (`ServerProcess`, or another with `--server`; on a CPU of its own where
+there are two or more: `_pinning`); a `TailWatch` over `--streams` empty streams with
+`wait=--wait` s, so every stream's poll ends empty and is sent again every 0.5-1x `--wait`
+s. For `--seconds` s after `--settle` s, the polls the server answered (its `read_wait`
+counter; from a server without one, s2-lite, the polls this process sent) and the CPU
 seconds of this process (the watch's thread; nothing else runs) and of the server. The
 HTTP/1.1 side is the fallback the watch takes for an origin that does not speak HTTP/2
 (forced here by telling the watch so). Sides alternate `--repeat` times; the best counts.
-Ratio: HTTP/1.1 CPU per poll / HTTP/2 CPU per poll (higher: HTTP/2 is cheaper).
-Ends with `watch_polls: h2 <a> ms/poll, http/1.1 <b> ms/poll (<r>x), server <s>x`.
+Ratio: HTTP/1.1 CPU per poll / HTTP/2 CPU per poll (higher: HTTP/2 is cheaper). Ends with
+`watch_polls: h2 <a> ms/poll, http/1.1 <b> ms/poll (<r>x), server <s>x`.
 """
 
 from __future__ import annotations
@@ -18,16 +19,43 @@ import argparse
 import time
 import uuid
 
-from _pinning import CpuMeter, add_pin_option, cpu_seconds, placed
+from _pinning import add_pin_option, cpu_seconds, placed
+from _servers import S2Server, add_server_option, s2_server
 
 from s2_spark._http import _h2_origin
 from s2_spark.s2 import S2Client, S2Config
-from s2_spark.testing import ServerProcess
+from s2_spark.s2._watch import TailWatch
 
 
-def run(url: str, basin: str, streams: list[str], args: argparse.Namespace, server_pid: int,
-        *, h2: bool) -> tuple[float, float, int]:
+class SentPolls:
+    """Polls the tail watches of this process sent (`TailWatch._request` calls), for a
+    server without request counts."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        request = TailWatch._request
+
+        def counted(watch: TailWatch, *a: object) -> object:
+            self.sent += 1
+            return request(watch, *a)  # type: ignore[arg-type]
+
+        TailWatch._request = counted  # type: ignore[assignment, method-assign]
+
+
+def polls(server: S2Server, sent: SentPolls | None) -> int:
+    """Polls so far: those the server answered (its `read_wait` counter), or, from a server
+    without counters, those sent."""
+    if sent is not None:
+        return sent.sent
+    counts = server.request_counts()
+    assert counts is not None
+    return counts.get("read_wait", 0)
+
+
+def run(server: S2Server, basin: str, streams: list[str], args: argparse.Namespace,
+        sent: SentPolls | None, *, h2: bool) -> tuple[float, float, int]:
     """(client ms per poll, server ms per poll, polls) of one side."""
+    url = server.url
     key = f"{url} via None".replace("localhost", "127.0.0.1")
     with _h2_origin._SPEAKS_LOCK:
         _h2_origin._SPEAKS.clear()
@@ -42,13 +70,12 @@ def run(url: str, basin: str, streams: list[str], args: argparse.Namespace, serv
         time.sleep(args.settle)
         used = watch.connections()
         assert (used["http/1.1"] == 0) == h2, used  # the side it claims to measure
-        from s2_spark.testing.serving.server import fetch_request_counts
-        polls0 = fetch_request_counts(url).get("read_wait", 0)
-        mine0, server0 = time.process_time(), cpu_seconds(server_pid)
+        polls0 = polls(server, sent)
+        mine0, theirs0 = time.process_time(), cpu_seconds(server.pid)
         time.sleep(args.seconds)
-        polls = fetch_request_counts(url).get("read_wait", 0) - polls0
-        mine, server = time.process_time() - mine0, cpu_seconds(server_pid) - server0
-    return 1000 * mine / max(1, polls), 1000 * server / max(1, polls), polls
+        n = polls(server, sent) - polls0
+        mine, theirs = time.process_time() - mine0, cpu_seconds(server.pid) - theirs0
+    return 1000 * mine / max(1, n), 1000 * theirs / max(1, n), n
 
 
 def main() -> None:
@@ -59,11 +86,13 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--repeat", type=int, default=2)
     add_pin_option(ap)
+    add_server_option(ap)
     args = ap.parse_args()
     placement = placed(args)
-    with ServerProcess() as server:
-        placement.pin_server(server.pid)
-        CpuMeter(server=server.pid)
+    with s2_server(args, placement) as server:
+        sent = None if server.has_counts else SentPolls()
+        if sent is not None:
+            print(f"polls: those this process sent ({server.name} has no request counts)")
         with S2Client(S2Config(endpoint=server.url)) as client:
             basin = f"polls-{uuid.uuid4().hex[:8]}"
             client.create_basin(basin)
@@ -72,7 +101,7 @@ def main() -> None:
         best: dict[bool, tuple[float, float, int]] = {}
         for _ in range(args.repeat):
             for h2 in (True, False):
-                got = run(server.url, basin, streams, args, server.pid, h2=h2)
+                got = run(server, basin, streams, args, sent, h2=h2)
                 name = "h2" if h2 else "http/1.1"
                 print(f"  {name}: {got[2]} polls, client {got[0]:.3f} ms/poll, "
                       f"server {got[1]:.3f} ms/poll")
@@ -80,8 +109,10 @@ def main() -> None:
                     best[h2] = got
     h2c, h2s, _ = best[True]
     h1c, h1s, _ = best[False]
+    theirs = "n/a (not started here)" if server.pid is None else (
+        f"{h1s / h2s:.2f}x" if h2s else "n/a (no server CPU measured)")
     print(f"watch_polls: h2 {h2c:.3f} ms/poll, http/1.1 {h1c:.3f} ms/poll "
-          f"({h1c / h2c:.2f}x), server {h1s / h2s:.2f}x ({placement.mode})")
+          f"({h1c / h2c:.2f}x), server {theirs} ({server.mode})")
 
 
 if __name__ == "__main__":

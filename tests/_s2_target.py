@@ -2,14 +2,18 @@
 endpoint named in the environment, so the same tests prove the connector against s2-lite
 or S2 itself.
 
-* `S2_TEST_ENDPOINT`: one URL serving account and basin operations (s2-lite; the basin
-  goes in the `S2-Basin` header). Unset: every test runs against the local server.
-* `S2_TEST_TOKEN`: the access token for it (s2-lite ignores tokens; S2 needs one).
+* `S2_TEST_SERVER=s2-lite`: each test session (each pytest worker) starts its own s2-lite,
+  the pinned build (`s2_spark.testing.external`), in memory.
+* `S2_TEST_ENDPOINT`: one URL serving account and basin operations (a running s2-lite; the
+  basin goes in the `S2-Basin` header).
+* Neither: every test runs against the local server.
+* `S2_TEST_TOKEN`: the access token for the endpoint (s2-lite ignores tokens; S2 needs one).
 
-Against an external endpoint, tests that need the local server's own features (request
-counters, kill -9 restarts, fault hooks, proxies in front, a token of their choosing) are
-skipped, marked `@pytest.mark.local_server`. Names are unique per test (a random suffix),
-and the basins a run creates through `unique` are deleted when the run ends.
+Against another S2, tests that need the local server's own features (request counters,
+fault hooks, proxies in front, a token of their choosing) are skipped, marked
+`@pytest.mark.local_server`, and tests that never meet the `s2_server` fixture are
+deselected: they would only repeat the local run. Names are unique per test (a random
+suffix), and the basins a run creates through `unique` are deleted when the run ends.
 """
 
 from __future__ import annotations
@@ -20,10 +24,14 @@ from typing import Any
 
 ENDPOINT: str | None = os.environ.get("S2_TEST_ENDPOINT") or None
 TOKEN: str | None = os.environ.get("S2_TEST_TOKEN") or None
-EXTERNAL = ENDPOINT is not None
+SERVER: str = os.environ.get("S2_TEST_SERVER") or "local"
+if SERVER not in ("local", "s2-lite"):
+    raise ValueError(f"S2_TEST_SERVER must be local or s2-lite (got {SERVER!r})")
+LITE = SERVER == "s2-lite" and ENDPOINT is None
+EXTERNAL = ENDPOINT is not None or LITE
 
 #: Why a `local_server` test is skipped against an external endpoint.
-LOCAL_ONLY = "needs the local S2 server's own features; S2_TEST_ENDPOINT names another S2"
+LOCAL_ONLY = "needs the local S2 server's own features; the suite runs against another S2"
 
 
 #: Names `unique_name` made in this run: against an external S2, the basins named so (or

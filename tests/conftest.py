@@ -19,6 +19,7 @@ import pytest
 from _s2_target import (
     ENDPOINT,
     EXTERNAL,
+    LITE,
     LOCAL_ONLY,
     TOKEN,
     ExternalS2,
@@ -55,21 +56,34 @@ LONGEST_FIRST = (
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The modules of `LONGEST_FIRST` first, in that order; the rest, and the tests within
-    every module, keep their order. Against an external S2, `local_server` tests skip."""
+    every module, keep their order. Against another S2, `local_server` tests skip and tests
+    that never meet `s2_server` are deselected (the local run has them)."""
     rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
-    if EXTERNAL:
-        for item in items:
-            if item.get_closest_marker("local_server") is not None:
-                item.add_marker(pytest.mark.skip(reason=LOCAL_ONLY))
+    if not EXTERNAL:
+        return
+    facing = [item for item in items if "s2_server" in getattr(item, "fixturenames", ())]
+    config.hook.pytest_deselected(
+        items=[item for item in items if "s2_server" not in getattr(item, "fixturenames", ())])
+    items[:] = facing
+    for item in facing:
+        if item.get_closest_marker("local_server") is not None:
+            item.add_marker(pytest.mark.skip(reason=LOCAL_ONLY))
 
 
 @pytest.fixture(scope="session")
 def s2_server() -> Iterator[Any]:
     """An in-memory local S2 server on a free port, shared by the whole test session
-    (heartbeats every 0.5 s, so tests see them soon); or the S2 of `S2_TEST_ENDPOINT`."""
+    (heartbeats every 0.5 s, so tests see them soon); or a fresh s2-lite
+    (`S2_TEST_SERVER=s2-lite`), or the S2 of `S2_TEST_ENDPOINT`."""
+    if LITE:
+        from s2_spark.testing.external import S2Lite
+
+        with S2Lite() as lite:
+            yield ExternalS2(lite.url, None)
+        return
     if ENDPOINT is not None:
         yield ExternalS2(ENDPOINT, TOKEN)
         _delete_made_basins(ENDPOINT)

@@ -127,7 +127,10 @@ def test_bad_format_and_bad_base64(api: Api) -> None:
     r = api.client.post(
         api.path(), headers={**api.h, "s2-format": "base64"}, json={"records": [{"body": "!!"}]}
     )
-    assert r.status_code == 400 and r.json()["code"] == "bad_json"
+    # Base64 is decoded after the JSON is taken, as a validation: 422 `invalid` (s2-lite
+    # 0.43.4 answers so, `tests/test_s2_differential.py`; s2 `api/src/data.rs`,
+    # `Format::decode`).
+    assert r.status_code == 422 and r.json()["code"] == "invalid"
 
 
 def test_protobuf_append_and_read(api: Api) -> None:
@@ -164,7 +167,10 @@ def test_sse_events_ids_and_last_event_id_resume(api: Api) -> None:
     resumed = api.sse({"last-event-id": events[0]["id"]}, seq_num=0, count=5)
     data = json.loads(resumed[0]["data"])
     assert [x["body"] for x in data["records"]] == ["r3", "r4"]
-    assert resumed[0]["id"] == f"4,2,{2 * 10}"
+    # Ids go on counting from what Last-Event-ID says was delivered (s2-lite 0.43.4 answers
+    # so, `tests/test_s2_differential.py`: `lite/src/handlers/v1/records.rs`,
+    # `apply_last_event_id` starts its count at the delivered count and bytes).
+    assert resumed[0]["id"] == f"4,5,{5 * 10}"
     assert resumed[-1] == {"event": "message", "data": "[DONE]"}
 
     b64 = api.sse({"s2-format": "base64"}, seq_num=4, count=1)
@@ -393,8 +399,10 @@ def test_match_seq_num_and_fencing(api: Api) -> None:
     assert api.append([{"body": "e"}], fencing_token="").status_code == 200
     r = api.append([{"headers": [["", "fence"]], "body": "x" * 37}])
     assert r.status_code == 422 and r.json()["code"] == "invalid"
+    # A JSON body's fencing token is checked as it is deserialized: 400 `bad_json` (s2-lite
+    # 0.43.4 answers so, `tests/test_s2_differential.py`; a FencingToken's serde impl).
     r = api.append([{"body": "e"}], fencing_token="x" * 37)
-    assert r.status_code == 422
+    assert r.status_code == 400 and r.json()["code"] == "bad_json"
 
 
 def test_trim_command(api: Api) -> None:
@@ -465,6 +473,7 @@ def test_retention_counts_from_arrival_not_client_timestamp(
     ]
 
 
+@pytest.mark.local_server  # s2-lite drops expired records only when SlateDB compacts
 def test_retention_expires_records_with_time(s2_server: Any, unique: Callable[[str], str]) -> None:
     api = Api(s2_server.url, unique("lsb"), "s")
     api.client.post("/basins", json={"basin": api.basin})
@@ -546,7 +555,12 @@ def test_control_plane_lists_and_ensure(s2_server: Any, unique: Callable[[str], 
     names = [b["name"] for b in c.get("/basins", params={"prefix": basin}).json()["basins"]]
     assert names == [basin]
     assert c.delete(f"/basins/{basin}").status_code == 202
-    assert c.get(f"/basins/{basin}").status_code == 404
+    r = c.get(f"/basins/{basin}")
+    if r.status_code == 200:  # s2-lite: pending until its basin-deletion task's next tick
+        listed = c.get("/basins", params={"prefix": basin}).json()["basins"]
+        assert [(b["name"], b["state"]) for b in listed] == [(basin, "deleting")]
+    else:
+        assert r.status_code == 404
 
 
 def test_create_stream_on_append(s2_server: Any, unique: Callable[[str], str]) -> None:

@@ -55,7 +55,7 @@ def validate_records(records: list[AppendRecord]) -> None:
 
 def _validate_command(headers: list[tuple[bytes, bytes]], body: bytes) -> None:
     if len(headers) != 1:
-        raise ApiError.invalid("invalid header: name cannot be empty")
+        raise ApiError.invalid("invalid header: empty name")
     op = headers[0][1]
     if op == b"fence":
         try:

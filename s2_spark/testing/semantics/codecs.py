@@ -51,12 +51,13 @@ def is_proto(mime: str) -> bool:
 
 def record_format(req: Request) -> str:
     """How JSON carries record bytes, from `S2-Format`: "raw" (text) or "base64"."""
-    value = (req.header("s2-format") or "raw").strip().lower()
+    raw = req.header("s2-format")
+    value = "raw" if raw is None else raw.strip()  # case matters, as in s2 `api/src/data.rs`
     if value in ("raw", "json"):
         return "raw"
     if value in ("base64", "json-binsafe"):
         return "base64"
-    raise ApiError.bad("bad_header", f"invalid S2-Format header {value!r}: expected raw or base64")
+    raise ApiError.bad("bad_header", f"Invalid header `s2-format`: {raw}")
 
 
 def ack_json(ack: Ack) -> dict[str, Any]:
@@ -71,14 +72,13 @@ def batch_json(entries: list[bytes], tail: tuple[int, int] | None, fmt: str) -> 
     records = []
     for entry in entries:
         rec = decode_entry(entry)
-        records.append(
-            {
-                "seq_num": rec.seq_num,
-                "timestamp": rec.timestamp,
-                "headers": [[_enc(n, fmt), _enc(v, fmt)] for n, v in rec.headers],
-                "body": _enc(rec.body, fmt),
-            }
-        )
+        # s2 `api/src/v1/stream/json.rs` (`RecordJson`) leaves out empty headers and body.
+        record: dict[str, Any] = {"seq_num": rec.seq_num, "timestamp": rec.timestamp}
+        if rec.headers:
+            record["headers"] = [[_enc(n, fmt), _enc(v, fmt)] for n, v in rec.headers]
+        if rec.body:
+            record["body"] = _enc(rec.body, fmt)
+        records.append(record)
     out: dict[str, Any] = {"records": records}
     if tail is not None:
         out["tail"] = pos_json(tail)
@@ -98,7 +98,8 @@ def _dec(value: Any, fmt: str, what: str) -> bytes:
         try:
             return base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError) as e:
-            raise ApiError.bad("bad_json", f"{what} is not valid base64: {e}") from e
+            # Decoded after parsing, as a validation (s2 `api/src/data.rs`, `Format::decode`).
+            raise ApiError.invalid("invalid Base64 encoding") from e
     return value.encode()
 
 
@@ -131,7 +132,11 @@ def parse_json_input(body: Any, fmt: str) -> AppendInput:
     fence = body.get("fencing_token")
     if fence is not None and not isinstance(fence, str):
         raise ApiError.bad("bad_json", "fencing_token must be a string")
-    validate_fencing_token(fence)
+    try:
+        validate_fencing_token(fence)
+    except ApiError as e:
+        # In JSON the token is checked as it is deserialized: a 400, not a 422.
+        raise ApiError.bad("bad_json", e.body["message"]) from e
     validate_records(records)
     return records, match, fence
 

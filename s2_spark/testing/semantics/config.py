@@ -19,18 +19,21 @@ it creates from then on (`encryption`).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from s2_spark.testing.semantics.encryption import check_cipher
 from s2_spark.testing.semantics.errors import ApiError
 
 __all__ = [
+    "CONFIG_HEADER",
     "DEFAULT_RETENTION_SECS",
     "STORAGE_CLASSES",
     "TIMESTAMPING_MODES",
     "Layer",
     "apply_basin_config",
     "basin_defaults",
+    "config_from_header",
     "default_basin_config",
     "default_stream_config",
     "ensure_basin_config",
@@ -40,6 +43,10 @@ __all__ = [
 ]
 
 DEFAULT_RETENTION_SECS = 7 * 24 * 3600
+#: The config of a stream that an append or read creates (a basin's
+#: `create_stream_on_append` / `create_stream_on_read`), as JSON; ignored when the stream
+#: exists (s2 `api/src/v1/config.rs`, `StreamConfigHeader`).
+CONFIG_HEADER = "s2-stream-config"
 TIMESTAMPING_MODES = ("client-prefer", "client-require", "arrival")
 STORAGE_CLASSES = ("standard", "express")
 
@@ -98,9 +105,11 @@ def _bool(value: Any, what: str) -> bool:
 
 
 def _storage_class(value: Any) -> str:
-    if value not in STORAGE_CLASSES:
-        raise _bad(f"storage_class must be one of {list(STORAGE_CLASSES)}")
-    return str(value)
+    """Any string: s2-lite keeps a storage class as text and does not check it (s2
+    `api/src/v1/config.rs`, `StreamConfig::storage_class`); S2's are `STORAGE_CLASSES`."""
+    if not isinstance(value, str):
+        raise _bad("storage_class must be a string")
+    return value
 
 
 def _retention_policy(value: Any) -> dict[str, Any]:
@@ -177,6 +186,34 @@ def _merge(layer: Layer, defaults: Layer) -> dict[str, Any]:
                 out[key] = source[key]
                 break
     return _resolved(out)
+
+
+def config_from_header(headers: dict[str, str]) -> dict[str, Any] | None:
+    """The StreamConfig of `s2-stream-config`, checked when the request is taken apart, as
+    s2-lite does: whether or not a stream gets created, a header that is not a valid
+    StreamConfig is a 400 `bad_header` naming it."""
+    raw = headers.get(CONFIG_HEADER)
+    if raw is None:
+        return None
+
+    def bad(why: str) -> ApiError:
+        return ApiError.bad("bad_header", f"Invalid header `{CONFIG_HEADER}`: {why}")
+
+    if any(not (" " <= c <= "~" or c == "\t") for c in raw):
+        raise bad("not UTF-8")
+    try:
+        config = json.loads(raw)
+    except ValueError as e:
+        raise bad(f"invalid JSON: {e}") from e
+    if not isinstance(config, dict):
+        raise bad("invalid JSON: expected a StreamConfig object")
+    try:
+        parse_layer(config)
+    except ApiError as e:
+        # serde's errors are "invalid JSON"; a zero retention age is a validation's.
+        message = e.body["message"]
+        raise bad(message if e.body["code"] == "invalid" else f"invalid JSON: {message}") from e
+    return config
 
 
 def basin_defaults(basin_config: dict[str, Any]) -> Layer:

@@ -21,6 +21,7 @@ from s2_spark.testing.semantics.codecs import (
     parse_proto_input,
     record_format,
 )
+from s2_spark.testing.semantics.config import config_from_header
 from s2_spark.testing.semantics.encryption import Sealer, key_from_header, resolve
 from s2_spark.testing.semantics.errors import ApiError
 from s2_spark.testing.semantics.names import stream_in_path
@@ -69,8 +70,10 @@ class AppendHandlers:
         name = stream_in_path(name)
         ctype = req.mime("content-type")
         key = key_from_header(req.headers)
+        config = config_from_header(req.headers)
         if ctype == "s2s/proto":
-            stream = self.store.stream(basin, name, auto_create="create_stream_on_append")
+            stream = self.store.stream(basin, name, auto_create="create_stream_on_append",
+                                       config=config)
             sealer = resolve(stream.cipher, key, basin, name)
             return await self._append_session(req, send, stream, sealer)
         if is_proto(ctype):
@@ -79,7 +82,8 @@ class AppendHandlers:
         else:
             fmt = record_format(req)
             records, match, fence = parse_json_input(await req.json(), fmt)
-        stream = self.store.stream(basin, name, auto_create="create_stream_on_append")
+        stream = self.store.stream(basin, name, auto_create="create_stream_on_append",
+                                   config=config)
         sealer = resolve(stream.cipher, key, basin, name)
         ack = self._append(stream, records, match, fence, sealer)
         if is_proto(req.mime("accept")):

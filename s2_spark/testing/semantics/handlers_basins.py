@@ -61,7 +61,7 @@ def _request_token(req: Request) -> str | None:
     if value is not None and len(value.encode()) > MAX_REQUEST_TOKEN_BYTES:
         raise ApiError.bad(
             "bad_header",
-            f"invalid s2-request-token header: request token was longer than "
+            f"Invalid header `s2-request-token`: request token was longer than "
             f"{MAX_REQUEST_TOKEN_BYTES} bytes in length: {len(value.encode())}",
         )
     return value

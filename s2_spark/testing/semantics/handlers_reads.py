@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 from s2_spark.testing.semantics.codecs import batch_json, is_proto, pos_json, record_format
+from s2_spark.testing.semantics.config import config_from_header
 from s2_spark.testing.semantics.encryption import Sealer, key_from_header, resolve
 from s2_spark.testing.semantics.errors import ApiError
 from s2_spark.testing.semantics.names import stream_in_path
@@ -35,6 +37,7 @@ from s2_spark.testing.serving.asgi import (
     query_int,
     respond,
     respond_json,
+    rust_uint,
     until_disconnect,
 )
 from s2_spark.wire.frames import (
@@ -74,26 +77,33 @@ def _check_until(spec: ReadSpec) -> None:
         raise ApiError.invalid("start `timestamp` exceeds or equal to `until`")
 
 
-def _apply_last_event_id(req: Request, spec: ReadSpec) -> None:
-    """Resume an SSE read after the event a reconnecting client names (seq,count,bytes)."""
+def _apply_last_event_id(req: Request, spec: ReadSpec) -> tuple[int, int]:
+    """Resume an SSE read after the event a reconnecting client names (seq,count,bytes);
+    returns the count and bytes it says were delivered, from which the new events' ids go
+    on counting (s2 `lite/src/handlers/v1/records.rs`, `apply_last_event_id`)."""
     raw = req.header("last-event-id")
     if raw is None:
-        return
-    parts = raw.replace(":", ",").split(",")
-    try:
-        seq, count, nbytes = (int(p) for p in parts)
-        if min(seq, count, nbytes) < 0:
-            raise ValueError
-    except ValueError as e:
-        raise ApiError.bad(
-            "bad_header",
-            f"invalid Last-Event-ID {raw!r}: expected seq_num,count,bytes",
-        ) from e
+        return 0, 0
+    parts = raw.split(",", 2)  # Rust's `splitn(3, ",")`: the last part keeps any commas
+    values: list[int] = []
+    padded: list[str | None] = [*parts, None, None, None]
+    for field, part in zip(("seq_num", "count", "bytes"), padded, strict=False):
+        if part is None:
+            why = f"missing {field} in Last-Event-Id"
+        else:
+            try:
+                values.append(rust_uint(part))
+                continue
+            except ValueError as e:
+                why = f"invalid {field} in Last-Event-ID: {e}"
+        raise ApiError.bad("bad_header", f"Invalid header `last-event-id`: {why}")
+    seq, count, nbytes = values
     spec.seq_num, spec.timestamp, spec.tail_offset = seq + 1, None, None
     if spec.count is not None:
         spec.count = max(spec.count - count, 0)
     if spec.bytes is not None:
         spec.bytes = max(spec.bytes - nbytes, 0)
+    return count, nbytes
 
 
 def _bound_unary(spec: ReadSpec) -> None:
@@ -134,12 +144,14 @@ class ReadHandlers:
         await respond_json(send, 200, {"tail": pos_json(stream.tail)})
 
     def _start(
-        self, basin: str, name: str, spec: ReadSpec, key: str | None
+        self, basin: str, name: str, spec: ReadSpec, key: str | None, config: Any
     ) -> tuple[Stream, int, Sealer | None]:
-        """The stream, the key resolved against its cipher, then the start (s2-lite's
-        order: a missing key is answered before a start beyond the tail)."""
+        """The stream (created with `config` where the basin creates streams on read), the
+        key resolved against its cipher, then the start (s2-lite's order: a missing key is
+        answered before a start beyond the tail)."""
         _check_until(spec)
-        stream = self.store.stream(basin, name, auto_create="create_stream_on_read")
+        stream = self.store.stream(basin, name, auto_create="create_stream_on_read",
+                                   config=config)
         sealer = resolve(stream.cipher, key, basin, name)
         return stream, resolve_start(self.store, stream, spec), sealer
 
@@ -148,22 +160,23 @@ class ReadHandlers:
         name = stream_in_path(name)
         spec = _read_spec(req)
         key = key_from_header(req.headers)
+        config = config_from_header(req.headers)
         # An S2S session is asked for by its Content-Type alone (s2 `api/src/v1/stream/
         # extract.rs`, `ReadRequest`); `Accept: s2s/proto` alone is a unary JSON read.
         if req.mime("content-type") == "s2s/proto":
-            stream, start, sealer = self._start(basin, name, spec, key)
+            stream, start, sealer = self._start(basin, name, spec, key, config)
             return await until_disconnect(
                 req, self._read_s2s(req, send, stream, start, spec, sealer)
             )
         fmt = record_format(req)
         if req.mime("accept") == "text/event-stream":
-            _apply_last_event_id(req, spec)
-            stream, start, sealer = self._start(basin, name, spec, key)
+            delivered = _apply_last_event_id(req, spec)
+            stream, start, sealer = self._start(basin, name, spec, key, config)
             return await until_disconnect(
-                req, self._read_sse(send, stream, start, spec, fmt, sealer)
+                req, self._read_sse(send, stream, start, spec, fmt, sealer, delivered)
             )
         _bound_unary(spec)
-        stream, start, sealer = self._start(basin, name, spec, key)
+        stream, start, sealer = self._start(basin, name, spec, key, config)
         await self._read_unary(req, send, stream, start, spec, fmt, sealer)
 
     async def _read_unary(
@@ -229,10 +242,10 @@ class ReadHandlers:
 
     async def _read_sse(
         self, send: Send, stream: Stream, start: int, spec: ReadSpec, fmt: str,
-        sealer: Sealer | None,
+        sealer: Sealer | None, delivered: tuple[int, int],
     ) -> None:
         await _start_session(send, b"text/event-stream")
-        count = nbytes = 0
+        count, nbytes = delivered
         beat = self.heartbeat_interval
         try:
             async for out in read_session(self.store, stream, start, spec, beat, sealer):

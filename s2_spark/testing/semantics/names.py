@@ -75,7 +75,9 @@ def checked_name(validate: Callable[[str], None], name: str, code: str, what: st
     try:
         validate(name)
     except ApiError as e:
-        raise ApiError.bad(code, f"invalid {what} name: {e.body['message']}") from e
+        # In a path, axum's rejection: "Invalid URL: ..." (s2 `lite/src/handlers/v1/error.rs`).
+        where = "Invalid URL" if code == "bad_path" else f"invalid {what} name"
+        raise ApiError.bad(code, f"{where}: {e.body['message']}") from e
     return name
 
 

@@ -279,14 +279,15 @@ class Store:
 
     # -- streams
 
-    def stream(self, basin_name: str, name: str, *, auto_create: str | None = None) -> Stream:
+    def stream(self, basin_name: str, name: str, *, auto_create: str | None = None,
+               config: Any = None) -> Stream:
         """Look a stream up (409 while its deletion is pending); `auto_create` names the
-        basin flag that may create it."""
+        basin flag that may create it, with `config` (an `s2-stream-config` header)."""
         basin = self.basin(basin_name)
         stream = basin.streams.get(name)
         if stream is None:
             if auto_create is not None and basin.config.get(auto_create):
-                stream, _ = self.create_stream(basin_name, name, None)
+                stream, _ = self.create_stream(basin_name, name, config)
                 return stream
             raise ApiError.standard(
                 404, "stream_not_found", f"stream `{name}` in basin `{basin_name}` not found"
@@ -374,7 +375,9 @@ class Store:
         pending: nothing changes)."""
         stream = self.basin(basin_name).streams.get(name)
         if stream is None:
-            raise ApiError.standard(404, "stream_not_found", f"stream {name} not found")
+            raise ApiError.standard(
+                404, "stream_not_found", f"stream `{name}` in basin `{basin_name}` not found"
+            )
         if stream.deleted_at is None:
             self._delete_stream(stream)
 

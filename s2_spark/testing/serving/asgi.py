@@ -111,7 +111,8 @@ class Request:
     async def json(self, *, optional: bool = False) -> Any:
         """The JSON body; s2-lite's `Json` extractor wants `Content-Type: application/json`
         (else 400 `bad_json`). `optional` (its `JsonOpt`, for PUT): a request without a
-        Content-Type, or with an empty body, has none (None), whatever it sent."""
+        Content-Type, or with an empty body, has none (None), whatever it sent; a body of
+        `null` is a 400 `bad_json`."""
         ctype = self.headers.get("content-type")
         if ctype is None and optional:
             await self._drain()
@@ -123,18 +124,25 @@ class Request:
         if optional and not data:
             return None
         try:
-            return json.loads(data)
+            value = json.loads(data)
         except ValueError as e:
             raise ApiError.bad("bad_json", f"request body is not valid JSON: {e}") from e
+        if optional and value is None:
+            # A body that is there must be the object: `null` is not "none" (s2 `api/src/
+            # data.rs`, `JsonOpt`; s2-lite 0.43.4 answers 400 `bad_json`).
+            raise ApiError.bad("bad_json", "invalid type: null, expected a JSON object")
+        return value
 
     def basin_name(self) -> str:
         name = self.headers.get("s2-basin")
         if name is None:
-            raise ApiError.bad("bad_header", "missing S2-Basin header")
+            raise ApiError.bad("bad_header", "Missing header `s2-basin`")
         try:
             validate_basin_name(name)
         except ApiError as e:
-            raise ApiError.bad("bad_header", f"invalid S2-Basin header: {e.body['message']}") from e
+            raise ApiError.bad(
+                "bad_header", f"Invalid header `s2-basin`: {e.body['message']}"
+            ) from e
         return name
 
 
@@ -166,19 +174,28 @@ async def respond_json(
     await respond(send, status, json_bytes(obj), JSON_HEADERS + (extra or []))
 
 
+def rust_uint(raw: str, bits: int = 64) -> int:
+    """An unsigned integer as Rust's `str::parse` reads one (a leading `+` allowed), or a
+    ValueError with Rust's wording, which s2-lite passes on in its messages."""
+    digits = raw[1:] if raw.startswith("+") else raw
+    if not digits:
+        raise ValueError("cannot parse integer from empty string")
+    if not (digits.isascii() and digits.isdigit()):
+        raise ValueError("invalid digit found in string")
+    value = int(digits)
+    if value >= 1 << bits:
+        raise ValueError("number too large to fit in target type")
+    return value
+
+
 def query_int(req: Request, name: str) -> int | None:
     raw = req.query.get(name)
     if raw is None:
         return None
     try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0 or not raw.isdigit():
-        raise ApiError.bad(
-            "bad_query", f"Failed to deserialize query string: {name}: invalid digit"
-        )
-    return value
+        return rust_uint(raw)
+    except ValueError as e:
+        raise ApiError.bad("bad_query", f"Failed to deserialize query string: {name}: {e}") from e
 
 
 def query_bool(req: Request, name: str) -> bool | None:
@@ -188,7 +205,8 @@ def query_bool(req: Request, name: str) -> bool | None:
     if raw in ("true", "false"):
         return raw == "true"
     raise ApiError.bad(
-        "bad_query", f"Failed to deserialize query string: {name}: expected true or false"
+        "bad_query",
+        f"Failed to deserialize query string: {name}: provided string was not `true` or `false`",
     )
 
 

@@ -280,18 +280,14 @@ class _Undecodable(Exception):
 
 
 async def _refuse_undecodable(send: Send, scope: Scope, why: str) -> None:
-    """What s2-lite's handler answers when its body extractor cannot read the body: a JSON
-    body's 400 `bad_json` (`api/src/data.rs`, `JsonExtractionRejection`, mapped in
-    `lite/src/handlers/v1/error.rs`), else axum's own 400 in plain text (a protobuf
-    body's `BytesRejection`)."""
+    """What s2-lite's handler answers when its body extractor cannot read the body: a
+    protobuf body's 400 `bad_proto` (`api/src/data.rs`, `ProtoRejection`), any other's
+    400 `bad_json` (`JsonExtractionRejection`), both mapped in
+    `lite/src/handlers/v1/error.rs` (checked against s2-lite 0.43.4)."""
     ctype = next((v for k, v in scope["headers"] if k.lower() == b"content-type"), b"")
-    if ctype.split(b";")[0].strip().lower() == b"application/json":
-        await respond_json(send, 400, {"code": "bad_json", "message": why})
-        return
-    await send({"type": "http.response.start", "status": 400,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                            (b"content-length", b"%d" % len(why.encode()))]})
-    await send({"type": "http.response.body", "body": why.encode()})
+    mime = ctype.split(b",")[0].split(b";")[0].strip().lower()
+    proto = mime in (b"application/protobuf", b"application/x-protobuf")
+    await respond_json(send, 400, {"code": "bad_proto" if proto else "bad_json", "message": why})
 
 
 def _gunzip(data: bytes, limit: int) -> bytes:
