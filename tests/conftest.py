@@ -45,14 +45,16 @@ os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 
 
 #: The longest test modules (minutes each: kills, clusters, Connect, pipelines), run first:
-#: `-n 2 --dist loadfile` hands out modules in collection order, and one of these left for
-#: last kept one worker busy minutes after the other ran out of work.
+#: `-n 2 --dist loadfile --no-loadscope-reorder` hands out modules in collection order
+#: (without the flag, xdist >= 3.7 orders them by their number of tests, which puts these,
+#: few tests each, last), and one of these left for last kept one worker busy minutes
+#: after the other ran out of work.
 LONGEST_FIRST = (
     "test_spark_fanout.py", "test_deploy_cluster.py", "test_spark_many_streams.py",
     "test_deploy_pipelines.py", "test_deploy_connect.py", "test_spark_writer.py",
     "test_spark_writer_reorder.py",
     "test_durable_spark_writer.py", "test_spark_reader.py", "test_durable_spark_reader.py",
-    "test_spark_encryption.py",
+    "test_spark_encryption.py", "test_durable_example.py", "test_s2_lite_pipelines.py",
 )
 
 

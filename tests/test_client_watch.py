@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _s2_target import s2_config, unique_name
+from _s2_target import LITE, s2_config, unique_name
 from _waiting import wait_for as until
 
 from s2_spark.s2 import AppendRecord, BasinClient, S2Client, S2Config
@@ -191,7 +191,11 @@ def test_a_watch_over_more_streams_than_the_process_may_open_files_sees_each(
     out = subprocess.run([sys.executable, "-c", _OVER_THE_FD_LIMIT, s2_server.url,
                           basin.name, str(n)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["2", "0", "ok"]
+    h2, h1, ok = out.stdout.split()
+    # As few HTTP/2 connections as the server's SETTINGS_MAX_CONCURRENT_STREAMS allows
+    # (`HEADROOM` of it used): the local server's 1,000 a connection make 2; s2-lite's (hyper's
+    # default, 200) make 7; no HTTP/1.1.
+    assert (int(h2), h1, ok) == (7 if LITE else 2, "0", "ok")
 
 
 def test_the_watch_raises_the_open_files_limit_and_keeps_a_reserve() -> None:

@@ -133,7 +133,7 @@ def kill_one_executor_mid_batch(cluster: StandaloneCluster, client: S2Client, ta
     def alive() -> None:
         assert driver.poll() is None, (cwd / "driver.log").read_text()[-6000:]
 
-    wait_until("a copy task appending", lambda: started("a") or started("b"), 180, alive)
+    wait_until("a copy task appending", lambda: started("a") or started("b"), 480, alive)
     app = cluster.state()["activeapps"][0]["id"]
     executors = cluster.executors(app)
     assert len(executors) == 2, executors

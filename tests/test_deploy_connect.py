@@ -113,7 +113,7 @@ def test_lag_listener_on_a_connect_client(
         [sys.executable, "-c", LAG_CLIENT, connect_server.url, s2_server.url, basin,
          str(tmp_path / "checkpoint")],
         cwd=tmp_path, env={**connect_server.env, "PYTHONPATH": str(ROOT)},
-        capture_output=True, text=True, timeout=180,
+        capture_output=True, text=True, timeout=480,
     )
     assert done.returncode == 0, (done.stderr[-4000:], connect_server.daemon.log_tail())
     out = done.stdout.splitlines()

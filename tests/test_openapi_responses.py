@@ -117,6 +117,9 @@ def http(s2_server: Any) -> Iterator[httpx.Client]:
         base_url=f"{s2_server.url}/v1",
         headers={"authorization": f"Bearer {token(TOKEN)}"},
         timeout=15,
+        # A connection per request: s2-lite closes one after refusing a request's body, and
+        # reusing it would race that close (RemoteProtocolError) instead of checking answers.
+        limits=httpx.Limits(max_keepalive_connections=0),
     ) as client:
         yield client
 

@@ -167,7 +167,7 @@ def test_fanout_survives_random_kills_on_other_cluster_sizes(
             marker = str(tmp_path / f"killed-{k}")
             fault = f"hang:{rng.randint(1, 40)}:{rng.randint(0, 4)}:{marker}"
             try:
-                kill_at_marker([*args, fault], marker, timeout=120)
+                kill_at_marker([*args, fault], marker, timeout=480)
             except AssertionError as exc:
                 # The chosen micro-batch had been written before this run: it ends.
                 assert "ended before the fault point" in str(exc), exc

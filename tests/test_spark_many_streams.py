@@ -442,6 +442,7 @@ IDLE_OVER_FD_CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.local_server  # idle lookups are counted by the local server
 def test_an_idle_query_over_more_streams_than_open_files_sees_any_append(
     env: Env, tmp_path: Path
 ) -> None:

@@ -113,12 +113,12 @@ def test_reordered_replays_after_random_kills_write_each_row_once(
         fault = f"hang:{rng.randint(1, 30)}:{rng.randint(0, BATCHES - 1)}:{marker}"
         try:
             kill_at_marker([*child_args(s2_server.url, target, ckpt, cores), fault], marker,
-                           timeout=240)
+                           timeout=480)
         except AssertionError as exc:
             # The chosen micro-batch had been written before this run: it ends.
             assert "ended before the fault point" in str(exc), exc
     q = start_query(shuffled, s2_server.url, target, ckpt)
-    assert q.awaitTermination(240), "the last run did not finish"
+    assert q.awaitTermination(480), "the last run did not finish"
     assert q.exception() is None, str(q.exception())
     want = expected(TOTAL, streams=STREAMS, prefix=PREFIX)
     got = stream_rows(s2_server.url, target)
