@@ -47,7 +47,7 @@ def submit(cluster: StandaloneCluster, cwd: Path, *args: str) -> subprocess.Pope
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
-def finish(driver: subprocess.Popen[str], cwd: Path, timeout: float = 180) -> str:
+def finish(driver: subprocess.Popen[str], cwd: Path, timeout: float = 480) -> str:
     """Wait for the driver; its whole process group goes if it overruns."""
     try:
         driver.wait(timeout)
@@ -110,7 +110,7 @@ def test_copy_survives_executor_kill_and_restarts_from_checkpoint(
         try:
             kill_one_executor_mid_batch(cluster, client, target, count, driver, tmp_path)
         finally:
-            log = finish(driver, tmp_path, 240)
+            log = finish(driver, tmp_path, 600)
         assert f"copied {2 * count} records" in log
         for stream, records in expected.items():
             assert bodies(client, target, stream) == records
