@@ -14,7 +14,7 @@ import socket
 import threading
 from urllib.parse import urlsplit
 
-__all__ = ["HttpProxy"]
+__all__ = ["HttpProxy", "read_head"]
 
 
 def _pipe(src: socket.socket, dst: socket.socket) -> None:
@@ -28,7 +28,7 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
             dst.shutdown(socket.SHUT_WR)
 
 
-def _read_head(conn: socket.socket) -> tuple[bytes, bytes]:
+def read_head(conn: socket.socket) -> tuple[bytes, bytes]:
     """The request head (up to the blank line) and what arrived after it."""
     data = b""
     while b"\r\n\r\n" not in data:
@@ -64,7 +64,7 @@ class HttpProxy:
     def _serve(self, conn: socket.socket) -> None:
         with conn:
             try:
-                head, rest = _read_head(conn)
+                head, rest = read_head(conn)
             except (OSError, ConnectionError):
                 return
             line, *header_lines = head.decode("latin-1").split("\r\n")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import ssl
 import uuid
 from collections.abc import Iterator
@@ -21,9 +22,11 @@ import httpx
 import pytest
 from _waiting import wait_for as until
 from h2_peer import H2Peer
+from hyperframe.frame import ContinuationFrame, HeadersFrame, PingFrame, SettingsFrame
+from raw_server import RawServer
 
 from s2_spark._http import AsyncTimeouts, Response, _h2_origin
-from s2_spark._http._h2_connection import Unprocessed
+from s2_spark._http._h2_connection import MAX_HEADER_BLOCK, MAX_UNSENT, Unprocessed
 from s2_spark._http._h2_origin import _SENDS, Http2Origin
 from s2_spark._long_poll import watch_limit
 from s2_spark.durable import DurableConfig, DurableStream, DurableStreamsClient
@@ -170,6 +173,64 @@ def test_a_request_never_answered_times_out_even_behind_one_that_waits_longer() 
         long_pending, failure = asyncio.run(run(peer.url))
     assert long_pending
     assert isinstance(failure, httpx.ReadTimeout)
+
+
+class ContinuationFlood(RawServer):
+    """Answers the first request with a HEADERS frame never ended, then CONTINUATION
+    frames of 16 KiB as fast as the client takes them."""
+
+    def serve(self, conn: socket.socket) -> None:
+        conn.sendall(SettingsFrame(0).serialize())
+        heard = b""
+        while not _has_headers(heard):  # the client's preface, SETTINGS, then HEADERS
+            chunk = conn.recv(65536)
+            if not chunk:
+                return
+            heard += chunk
+        conn.sendall(HeadersFrame(1, data=b"\x88").serialize())  # no END_HEADERS
+        self.send_until_cap(conn, ContinuationFrame(1, data=b"\x00" * 16384).serialize())
+
+
+def _has_headers(heard: bytes) -> bool:
+    """Whether the client's bytes (the preface, then frames) hold a HEADERS frame."""
+    pos = 24
+    while len(heard) - pos >= 9:
+        length, kind = int.from_bytes(heard[pos:pos + 3], "big"), heard[pos + 3]
+        if kind == 0x1:
+            return True
+        pos += 9 + length
+    return False
+
+
+def test_a_header_block_without_end_ends_the_connection_at_its_limit() -> None:
+    """The 2024 "CONTINUATION flood": a server that never ends a header block gets a
+    protocol error naming the limit once the block passes `MAX_HEADER_BLOCK`, not a
+    client that holds every fragment (5 GiB in 15 s before the limit)."""
+    with ContinuationFlood() as flood:
+        with pytest.raises(httpx.RemoteProtocolError) as info:
+            get(flood.url)
+        assert f"a header block over MAX_HEADER_BLOCK ({MAX_HEADER_BLOCK} bytes)" in str(
+            info.value)
+        assert flood.sent < flood.cap
+
+
+class PingFlood(RawServer):
+    """Answers the preface with SETTINGS, then sends PING frames as fast as the client
+    takes them, and never reads."""
+
+    def serve(self, conn: socket.socket) -> None:
+        conn.sendall(SettingsFrame(0).serialize())
+        self.send_until_cap(conn, PingFrame(0, opaque_data=b"12345678").serialize() * 4096)
+
+
+def test_a_ping_flood_from_a_server_that_never_reads_ends_the_connection() -> None:
+    """The answers a server asks for but does not read stop at `MAX_UNSENT`: a protocol
+    error naming it, not a client output buffer that grows with the flood."""
+    with PingFlood() as flood:
+        with pytest.raises(httpx.RemoteProtocolError) as info:
+            get(flood.url)
+        assert f"over MAX_UNSENT, {MAX_UNSENT} bytes, unsent" in str(info.value)
+        assert flood.sent < flood.cap
 
 
 # -- an origin that speaks HTTP/1.1 only: the Durable Streams reference server -------------

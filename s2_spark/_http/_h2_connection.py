@@ -21,9 +21,10 @@ id failed as `Unprocessed`, the others answered as they come), RST_STREAM, and e
 request's HEADERS (informational ones skipped, trailers read and dropped), CONTINUATION
 and DATA (the connection's and the stream's windows given back as they are used).
 Anything else the protocol forbids a server to send here (PUSH_PROMISE: push is off) or a
-header block that does not decode ends the connection. What goes wrong is typed as
-`AsyncConnection` types it (httpx's exceptions); `Unprocessed` marks a request the server
-says it never looked at (a GOAWAY past it, or REFUSED_STREAM): safe to send again.
+header block that does not decode or grows past `MAX_HEADER_BLOCK` ends the connection.
+What goes wrong is typed as `AsyncConnection` types it (httpx's exceptions); `Unprocessed`
+marks a request the server says it never looked at (a GOAWAY past it, or REFUSED_STREAM):
+safe to send again.
 """
 
 from __future__ import annotations
@@ -65,6 +66,16 @@ _END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0
 _MAX_CONCURRENT_STREAMS, _MAX_FRAME_SIZE = 3, 5
 #: The frames this client accepts: SETTINGS_MAX_FRAME_SIZE's default, never changed.
 _MAX_FRAME = 16384
+#: The largest header block (HEADERS and its CONTINUATION frames, encoded) taken from the
+#: server, advertised as SETTINGS_MAX_HEADER_LIST_SIZE. The answers polled carry a few
+#: hundred bytes of headers; a block without end (the 2024 "CONTINUATION flood") ends
+#: the connection at this size instead of growing the process without bound.
+MAX_HEADER_BLOCK = 1 << 16
+#: The bytes this client lets wait unsent (its queue and the socket's) when the server
+#: asks for an answer (PING, SETTINGS): a server that floods those without reading the
+#: answers ends the connection here instead of growing the client's output.
+MAX_UNSENT = 4 << 20
+_MAX_HEADER_LIST_SIZE = 6
 _LAST_STREAM_ID = (1 << 31) - 1
 _FRAME_HEAD = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, stream id
 
@@ -176,7 +187,7 @@ class H2Connection(asyncio.Protocol):
         self._in = bytearray()
         self._out = bytearray()
         self._flush_soon = False
-        self._decoder = hpack.Decoder()
+        self._decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_BLOCK)  # decoded, too
         # Header blocks made only of indexed fields (a server's answers after the first
         # mostly are: a few bytes), decoded: such a block leaves the dynamic table as it
         # is, so its fields stay what they were until a block that changes the table.
@@ -215,7 +226,8 @@ class H2Connection(asyncio.Protocol):
         """Send the preface, this client's settings and the connection's window."""
         self.transport = transport
         self._started = True
-        settings = struct.pack(">HIHI", 2, 0, 4, STREAM_WINDOW)  # no push; stream window
+        settings = struct.pack(">HIHIHI", 2, 0, 4, STREAM_WINDOW,  # no push; stream window
+                               _MAX_HEADER_LIST_SIZE, MAX_HEADER_BLOCK)
         self._out += _PREFACE + _frame(_SETTINGS, 0, 0, settings)
         self._out += _frame(_WINDOW_UPDATE, 0, 0, struct.pack(">I", CONNECTION_WINDOW - 65535))
         self._flush()
@@ -347,7 +359,7 @@ class H2Connection(asyncio.Protocol):
             self._on_settings(flags, payload)
         elif kind == _PING:
             if not flags & _ACK:
-                self._out += _frame(_PING, _ACK, 0, payload)
+                self._answer(_frame(_PING, _ACK, 0, payload))
         elif kind == _GOAWAY:
             self._on_goaway(payload)
         elif kind == _PUSH_PROMISE:
@@ -364,10 +376,19 @@ class H2Connection(asyncio.Protocol):
                 self._room = max(1, int(value * HEADROOM))
             elif code == _MAX_FRAME_SIZE:
                 self._max_frame = value
-        self._out += _frame(_SETTINGS, _ACK, 0)
+        self._answer(_frame(_SETTINGS, _ACK, 0))
         if not self.ready.done():
             self.ready.set_result(None)
             self._usable = not self._closing
+
+    def _answer(self, frame: bytes) -> None:
+        """Queue the answer to a frame of the server's (see `MAX_UNSENT`)."""
+        transport = self.transport
+        unsent = len(self._out) + (0 if transport is None else transport.get_write_buffer_size())
+        if unsent > MAX_UNSENT:
+            raise _ProtocolError(f"the server asks for answers it does not read (over "
+                                 f"MAX_UNSENT, {MAX_UNSENT} bytes, unsent)")
+        self._out += frame
 
     def _on_goaway(self, payload: bytes) -> None:
         """No new requests; the answers to the streams it processed may still come."""
@@ -390,6 +411,9 @@ class H2Connection(asyncio.Protocol):
         block = self._block
         if block is None or block[0] != sid:
             raise _ProtocolError("a CONTINUATION out of place")
+        if len(block[2]) + len(payload) > MAX_HEADER_BLOCK:
+            raise _ProtocolError(f"a header block over MAX_HEADER_BLOCK "
+                                 f"({MAX_HEADER_BLOCK} bytes)")
         block[2].extend(payload)
         if flags & _END_HEADERS:
             self._block = None

@@ -12,6 +12,7 @@ from types import MappingProxyType
 
 from s2_spark._tls import TlsConfig
 from s2_spark.retry import RetryPolicy
+from s2_spark.wire.durable import MAX_SSE_EVENT
 
 __all__ = ["DurableConfig"]
 
@@ -37,6 +38,9 @@ class DurableConfig:
       `HTTPS_PROXY` / `HTTP_PROXY` / `NO_PROXY`.
     * `compression`: ask for gzip-compressed reads. Off by default: on loopback and fast
       networks it only costs CPU on both ends.
+    * `max_sse_event`: the largest SSE event taken from the server, in bytes (its lines,
+      and the data events before a control event); 64 MiB by default. Past it the read
+      fails with `MalformedResponseError` instead of holding whatever the server sends.
     """
 
     base_url: str | None = None
@@ -47,6 +51,7 @@ class DurableConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     compression: bool = False
     tls: TlsConfig | None = None
+    max_sse_event: int = MAX_SSE_EVENT
 
     def __post_init__(self) -> None:
         if self.base_url is not None and (
@@ -69,6 +74,10 @@ class DurableConfig:
             _positive(name, getattr(self, name))
         if not isinstance(self.retry, RetryPolicy):
             raise ValueError(f"DurableConfig.retry must be a RetryPolicy (got {self.retry!r})")
+        if isinstance(self.max_sse_event, bool) or not isinstance(self.max_sse_event, int) \
+                or self.max_sse_event < 1024:
+            raise ValueError("DurableConfig.max_sse_event must be a number of bytes >= 1024 "
+                             f"(got {self.max_sse_event!r})")
         if self.tls is not None and not isinstance(self.tls, TlsConfig):
             raise ValueError(f"DurableConfig.tls must be a TlsConfig or None (got {self.tls!r})")
 

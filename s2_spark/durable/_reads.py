@@ -271,11 +271,19 @@ class StreamReader(ResumableRead[ReadChunk]):
     def _sse_events(
         self, resp: Response, base64: bool, loop: RetryLoop
     ) -> Generator[ReadChunk, None, None]:
-        parser = SSEParser()
+        limit = self._t.config.max_sse_event
+        parser = SSEParser(limit)
         pending: list[str] = []
+        held = 0
         for raw in resp.iter_bytes():
             for event in parser.feed(raw):
                 if event.event == "data":
+                    held += len(event.data)
+                    if held > limit:
+                        raise MalformedResponseError(
+                            f"the server sent data events of over {limit} bytes without a "
+                            "control event (the limit, DurableConfig.max_sse_event)",
+                            code="bad_sse")
                     pending.append(event.data)
                 elif event.event == "control":
                     control = parse_control(event.data)
@@ -289,7 +297,7 @@ class StreamReader(ResumableRead[ReadChunk]):
                         etag=None,
                         content_type=self.content_type,
                     )
-                    pending = []
+                    pending, held = [], 0
                     yield self._deliver(chunk, loop)
                     if control.closed:
                         return

@@ -257,18 +257,35 @@ class SSEEvent:
     data: str
 
 
+#: The default bound on one SSE event from a Durable Streams server (its lines, data and
+#: the data events before the next control event): a server whose line or event never
+#: ends gets a `MalformedResponseError` naming it instead of the client's memory.
+MAX_SSE_EVENT = 64 << 20
+
+
 class SSEParser:
     """Incremental Server-Sent Events parser (the WHATWG event-stream rules).
 
     Lines end in LF, CRLF or CR; `data:` lines join with LF; one leading space after the
     colon is dropped; comments and unknown fields are ignored; a blank line dispatches.
+    An event (its unfinished line included) larger than `max_event` bytes is an error.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_event: int = MAX_SSE_EVENT) -> None:
+        self._max = max_event
         self._buf = b""
+        self._parts: list[bytes] = []  # a line's bytes while no line break came
+        self._line_bytes = 0  # of the unfinished line (`_buf` and `_parts`)
+        self._data_bytes = 0  # of the event's data lines so far
         self._event = ""
         self._data: list[str] = []
         self._pending_cr = False
+
+    def _check(self) -> None:
+        if self._line_bytes + self._data_bytes > self._max:
+            raise MalformedResponseError(
+                f"the server sent an SSE event over {self._max} bytes (the limit, "
+                "DurableConfig.max_sse_event)", code="bad_sse")
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Parse more bytes; return the events completed by them."""
@@ -277,16 +294,27 @@ class SSEParser:
         if self._pending_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]
         self._pending_cr = False
-        buf = self._buf + chunk
+        if not chunk:
+            return []
+        if b"\n" not in chunk and b"\r" not in chunk:  # held, not joined: linear time
+            self._line_bytes += len(chunk)
+            self._check()
+            self._parts.append(chunk)
+            return []
+        buf = b"".join([self._buf, *self._parts, chunk])
+        self._parts = []
         lines = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
         self._buf = lines.pop()
         if buf.endswith(b"\r"):
             self._pending_cr = True
+        self._line_bytes = 0
         events: list[SSEEvent] = []
         for raw in lines:
             event = self._line(raw)
             if event is not None:
                 events.append(event)
+        self._line_bytes = len(self._buf)
+        self._check()
         return events
 
     def _line(self, raw: bytes) -> SSEEvent | None:
@@ -300,7 +328,7 @@ class SSEParser:
             if not self._data and not self._event:
                 return None
             event = SSEEvent(self._event or "message", "\n".join(self._data))
-            self._event, self._data = "", []
+            self._event, self._data, self._data_bytes = "", [], 0
             return event
         if line.startswith(":"):
             return None
@@ -308,6 +336,8 @@ class SSEParser:
         if value.startswith(" "):
             value = value[1:]
         if name == "data":
+            self._data_bytes += len(value) + 1
+            self._check()
             self._data.append(value)
         elif name == "event":
             self._event = value
@@ -315,7 +345,7 @@ class SSEParser:
 
     def finish(self) -> bool:
         """Whether the stream ended cleanly (no half line or undispatched event left)."""
-        return not self._buf and not self._data and not self._event
+        return not self._buf and not self._parts and not self._data and not self._event
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,49 @@
+"""A server on a raw socket for tests of what a client does when the server misbehaves
+on purpose: one connection, handled by a subclass's `serve`, which sends at most `cap`
+bytes (counted in `sent`) so a client that never stops reading cannot keep a test
+running. `with RawServer(...)` closes it."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from types import TracebackType
+
+__all__ = ["RawServer"]
+
+
+class RawServer:
+    def __init__(self, cap: int = 256 << 20) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self.cap, self.sent = cap, 0
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def serve(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+    def send_until_cap(self, conn: socket.socket, data: bytes) -> None:
+        """Send `data` again and again until `cap` bytes went out or the client left."""
+        while self.sent < self.cap:
+            conn.sendall(data)
+            self.sent += len(data)
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = self._listener.accept()
+            with conn:
+                self.serve(conn)
+
+    def close(self) -> None:
+        self._listener.close()
+        self._thread.join(10)
+
+    def __enter__(self) -> RawServer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
