@@ -63,7 +63,7 @@ _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _DATA, _HEADERS, _PRIORITY, _RST_STREAM, _SETTINGS = 0, 1, 2, 3, 4
 _PUSH_PROMISE, _PING, _GOAWAY, _WINDOW_UPDATE, _CONTINUATION = 5, 6, 7, 8, 9
 _END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
-_MAX_CONCURRENT_STREAMS, _MAX_FRAME_SIZE = 3, 5
+_MAX_CONCURRENT_STREAMS, _MAX_FRAME_SIZE, _MAX_HEADER_LIST_SIZE = 3, 5, 6
 #: The frames this client accepts: SETTINGS_MAX_FRAME_SIZE's default, never changed.
 _MAX_FRAME = 16384
 #: The largest header block (HEADERS and its CONTINUATION frames, encoded) taken from the
@@ -75,7 +75,6 @@ MAX_HEADER_BLOCK = 1 << 16
 #: asks for an answer (PING, SETTINGS): a server that floods those without reading the
 #: answers ends the connection here instead of growing the client's output.
 MAX_UNSENT = 4 << 20
-_MAX_HEADER_LIST_SIZE = 6
 _LAST_STREAM_ID = (1 << 31) - 1
 _FRAME_HEAD = struct.Struct(">BHBBI")  # length (24 bits as 8 + 16), type, flags, stream id
 
