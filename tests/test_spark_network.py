@@ -110,7 +110,9 @@ def test_durable_copy_over_a_cutting_network_finishes_in_one_run(
         with IdempotentProducer(direct.stream(src), "fill") as producer:
             for m in messages:
                 producer.append_raw(m)
-        with TcpProxy(ds_server.url, cut_after=(64 << 10, 512 << 10), seed=3) as proxy:
+        # Each read answers with the whole backlog (~120 KB) on a connection of its own:
+        # budgets below it cut the answer, the ones above let a retry through.
+        with TcpProxy(ds_server.url, cut_after=(32 << 10, 160 << 10), seed=3) as proxy:
             df = (spark.readStream.format("durable-streams").option("baseUrl", proxy.url)
                   .option("stream", src).options(**limit(700)).load())
             q = (df.writeStream.format("durable-streams").option("baseUrl", proxy.url)
