@@ -1,7 +1,9 @@
 """A server on a raw socket for tests of what a client does when the server misbehaves
-on purpose: one connection, handled by a subclass's `serve`, which sends at most `cap`
-bytes (counted in `sent`) so a client that never stops reading cannot keep a test
-running. `with RawServer(...)` closes it."""
+on purpose: each connection (counted in `connections`) handled by a subclass's `serve` on
+a thread of its own (`finished` once `serve` returned or the client left), all of them
+sending at most `cap` bytes together (counted in `sent`) so a client that never stops
+reading cannot keep a test running. `with RawServer(...)`
+closes it."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ class RawServer:
     def __init__(self, cap: int = 256 << 20) -> None:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        self.cap, self.sent = cap, 0
+        self.cap, self.sent, self.connections, self.finished = cap, 0, 0, 0
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
 
@@ -31,10 +33,20 @@ class RawServer:
             self.sent += len(data)
 
     def _accept(self) -> None:
-        with contextlib.suppress(OSError):
-            conn, _ = self._listener.accept()
-            with conn:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            with contextlib.suppress(OSError), conn:
                 self.serve(conn)
+        finally:
+            self.finished += 1
 
     def close(self) -> None:
         self._listener.close()

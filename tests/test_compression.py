@@ -34,6 +34,7 @@ from _s2_target import EXTERNAL
 from _waiting import wait_for as until
 
 from s2_spark._http import BodyDecodingError, Response
+from s2_spark._http._response import MAX_BODY_BYTES, MAX_DECODED_PIECE, BodyDecoder
 from s2_spark.durable import DurableConfig, DurableStreamsClient
 from s2_spark.errors import MalformedResponseError, OptionError, S2Error, S2UnavailableError
 from s2_spark.s2 import AppendRecord, BasinClient, S2Client, S2Config, SmallRead
@@ -419,6 +420,31 @@ def test_the_seam_decodes_every_way_an_answer_may_be_compressed() -> None:
     # A poll that needs only the head of a body decodes as far as it goes.
     head = Response(200, [(b"content-encoding", b"gzip")], content=twice[:40], prefix=True)
     assert data.startswith(head.content)
+
+
+@pytest.mark.parametrize("coding", ["zstd", "gzip", "deflate", "gzip, zstd"])
+def test_an_answer_that_decodes_past_the_limit_fails_before_it_is_held(coding: str) -> None:
+    """Decompression bombs: 256 MiB of zeros in a few hundred KB (zstd: 8 KB) fail at
+    `MAX_BODY_BYTES` decoded, held whole or streamed a piece at a time (then at
+    `MAX_DECODED_PIECE` a piece), before the decoder makes much more than the limit."""
+    zeros = b"\0" * (256 << 20)
+    packed = {"zstd": zstandard.ZstdCompressor(write_content_size=False).compress(zeros),
+              "gzip": gzip.compress(zeros, compresslevel=1),
+              "deflate": zlib.compress(zeros, 1)}.get(coding) or \
+        zstandard.ZstdCompressor().compress(gzip.compress(zeros, compresslevel=1))
+    del zeros
+    headers = [(b"content-encoding", coding.encode())]
+    with pytest.raises(BodyDecodingError, match=f"decodes to more than {MAX_BODY_BYTES} bytes"):
+        Response(200, headers, content=packed)
+    decoder = BodyDecoder(coding)
+    with pytest.raises(BodyDecodingError,
+                       match=f"decodes to more than {MAX_DECODED_PIECE} bytes"):
+        decoder.decode(packed)
+    # Just under the limit, whole: decoded as before.
+    fits = b"\0" * MAX_BODY_BYTES
+    packed = zstandard.ZstdCompressor().compress(fits) if "zstd" in coding else gzip.compress(fits)
+    coding = "zstd" if "zstd" in coding else "gzip"
+    assert Response(200, [(b"content-encoding", coding.encode())], content=packed).content == fits
 
 
 def test_durable_streams_answers_that_do_not_decode_are_malformed_responses() -> None:

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
-from http_proxy import read_head
+from hostile import EndlessSSELine
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from raw_server import RawServer
 
 from s2_spark.durable import DurableConfig, DurableStreamsClient, RetryPolicy
 from s2_spark.errors import MalformedResponseError, StreamUnavailableError
@@ -317,35 +315,21 @@ def test_sse_parser_refuses_a_line_over_its_limit_and_an_event_over_it() -> None
         SSEEvent("message", "z" * 4000)]
 
 
-class EndlessSSE(RawServer):
-    """Answers an SSE read with one `data:` line that never ends: chunks of 64 KiB, as
-    fast as the client takes them (a HEAD first, for the stream's content type)."""
-
-    def serve(self, conn: socket.socket) -> None:
-        if read_head(conn)[0].startswith(b"HEAD "):
-            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n"
-                         b"stream-next-offset: 0_0\r\ncontent-length: 0\r\n\r\n")
-            read_head(conn)
-        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                     b"transfer-encoding: chunked\r\n\r\n6\r\ndata: \r\n")
-        self.send_until_cap(conn, b"10000\r\n" + b"x" * 65536 + b"\r\n")
-
-
 def test_an_sse_read_whose_line_never_ends_fails_at_the_limit() -> None:
     """Seen before the limit: a `data:` line without end grew the reader by 200 MiB in
     30 s, with no error. Now the read fails naming the limit, the server having sent not
     much more than it."""
-    with EndlessSSE(cap=512 << 20) as server:
-        config = DurableConfig(base_url=server.url, max_sse_event=1 << 20)
+    with EndlessSSELine(cap=512 << 20) as server:
+        config = DurableConfig(base_url=server.url, max_read_bytes=1 << 20)
         with DurableStreamsClient(config) as client, \
                 pytest.raises(MalformedResponseError) as info:
             list(client.stream("s").read("-1", live="sse"))
         assert f"SSE event over {1 << 20} bytes" in str(info.value)
-        assert "max_sse_event" in str(info.value)
+        assert "max_read_bytes" in str(info.value)
         assert server.sent < server.cap
 
 
 @pytest.mark.parametrize("bad", [0, 1023, -1, 1.5, True, "1"])
-def test_max_sse_event_must_be_a_number_of_bytes(bad: Any) -> None:
-    with pytest.raises(ValueError, match=r"max_sse_event must be a number of bytes >= 1024"):
-        DurableConfig(max_sse_event=bad)
+def test_max_read_bytes_must_be_a_number_of_bytes(bad: Any) -> None:
+    with pytest.raises(ValueError, match=r"max_read_bytes must be a number of bytes >= 1024"):
+        DurableConfig(max_read_bytes=bad)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import ssl
 import uuid
 from collections.abc import Iterator
@@ -22,18 +21,27 @@ import httpx
 import pytest
 from _waiting import wait_for as until
 from h2_peer import H2Peer
-from hyperframe.frame import ContinuationFrame, HeadersFrame, PingFrame, SettingsFrame
+from hostile import (
+    ContinuationFlood,
+    DataOnAnUnopenedStream,
+    EndlessBodyInWindow,
+    PingFlood,
+    SendingAfterTheReset,
+    SettingsFlood,
+)
 from raw_server import RawServer
 
 from s2_spark._http import AsyncTimeouts, Response, _h2_origin
 from s2_spark._http._h2_connection import MAX_HEADER_BLOCK, MAX_UNSENT, Unprocessed
 from s2_spark._http._h2_origin import _SENDS, Http2Origin
+from s2_spark._http._response import MAX_BODY_BYTES
 from s2_spark._long_poll import watch_limit
 from s2_spark.durable import DurableConfig, DurableStream, DurableStreamsClient
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.testing import ServerProcess
 
 TIMEOUTS = AsyncTimeouts(connect=10.0, read=10.0)
+SLOW = AsyncTimeouts(connect=10.0, read=600.0)
 
 
 @pytest.fixture(autouse=True)
@@ -42,12 +50,13 @@ def nothing_known_of_origins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_h2_origin, "_SPEAKS", {})
 
 
-def get(url: str, target: str = "/poll?n=1") -> Response:
+def get(url: str, target: str = "/poll?n=1", timeouts: AsyncTimeouts = TIMEOUTS) -> Response:
     """One GET of `target` over HTTP/2 by a new `Http2Origin` of `url`."""
     async def run() -> Response:
         origin = Http2Origin(url, ssl.create_default_context)
         try:
-            return await asyncio.wait_for(origin.request(b"GET", target, [], TIMEOUTS), 30)
+            return await asyncio.wait_for(origin.request(b"GET", target, [], timeouts),
+                                          timeouts.read + 20)
         finally:
             origin.close()
 
@@ -175,33 +184,6 @@ def test_a_request_never_answered_times_out_even_behind_one_that_waits_longer() 
     assert isinstance(failure, httpx.ReadTimeout)
 
 
-class ContinuationFlood(RawServer):
-    """Answers the first request with a HEADERS frame never ended, then CONTINUATION
-    frames of 16 KiB as fast as the client takes them."""
-
-    def serve(self, conn: socket.socket) -> None:
-        conn.sendall(SettingsFrame(0).serialize())
-        heard = b""
-        while not _has_headers(heard):  # the client's preface, SETTINGS, then HEADERS
-            chunk = conn.recv(65536)
-            if not chunk:
-                return
-            heard += chunk
-        conn.sendall(HeadersFrame(1, data=b"\x88").serialize())  # no END_HEADERS
-        self.send_until_cap(conn, ContinuationFrame(1, data=b"\x00" * 16384).serialize())
-
-
-def _has_headers(heard: bytes) -> bool:
-    """Whether the client's bytes (the preface, then frames) hold a HEADERS frame."""
-    pos = 24
-    while len(heard) - pos >= 9:
-        length, kind = int.from_bytes(heard[pos:pos + 3], "big"), heard[pos + 3]
-        if kind == 0x1:
-            return True
-        pos += 9 + length
-    return False
-
-
 def test_a_header_block_without_end_ends_the_connection_at_its_limit() -> None:
     """The 2024 "CONTINUATION flood": a server that never ends a header block gets a
     protocol error naming the limit once the block passes `MAX_HEADER_BLOCK`, not a
@@ -214,23 +196,52 @@ def test_a_header_block_without_end_ends_the_connection_at_its_limit() -> None:
         assert flood.sent < flood.cap
 
 
-class PingFlood(RawServer):
-    """Answers the preface with SETTINGS, then sends PING frames as fast as the client
-    takes them, and never reads."""
-
-    def serve(self, conn: socket.socket) -> None:
-        conn.sendall(SettingsFrame(0).serialize())
-        self.send_until_cap(conn, PingFrame(0, opaque_data=b"12345678").serialize() * 4096)
-
-
-def test_a_ping_flood_from_a_server_that_never_reads_ends_the_connection() -> None:
+@pytest.mark.parametrize("flood", [PingFlood, SettingsFlood])
+def test_a_flood_of_frames_to_answer_from_a_server_that_never_reads_ends_the_connection(
+    flood: type[RawServer],
+) -> None:
     """The answers a server asks for but does not read stop at `MAX_UNSENT`: a protocol
     error naming it, not a client output buffer that grows with the flood."""
-    with PingFlood() as flood:
+    with flood() as server:
         with pytest.raises(httpx.RemoteProtocolError) as info:
-            get(flood.url)
+            get(server.url, timeouts=SLOW)  # each frame is answered, the flood is long
         assert f"over MAX_UNSENT, {MAX_UNSENT} bytes, unsent" in str(info.value)
-        assert flood.sent < flood.cap
+        assert server.sent < server.cap
+
+
+def test_data_on_a_stream_never_opened_ends_the_connection() -> None:
+    with DataOnAnUnopenedStream() as hostile:
+        with pytest.raises(httpx.RemoteProtocolError) as info:
+            get(hostile.url)
+        assert "a frame of type 0 on stream 3, which this client did not open" in str(
+            info.value)
+
+
+def test_a_server_that_sends_on_after_a_reset_loses_the_connection() -> None:
+    """The request fails at `MAX_BODY_BYTES` and its stream is reset; the server sends on
+    regardless, and once past the stream's window the connection ends (it would have
+    been given its window back for as long as it sent)."""
+    async def run(hostile: RawServer) -> None:
+        origin = Http2Origin(hostile.url, ssl.create_default_context)
+        try:
+            with pytest.raises(httpx.RemoteProtocolError, match=r"a body over \d+ bytes"):
+                await origin.request(b"GET", "/poll", [], TIMEOUTS)
+            while not hostile.finished:  # the origin is open: the client ended it
+                await asyncio.sleep(0.05)
+        finally:
+            origin.close()
+
+    with SendingAfterTheReset() as hostile:
+        asyncio.run(asyncio.wait_for(run(hostile), 120))
+        assert hostile.sent < hostile.cap
+
+
+def test_a_body_without_end_fails_its_request_at_the_limit() -> None:
+    with EndlessBodyInWindow() as hostile:
+        with pytest.raises(httpx.RemoteProtocolError) as info:
+            get(hostile.url)
+        assert str(info.value) == f"a body over {MAX_BODY_BYTES} bytes (MAX_BODY_BYTES)"
+        assert hostile.sent < 2 * MAX_BODY_BYTES
 
 
 # -- an origin that speaks HTTP/1.1 only: the Durable Streams reference server -------------

@@ -33,7 +33,7 @@ import httpx
 from s2_spark._tls import TlsConfig, ssl_context_for
 
 from ._exchange import Exchange
-from ._response import Response, content_encoding
+from ._response import MAX_BODY_BYTES, Response, content_encoding
 from ._routes import PoolLimits, Route, route_for
 from ._streamed_get import StreamedGets
 
@@ -265,18 +265,27 @@ def _text(url: httpcore.URL) -> str:
 
 
 def _read_whole(status: int, chunks: Iterable[bytes], raw_headers: Headers,
-                request: httpcore.Request, close: Callable[[], object]) -> bytes:
-    """The whole body, as it came (`Response` decodes it). A failure of a successful (2xx)
-    answer keeps the prefix that arrived (`partial_body`), when the body is not encoded."""
+                request: httpcore.Request, close: Callable[[], object], max_body: int) -> bytes:
+    """The whole body, as it came (`Response` decodes it); a longer one than `max_body`
+    fails. A failure of a successful (2xx) answer keeps the prefix that arrived
+    (`partial_body`), when the body is not encoded."""
     got: list[bytes] = []
+    size = 0
     try:
         for chunk in chunks:
             got.append(chunk)
+            size += len(chunk)
+            if size > max_body:
+                break
     except Exception as exc:
         keep = 200 <= status < 300 and not content_encoding(raw_headers)
         _reraise(exc, request, b"".join(got) if keep else None)
     finally:
         close()
+    if size > max_body:
+        got.clear()  # not kept alive by the error's traceback
+        raise httpx.RemoteProtocolError(f"an answer's body over {max_body} bytes, the most "
+                                        "held at once")
     return b"".join(got)
 
 
@@ -332,8 +341,10 @@ class HttpClient:
 
     def send(self, method: bytes, origin: Origin, target: bytes, headers: Headers, *,
              content: bytes | None = None, timeout: Timeouts, trace: Exchange | None = None,
-             stream: bool = False, views: bool = False) -> Response:
-        """Send one request; the response is read whole unless `stream`. `headers` are
+             stream: bool = False, views: bool = False,
+             max_body: int = MAX_BODY_BYTES) -> Response:
+        """Send one request; the response is read whole (at most `max_body` bytes of it)
+        unless `stream`. `headers` are
         sent as they are after Host (and Content-Length for a body). `trace` notes what
         the request did (see `Exchange`). `views`: a streamed GET's chunks may be
         memoryviews (each valid for as long as it is held), read off a socket of its own
@@ -346,7 +357,7 @@ class HttpClient:
         traced = trace if trace is not None and trace.traced else None
         request = self._request(method, origin, target, headers, content, timeout, traced)
         if self._network is not None:
-            return self._via_network(request, stream)
+            return self._via_network(request, stream, max_body)
         connects = _THREAD.count
         try:
             resp = origin.pool.handle_request(request)
@@ -361,7 +372,8 @@ class HttpClient:
             return Response(resp.status, resp.headers, chunks=self._chunks(resp, request),
                             close=resp.close)
         return Response(resp.status, resp.headers, content=_read_whole(
-            resp.status, resp.iter_stream(), resp.headers, request, resp.close))
+            resp.status, resp.iter_stream(), resp.headers, request, resp.close, max_body),
+            limit=max_body)
 
     @staticmethod
     def _chunks(resp: httpcore.Response, request: httpcore.Request) -> Iterator[bytes]:
@@ -372,7 +384,7 @@ class HttpClient:
         finally:
             resp.close()
 
-    def _via_network(self, request: httpcore.Request, stream: bool) -> Response:
+    def _via_network(self, request: httpcore.Request, stream: bool, max_body: int) -> Response:
         """Through the httpx transport that replaces the pools."""
         assert self._network is not None
         sent = httpx.Request(
@@ -384,7 +396,8 @@ class HttpClient:
         if stream:
             return Response(resp.status_code, resp.headers.raw, chunks=chunks, close=resp.close)
         return Response(resp.status_code, resp.headers.raw, content=_read_whole(
-            resp.status_code, chunks, resp.headers.raw, request, resp.close))
+            resp.status_code, chunks, resp.headers.raw, request, resp.close, max_body),
+            limit=max_body)
 
     def close(self) -> None:
         with self._lock:

@@ -18,9 +18,12 @@ import re
 
 import httpx
 
+from ._response import MAX_BODY_BYTES
+
 __all__ = ["MAX_HEAD_BYTES", "BodyReader", "ResponseReader", "body_framing", "request_head"]
 
-#: The most a response's head (status line and header fields) may take.
+#: The most a response's head (status line and header fields) may take; also the most its
+#: informational heads before it, and its trailer section, may take together.
 MAX_HEAD_BYTES = 64 * 1024
 _MAX_CHUNK_LINE = 4096
 #: A control character in a head, or a CR or LF not in a CRLF: h11 takes a bare LF as a
@@ -60,7 +63,9 @@ class ResponseReader:
     """One response, fed as it arrives (`feed`); `done` once it is whole.
 
     `head_request`: the request was HEAD (no body follows). `head_only`: the body's first
-    `head_only` bytes are enough (the connection is then not reused). After `done`:
+    `head_only` bytes are enough (the connection is then not reused). A body past
+    `MAX_BODY_BYTES`, informational heads or trailers past `MAX_HEAD_BYTES`: a protocol error,
+    never a reader that grows or turns without end. After `done`:
     `status`, `headers` (as they came, names lower-case), `body`, and `keep_alive`
     (whether the connection may carry the next request), and `leftover`: bytes after the
     response, which a server may not send before the next request (the caller drops the
@@ -76,7 +81,9 @@ class ResponseReader:
         self._head_only = head_only
         self._buf = bytearray()
         self._state = "head"  # head, length, chunk-size, chunk-data, chunk-end, trailers, eof
-        self._left = 0  # bytes of body (or of the chunk) still to come
+        # Bytes of body (or of the chunk) still to come; in "head" and "trailers", the
+        # bytes of head or trailers still allowed.
+        self._left = MAX_HEAD_BYTES
         self._parts: list[bytes] = []
         self._size = 0
         self._chunked = False
@@ -132,11 +139,12 @@ class ResponseReader:
     def _read_head(self) -> bool:
         end = self._buf.find(b"\r\n\r\n")
         if end < 0:
-            if len(self._buf) > MAX_HEAD_BYTES:
-                raise _error("the head is too long")
+            if len(self._buf) > self._left:
+                raise _error(f"the head is over MAX_HEAD_BYTES ({MAX_HEAD_BYTES} bytes)")
             return False
-        if end + 4 > MAX_HEAD_BYTES:
-            raise _error("the head is too long")
+        if end + 4 > self._left:
+            raise _error(f"the head is over MAX_HEAD_BYTES ({MAX_HEAD_BYTES} bytes)")
+        self._left -= end + 4
         head = bytes(self._buf[:end])
         del self._buf[:end + 4]
         bad = _BAD_HEAD_BYTE.search(head)
@@ -164,6 +172,9 @@ class ResponseReader:
             self._chunked = True
             self._state = "chunk-size"
         elif kind == "length":
+            if length > MAX_BODY_BYTES and self._head_only is None:
+                raise _error(f"a body of {length} bytes, over MAX_BODY_BYTES "
+                             f"({MAX_BODY_BYTES} bytes)")
             self._left = length
             self._state = "length"
             if self._left == 0:
@@ -197,13 +208,16 @@ class ResponseReader:
             self._size += len(part)
         if self._head_only is not None and self._size >= self._head_only:
             self._finish(keep_alive=False)
+        elif self._size > MAX_BODY_BYTES:
+            self._parts.clear()  # not kept alive by the error's traceback
+            raise _error(f"a body over {MAX_BODY_BYTES} bytes (MAX_BODY_BYTES)")
 
     def _read_chunk_size(self) -> bool:
         line = self._line(_MAX_CHUNK_LINE)
         if line is None:
             return False
-        self._left = _chunk_size(line)
-        self._state = "chunk-data" if self._left else "trailers"
+        size = _chunk_size(line)
+        self._state, self._left = ("chunk-data", size) if size else ("trailers", MAX_HEAD_BYTES)
         return True
 
     def _read_chunk_end(self) -> bool:
@@ -219,6 +233,9 @@ class ResponseReader:
         line = self._line(MAX_HEAD_BYTES)
         if line is None:
             return False
+        self._left -= len(line) + 2
+        if self._left < 0:
+            raise _error(f"trailers over MAX_HEAD_BYTES ({MAX_HEAD_BYTES} bytes)")
         if line:
             _field(line)  # a trailer field: checked, then ignored
             return True
@@ -363,9 +380,13 @@ class BodyReader:
                 raise _error("a chunk does not end with CRLF")
             self._state = "size"
         elif state == "size":
-            self._left = _chunk_size(line)
-            self._state = "data" if self._left else "trailers"
-        elif line:  # trailers: a field, checked, then ignored
-            _field(line)
+            size = _chunk_size(line)
+            self._state, self._left = ("data", size) if size else ("trailers", MAX_HEAD_BYTES)
         else:
-            self.done = True
+            self._left -= len(line) + 2  # trailers: bounded as a head is
+            if self._left < 0:
+                raise _error(f"trailers over MAX_HEAD_BYTES ({MAX_HEAD_BYTES} bytes)")
+            if line:
+                _field(line)  # a field, checked, then ignored
+            else:
+                self.done = True

@@ -20,8 +20,11 @@ MAX_FRAME_SIZE kept), PING (answered), GOAWAY (no new requests; the streams past
 id failed as `Unprocessed`, the others answered as they come), RST_STREAM, and each
 request's HEADERS (informational ones skipped, trailers read and dropped), CONTINUATION
 and DATA (the connection's and the stream's windows given back as they are used).
-Anything else the protocol forbids a server to send here (PUSH_PROMISE: push is off) or a
-header block that does not decode or grows past `MAX_HEADER_BLOCK` ends the connection.
+Anything else the protocol forbids a server to send here (PUSH_PROMISE: push is off; frames
+on streams this client never opened; DATA on a stream that ended, or past the windows it
+gave, a reset stream's included: `DRAINING`) or a header block that does not decode or
+grows past `MAX_HEADER_BLOCK` ends the connection; a body past `MAX_BODY_BYTES` fails its
+request (the stream is reset).
 What goes wrong is typed as `AsyncConnection` types it (httpx's exceptions); `Unprocessed`
 marks a request the server says it never looked at (a GOAWAY past it, or REFUSED_STREAM):
 safe to send again.
@@ -38,7 +41,7 @@ from typing import Any
 import hpack
 import httpx
 
-from ._response import Done, Response, settle
+from ._response import MAX_BODY_BYTES, Done, Response, settle
 
 __all__ = ["H2Connection", "NotHttp2", "Unprocessed"]
 
@@ -53,6 +56,11 @@ HEADROOM = 0.9
 #: Seconds between two looks at the requests' deadlines: a request times out up to this
 #: much late.
 SWEEP = 1.0
+#: Streams this client reset whose window it keeps counting down: DATA the server sent
+#: before it saw the reset is taken, up to the window; more is a flow-control error
+#: (a server that sends on regardless would otherwise be given its window back forever).
+#: Past this many, the oldest are forgotten (and DATA on them ignored, as before).
+DRAINING = 4096
 #: Headers HTTP/2 forbids (RFC 9113, 8.2.2) or carries as pseudo-headers (`host`).
 _HOP_BY_HOP = frozenset({b"connection", b"host", b"keep-alive", b"proxy-connection",
                          b"transfer-encoding", b"upgrade", b"te"})
@@ -196,6 +204,8 @@ class H2Connection(asyncio.Protocol):
         self._sweeping: asyncio.TimerHandle | None = None
         self._room = 1 << 31  # requests at once: `max_streams`
         self._block: tuple[int, int, bytearray] | None = None  # sid, flags, fragments
+        self._draining: dict[int, int] = {}  # reset stream -> its window left (`DRAINING`)
+        self._forgotten = 0  # the latest stream dropped from `_draining`
         self._unacked = 0  # connection window used and not given back yet
         self._max_frame = _MAX_FRAME  # the server's SETTINGS_MAX_FRAME_SIZE
         # (method, authority, scheme, headers) -> the header block around the :path
@@ -283,7 +293,7 @@ class H2Connection(asyncio.Protocol):
         if exchange is not None:
             if exchange.timer is not None:
                 exchange.timer.cancel()
-            self._reset(sid)
+            self._reset(sid, exchange)
             self._close_if_drained()
 
     def close(self) -> None:
@@ -343,6 +353,10 @@ class H2Connection(asyncio.Protocol):
     def _on_frame(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
         if self._block is not None and kind != _CONTINUATION:
             raise _ProtocolError("a header block left unfinished")
+        if kind in (_DATA, _HEADERS, _RST_STREAM) and (
+                not sid & 1 or sid >= self._next_sid):  # stream 0, a pushed one, or idle
+            raise _ProtocolError(f"a frame of type {kind} on stream {sid}, which this "
+                                 f"client did not open")
         if kind == _DATA:
             self._on_data(flags, sid, payload)
         elif kind == _HEADERS:
@@ -351,6 +365,7 @@ class H2Connection(asyncio.Protocol):
             self._on_continuation(flags, sid, payload)
         elif kind == _RST_STREAM:
             (code,) = struct.unpack(">I", payload)
+            self._draining.pop(sid, None)
             kind_of = Unprocessed if code == ErrorCodes.REFUSED_STREAM else \
                 httpx.RemoteProtocolError
             self._settle(sid, kind_of(f"the server reset the stream ({_reason(code)!r})"))
@@ -450,12 +465,15 @@ class H2Connection(asyncio.Protocol):
     def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
         used = len(payload)
         self._unacked += used
+        if self._unacked > CONNECTION_WINDOW:
+            raise _ProtocolError("DATA past the connection's window (FLOW_CONTROL_ERROR)")
         if self._unacked >= CONNECTION_WINDOW // 2:
             self._out += _frame(_WINDOW_UPDATE, 0, 0, struct.pack(">I", self._unacked))
             self._unacked = 0
         exchange = self._exchanges.get(sid)
         if exchange is None:
-            return  # a stream given up on, or reset: its window is the server's concern
+            self._on_draining(flags, sid, used)
+            return
         data = self._unpadded(flags, payload)
         body = exchange.body
         if not body:
@@ -465,14 +483,36 @@ class H2Connection(asyncio.Protocol):
         else:
             exchange.body = bytearray(body) + data
         exchange.received += used
+        if exchange.received > STREAM_WINDOW:
+            raise _ProtocolError(f"DATA past stream {sid}'s window (FLOW_CONTROL_ERROR)")
         if exchange.head_only is not None and len(exchange.body) > exchange.head_only:
             self._settle(sid, None, cut=True)  # enough: the rest is reset
+            return
+        if len(exchange.body) > MAX_BODY_BYTES:
+            self._settle(sid, httpx.RemoteProtocolError(
+                f"a body over {MAX_BODY_BYTES} bytes (MAX_BODY_BYTES)"), cut=True)
             return
         if flags & _END_STREAM:
             self._settle(sid, None)
         elif exchange.received >= STREAM_WINDOW // 2:
             self._out += _frame(_WINDOW_UPDATE, 0, sid, struct.pack(">I", exchange.received))
             exchange.received = 0
+
+    def _on_draining(self, flags: int, sid: int, used: int) -> None:
+        """DATA on a stream no request waits on: taken (and dropped) within the window
+        of a stream this client reset; an error on one that ended."""
+        left = self._draining.get(sid)
+        if left is None:
+            if sid > self._forgotten:
+                raise _ProtocolError(f"DATA on stream {sid}, which ended (STREAM_CLOSED)")
+            return
+        left -= used
+        if left < 0:
+            raise _ProtocolError(f"DATA past stream {sid}'s window (FLOW_CONTROL_ERROR)")
+        if flags & _END_STREAM:
+            del self._draining[sid]
+        else:
+            self._draining[sid] = left
 
     @staticmethod
     def _unpadded(flags: int, payload: bytes) -> bytes:
@@ -538,7 +578,7 @@ class H2Connection(asyncio.Protocol):
         if exchange.timer is not None:
             exchange.timer.cancel()
         if cut:
-            self._reset(sid)
+            self._reset(sid, exchange)
         self._close_if_drained()
         if exc is not None:
             exchange.done(exc)
@@ -552,9 +592,15 @@ class H2Connection(asyncio.Protocol):
             return
         exchange.done(response)
 
-    def _reset(self, sid: int) -> None:
+    def _reset(self, sid: int, exchange: _Exchange) -> None:
+        """Reset the stream; DATA may still come within its window (`DRAINING`)."""
         if self.transport is None or self.transport.is_closing():
             return
+        self._draining[sid] = STREAM_WINDOW - exchange.received
+        if len(self._draining) > DRAINING:
+            oldest = next(iter(self._draining))
+            del self._draining[oldest]
+            self._forgotten = max(self._forgotten, oldest)
         self._out += _frame(_RST_STREAM, 0, sid, struct.pack(">I", ErrorCodes.CANCEL))
         self._flush_later()
 

@@ -10,7 +10,9 @@ hands its bodies to `Response`, which decodes them here and nowhere else: a whol
 through `decoded_body`, a streamed one through `iter_bytes`, both with `BodyDecoder`.
 S2 compresses answers of 1 KiB or more when asked to (zstd or gzip, by Accept-Encoding);
 an answer without a Content-Encoding costs one look at each header's name. A body that
-does not decode raises `BodyDecodingError`, never a parse error further on.
+does not decode, or decodes to more than the most held at once (`MAX_BODY_BYTES` whole,
+`MAX_DECODED_PIECE` a piece: a few KB of zstd decode to 256 MiB), raises
+`BodyDecodingError`, never a parse error further on.
 """
 
 from __future__ import annotations
@@ -23,10 +25,23 @@ from typing import Any
 
 import httpx
 
-__all__ = ["BodyDecoder", "BodyDecodingError", "Done", "Headers", "Response", "content_encoding",
-           "decoded_body", "settle"]
+__all__ = ["MAX_BODY_BYTES", "MAX_DECODED_PIECE", "BodyDecoder", "BodyDecodingError", "Done",
+           "Headers", "Response", "content_encoding", "decoded_body", "settle"]
 
 Chunks = Iterator[bytes]
+
+#: The largest body held whole, as it came and decoded (the HTTP/1.1 and HTTP/2 readers,
+#: the unary path): twice S2's largest answer (a read of 1 MiB of records, as JSON with
+#: base64 bodies); a body without end, or that decodes without end, fails here instead of
+#: growing the process. Longer answers are read as they come (read sessions, Durable
+#: Streams' catch-up reads in pieces).
+MAX_BODY_BYTES = 4 << 20
+#: The most one piece of a streamed body decodes to (a piece is what one read of the
+#: socket gave: up to about 1 MiB, compressed 50 times at the most by real encoders).
+MAX_DECODED_PIECE = 64 << 20
+#: Input bytes zstd is given at a time: each block takes 4 bytes at least and decodes to
+#: 128 KiB at most, so a slice decodes to a bounded amount (zlib bounds its output itself).
+_ZSTD_SLICE = 128
 
 
 class Headers(Mapping[str, str]):
@@ -91,6 +106,7 @@ _DECOMPRESSORS: dict[str, Callable[[], Any]] = {
     "zstd": lambda: _zstd().decompressobj(),
 }
 _ZSTD: list[Any] = []
+_ZLIB = type(zlib.decompressobj())
 
 
 def _zstd() -> Any:
@@ -114,15 +130,16 @@ def content_encoding(headers: list[tuple[bytes, bytes]]) -> str:
 
 class BodyDecoder:
     """Undoes a Content-Encoding (gzip, deflate, zstd; a list of them applied in turn),
-    piece by piece: `decode` each piece as it arrives, `finish` once the body ended (a
-    body cut short fails there). A gzip body of several members, or a zstd one of several
-    frames, decodes whole."""
+    piece by piece: `decode` each piece as it arrives (to at most `limit` bytes), `finish`
+    once the body ended (a body cut short fails there). A gzip body of several members, or
+    a zstd one of several frames, decodes whole."""
 
-    __slots__ = ("_encoding", "_fed", "_makers", "_objs", "_status")
+    __slots__ = ("_encoding", "_fed", "_limit", "_makers", "_objs", "_status")
 
-    def __init__(self, encoding: str, status: int = 0) -> None:
+    def __init__(self, encoding: str, status: int = 0, limit: int = MAX_DECODED_PIECE) -> None:
         self._encoding = encoding
         self._status = status
+        self._limit = limit
         codings = [c.strip() for c in encoding.split(",")]
         codings = [c for c in codings if c and c != "identity"]
         unknown = [c for c in codings if c not in _DECOMPRESSORS]
@@ -146,17 +163,29 @@ class BodyDecoder:
         return bytes(out)
 
     def _step(self, i: int, data: bytes | memoryview) -> bytes:
-        """Data through the i-th decompressor, a new one for each member or frame."""
+        """Data through the i-th decompressor (a new one for each member or frame), to at
+        most `limit` bytes."""
         parts = []
-        while data:
-            if self._objs[i].eof:
-                self._objs[i] = self._makers[i]()
+        size = 0
+        rest = memoryview(data)
+        while rest:
+            obj = self._objs[i]
+            if obj.eof:
+                obj = self._objs[i] = self._makers[i]()
             self._fed[i] = True
+            zstd = not isinstance(obj, _ZLIB)
+            take, rest = (rest[:_ZSTD_SLICE], rest[_ZSTD_SLICE:]) if zstd else (rest, rest[:0])
             try:
-                parts.append(self._objs[i].decompress(data))
+                out = obj.decompress(take) if zstd else obj.decompress(take,
+                                                                       self._limit - size + 1)
             except Exception as exc:  # zlib.error, zstandard.ZstdError
                 raise self._error(f"corrupt {self._encoding} data ({exc})") from exc
-            data = self._objs[i].unused_data if self._objs[i].eof else b""
+            size += len(out)
+            if size > self._limit:
+                raise self._error(f"it decodes to more than {self._limit} bytes")
+            parts.append(out)
+            if obj.eof and obj.unused_data:
+                rest = memoryview(obj.unused_data + rest)
         return b"".join(parts)
 
     def finish(self) -> None:
@@ -168,14 +197,15 @@ class BodyDecoder:
 
 
 def decoded_body(status: int, headers: list[tuple[bytes, bytes]], body: bytes, *,
-                 prefix: bool = False) -> bytes:
-    """`body` decoded by the response's Content-Encoding: the one place every whole body
-    read by the seam goes through (`Response` calls it). `prefix`: the body is only its
-    first bytes (a poll that needs no more), decoded as far as they go."""
+                 prefix: bool = False, limit: int = MAX_BODY_BYTES) -> bytes:
+    """`body` decoded by the response's Content-Encoding, to at most `limit` bytes: the one
+    place every whole body read by the seam goes through (`Response` calls it). `prefix`:
+    the body is only its first bytes (a poll that needs no more), decoded as far as they
+    go."""
     encoding = content_encoding(headers)
     if not encoding:
         return body
-    decoder = BodyDecoder(encoding, status)
+    decoder = BodyDecoder(encoding, status, limit)
     out = decoder.decode(body)
     if not prefix:
         decoder.finish()
@@ -185,18 +215,21 @@ def decoded_body(status: int, headers: list[tuple[bytes, bytes]], body: bytes, *
 class Response:
     """One response. A streamed one must be read or closed (`with` closes it).
 
-    `content` is the body as it came; it is decoded here (`decoded_body`), so `content`
-    is always the decoded body. `prefix`: `content` is only the body's first bytes."""
+    `content` is the body as it came; it is decoded here (`decoded_body`, to at most
+    `limit` bytes), so `content` is always the decoded body. `prefix`: `content` is only
+    the body's first bytes."""
 
     __slots__ = ("_chunks", "_close", "_content", "headers", "status_code")
 
     def __init__(self, status_code: int, headers: list[tuple[bytes, bytes]], *,
                  content: bytes | None = None, chunks: Chunks | None = None,
-                 close: Callable[[], None] | None = None, prefix: bool = False) -> None:
+                 close: Callable[[], None] | None = None, prefix: bool = False,
+                 limit: int = MAX_BODY_BYTES) -> None:
         self.status_code = status_code
         self.headers = Headers(headers)
         self._content = (content if content is None or not headers
-                         else decoded_body(status_code, headers, content, prefix=prefix))
+                         else decoded_body(status_code, headers, content, prefix=prefix,
+                                           limit=limit))
         self._chunks = chunks
         self._close = close
 
@@ -228,9 +261,18 @@ class Response:
         return json.loads(self.content)
 
     def read(self) -> bytes:
-        """Read the rest of the body, decoded."""
+        """Read the rest of the body, decoded (an error's, mostly), to `MAX_BODY_BYTES`."""
         if self._content is None:
-            self._content = b"".join(self.iter_bytes())
+            parts, size = [], 0
+            for piece in self.iter_bytes():
+                parts.append(piece)
+                size += len(piece)
+                if size > MAX_BODY_BYTES:
+                    parts.clear()  # not kept alive by the error's traceback
+                    self.close()
+                    raise httpx.RemoteProtocolError(
+                        f"a body over {MAX_BODY_BYTES} bytes (MAX_BODY_BYTES)")
+            self._content = b"".join(parts)
         return self._content
 
     def iter_raw(self) -> Chunks:

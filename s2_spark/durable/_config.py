@@ -38,9 +38,13 @@ class DurableConfig:
       `HTTPS_PROXY` / `HTTP_PROXY` / `NO_PROXY`.
     * `compression`: ask for gzip-compressed reads. Off by default: on loopback and fast
       networks it only costs CPU on both ends.
-    * `max_sse_event`: the largest SSE event taken from the server, in bytes (its lines,
-      and the data events before a control event); 64 MiB by default. Past it the read
-      fails with `MalformedResponseError` instead of holding whatever the server sends.
+    * `max_read_bytes`: the most of an answer a read holds at once, in bytes: the body of
+      a catch-up or long-poll answer (`get()`, `read()` but with SSE), an SSE event (its
+      lines, and the data events before a control event); 64 MiB by default. Past it the
+      read fails instead of holding whatever the server sends: `MalformedResponseError`
+      for an SSE event; an answer is retried as a failed transfer, then
+      `StreamUnavailableError`. The Spark reader reads in pieces (`read_pieces`) and is
+      not bound by it.
     """
 
     base_url: str | None = None
@@ -51,7 +55,7 @@ class DurableConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     compression: bool = False
     tls: TlsConfig | None = None
-    max_sse_event: int = MAX_SSE_EVENT
+    max_read_bytes: int = MAX_SSE_EVENT
 
     def __post_init__(self) -> None:
         if self.base_url is not None and (
@@ -74,10 +78,10 @@ class DurableConfig:
             _positive(name, getattr(self, name))
         if not isinstance(self.retry, RetryPolicy):
             raise ValueError(f"DurableConfig.retry must be a RetryPolicy (got {self.retry!r})")
-        if isinstance(self.max_sse_event, bool) or not isinstance(self.max_sse_event, int) \
-                or self.max_sse_event < 1024:
-            raise ValueError("DurableConfig.max_sse_event must be a number of bytes >= 1024 "
-                             f"(got {self.max_sse_event!r})")
+        limit = self.max_read_bytes
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1024:
+            raise ValueError("DurableConfig.max_read_bytes must be a number of bytes >= 1024 "
+                             f"(got {limit!r})")
         if self.tls is not None and not isinstance(self.tls, TlsConfig):
             raise ValueError(f"DurableConfig.tls must be a TlsConfig or None (got {self.tls!r})")
 

@@ -271,8 +271,8 @@ class StreamReader(ResumableRead[ReadChunk]):
     def _sse_events(
         self, resp: Response, base64: bool, loop: RetryLoop
     ) -> Generator[ReadChunk, None, None]:
-        limit = self._t.config.max_sse_event
-        parser = SSEParser(limit)
+        limit = self._t.config.max_read_bytes
+        parser = SSEParser(limit, "DurableConfig.max_read_bytes")
         pending: list[str] = []
         held = 0
         for raw in resp.iter_bytes():
@@ -282,7 +282,7 @@ class StreamReader(ResumableRead[ReadChunk]):
                     if held > limit:
                         raise MalformedResponseError(
                             f"the server sent data events of over {limit} bytes without a "
-                            "control event (the limit, DurableConfig.max_sse_event)",
+                            "control event (the limit, DurableConfig.max_read_bytes)",
                             code="bad_sse")
                     pending.append(event.data)
                 elif event.event == "control":

@@ -69,7 +69,7 @@ class Transport:
         return self.http.send(method.encode(), self.http.origin(base),
                               (target + query(params, after=target)).encode(), hdrs,
                               content=content, timeout=self.timeout(read), trace=exchange,
-                              stream=stream)
+                              stream=stream, max_body=self.config.max_read_bytes)
 
     def request(
         self,

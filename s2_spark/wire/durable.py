@@ -268,11 +268,13 @@ class SSEParser:
 
     Lines end in LF, CRLF or CR; `data:` lines join with LF; one leading space after the
     colon is dropped; comments and unknown fields are ignored; a blank line dispatches.
-    An event (its unfinished line included) larger than `max_event` bytes is an error.
+    An event (its unfinished line included) larger than `max_event` bytes is an error
+    (naming `limit_name`, the setting that raises it, where there is one).
     """
 
-    def __init__(self, max_event: int = MAX_SSE_EVENT) -> None:
+    def __init__(self, max_event: int = MAX_SSE_EVENT, limit_name: str = "") -> None:
         self._max = max_event
+        self._limit = f" ({limit_name})" if limit_name else ""
         self._buf = b""
         self._parts: list[bytes] = []  # a line's bytes while no line break came
         self._line_bytes = 0  # of the unfinished line (`_buf` and `_parts`)
@@ -284,8 +286,8 @@ class SSEParser:
     def _check(self) -> None:
         if self._line_bytes + self._data_bytes > self._max:
             raise MalformedResponseError(
-                f"the server sent an SSE event over {self._max} bytes (the limit, "
-                "DurableConfig.max_sse_event)", code="bad_sse")
+                f"the server sent an SSE event over {self._max} bytes{self._limit}",
+                code="bad_sse")
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Parse more bytes; return the events completed by them."""

@@ -35,6 +35,7 @@ from s2_spark.testing.serving.asgi import (
     Request,
     Scope,
     Send,
+    closing,
     respond,
     respond_json,
 )
@@ -119,14 +120,18 @@ class S2App:
         if scope["type"] != "http":
             return
         started = False
+        req: Request | None = None
 
         async def tracking_send(message: MutableMapping[str, Any]) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
+                if req is not None and req.unread:
+                    # A body left unread (too large, or not used and long): close, as
+                    # s2-lite's hyper does, rather than read it on, maybe forever.
+                    headers = [*message.get("headers", ()), *closing(scope)]
+                    message = {**message, "headers": headers}
             await send(message)
-
-        req: Request | None = None
 
         def count_unrouted() -> None:
             # Before answering, so a client that has its answer sees the count.
@@ -140,9 +145,9 @@ class S2App:
         except ApiError as e:
             count_unrouted()
             if not started and e.empty_body:
-                await respond(send, e.status)
+                await respond(tracking_send, e.status)
             elif not started:
-                await respond_json(send, e.status, e.body)
+                await respond_json(tracking_send, e.status, e.body)
         except UnicodeDecodeError:
             count_unrouted()
             if not started:

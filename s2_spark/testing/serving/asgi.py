@@ -5,6 +5,12 @@ before unescaping, query, headers, a body: undone from its Content-Encoding befo
 app sees it, by `compression.HttpCompression`),
 `respond`/`respond_json` answer it, and `until_disconnect` ends a streaming answer
 when its client goes away.
+
+A body is read only as far as a valid request goes: one past `MAX_UNARY_BODY` is refused
+as soon as that much arrived, and one the app does not use is dropped up to
+`MAX_DRAINED_BODY`; the rest is left unread (`Request.unread`), and the answer closes its
+HTTP/1.1 connection (`closing`), as s2-lite's does, so a body without end costs neither
+memory nor a reader that never stops.
 """
 
 from __future__ import annotations
@@ -19,13 +25,16 @@ from s2_spark.testing.semantics.errors import ApiError
 from s2_spark.testing.semantics.names import validate_basin_name
 
 __all__ = [
+    "BODY_TOO_LARGE",
     "JSON_HEADERS",
+    "MAX_DRAINED_BODY",
     "MAX_UNARY_BODY",
     "PROTO_HEADERS",
     "Receive",
     "Request",
     "Scope",
     "Send",
+    "closing",
     "json_bytes",
     "query_bool",
     "query_int",
@@ -42,6 +51,11 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 #: body limit (2 MiB), which s2-lite keeps; past it, s2-lite answers the body's parse
 #: error (400 `bad_json` or `bad_proto`).
 MAX_UNARY_BODY = 2 * 1024 * 1024
+#: s2-lite's words for a body past `MAX_UNARY_BODY` (axum's `LengthLimitError`).
+BODY_TOO_LARGE = "Failed to buffer the request body: length limit exceeded"
+#: A body the app does not use is dropped up to this (so a short one keeps its connection
+#: usable), the rest left unread: one without end would be read forever.
+MAX_DRAINED_BODY = MAX_UNARY_BODY
 _NO_JSON = "Expected request with `Content-Type: application/json`"
 JSON_HEADERS = [(b"content-type", b"application/json")]
 PROTO_HEADERS = [(b"content-type", b"application/protobuf")]
@@ -54,10 +68,12 @@ def json_bytes(obj: Any) -> bytes:
 class Request:
     """The parts of an ASGI HTTP scope the handlers use."""
 
-    __slots__ = ("counted", "headers", "method", "query", "receive", "scope", "segments")
+    __slots__ = ("counted", "headers", "method", "query", "receive", "scope", "segments",
+                 "unread")
 
     def __init__(self, scope: Scope, receive: Receive) -> None:
         self.counted = False  # set once the request counter has seen it
+        self.unread = False  # set when the body's rest is left unread: close after answering
         self.scope = scope
         self.receive = receive
         self.method: str = scope["method"]
@@ -82,7 +98,8 @@ class Request:
 
     async def body(self, code: str, limit: int = MAX_UNARY_BODY) -> bytes:
         """The whole body, its Content-Encoding undone; one that cannot be read (too
-        large, corrupt) is a 400 with `code` (`bad_json`, `bad_proto`), as in s2-lite."""
+        large, corrupt) is a 400 with `code` (`bad_json`, `bad_proto`), as in s2-lite.
+        A body past `limit` is refused once that much arrived, its rest left unread."""
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -90,22 +107,28 @@ class Request:
             if msg["type"] == "http.disconnect":
                 raise ConnectionError("client disconnected")
             chunk = msg.get("body", b"")
+            more = msg.get("more_body", False)
             if chunk:
                 size += len(chunk)
                 if size > limit:
-                    if msg.get("more_body", False):
-                        await self._drain()
-                    raise _too_large(code)
+                    self.unread = bool(more)
+                    raise ApiError.bad(code, BODY_TOO_LARGE)
                 chunks.append(chunk)
-            if not msg.get("more_body", False):
+            if not more:
                 return b"".join(chunks)
 
     async def _drain(self) -> None:
-        """Read a body that is not used, so the connection stays usable for the next
-        request (an unread body makes the HTTP/1.1 server close it)."""
+        """Drop a body that is not used, so the connection stays usable for the next
+        request; past `MAX_DRAINED_BODY`, leave the rest unread (the answer closes the
+        connection): a body without end would keep this reading forever."""
+        size = 0
         while True:
             msg = await self.receive()
             if msg["type"] == "http.disconnect" or not msg.get("more_body", False):
+                return
+            size += len(msg.get("body", b""))
+            if size > MAX_DRAINED_BODY:
+                self.unread = True
                 return
 
     async def json(self, *, optional: bool = False) -> Any:
@@ -152,8 +175,11 @@ def _is_json(mime: str) -> bool:
     return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
-def _too_large(code: str) -> ApiError:
-    return ApiError.bad(code, "Failed to buffer the request body: length limit exceeded")
+def closing(scope: Scope) -> list[tuple[bytes, bytes]]:
+    """The header that has an HTTP/1.x connection closed after its answer, for a request
+    whose body is left unread; none on HTTP/2, where the stack resets the stream instead
+    (the header is not HTTP/2's) and the connection serves on."""
+    return [] if scope.get("http_version", "1.1") == "2" else [(b"connection", b"close")]
 
 
 async def respond(
@@ -214,14 +240,18 @@ async def until_disconnect(req: Request, session: Awaitable[None]) -> None:
     """Run a streaming response until it ends or the client goes away.
 
     Without this an abandoned read session would keep following the tail (and sending
-    heartbeats into a closed connection) until its `wait` ran out, possibly forever.
+    heartbeats into a closed connection) until its `wait` ran out, possibly forever. A
+    read has no use for a body: one past `MAX_DRAINED_BODY` ends the session as a
+    disconnect does, rather than be read as long as it goes on.
     """
     task = asyncio.ensure_future(session)
 
     async def watch() -> None:
+        size = 0
         while True:
             msg = await req.receive()
-            if msg["type"] == "http.disconnect":
+            size += len(msg.get("body", b""))
+            if msg["type"] == "http.disconnect" or size > MAX_DRAINED_BODY:
                 task.cancel()
                 return
 

@@ -16,8 +16,10 @@ those layers do, so a client meets compressed answers here exactly where it woul
   tower-http uses), streamed: a zstd frame without a content size, as s2-lite sends it.
 * Request bodies in Content-Encoding `gzip` or `zstd` reach the app decompressed (and
   without that header); `identity` passes; any other coding is answered 415 with
-  `Accept-Encoding: zstd,gzip` and no body. A corrupt one is a 400, one that decodes past
-  `MAX_UNARY_BODY` a 413 (the app's limits).
+  `Accept-Encoding: zstd,gzip` and no body. A corrupt one is a 400, and so is one past
+  `MAX_UNARY_BODY` before or after decompression (s2-lite's body limit, and its words):
+  `bad_proto` for a protobuf body, else `bad_json`. A body refused before its end (415,
+  or too large as it came) is left unread and its HTTP/1.1 connection closed.
 
 Only paths under `/v1` (s2-lite's `route_layer`); everything else passes untouched, and so
 does a request that asks for no compression and sends none: one look at its headers.
@@ -33,8 +35,15 @@ from typing import Any
 
 import zstandard
 
-from s2_spark.testing.semantics.errors import ApiError
-from s2_spark.testing.serving.asgi import MAX_UNARY_BODY, Receive, Scope, Send, respond_json
+from s2_spark.testing.serving.asgi import (
+    BODY_TOO_LARGE,
+    MAX_UNARY_BODY,
+    Receive,
+    Scope,
+    Send,
+    closing,
+    respond_json,
+)
 from s2_spark.testing.serving.counter import KindCounter
 
 __all__ = ["MIN_COMPRESSED_SIZE", "HttpCompression", "preferred_coding"]
@@ -220,17 +229,14 @@ class HttpCompression:
             if encoding not in (b"gzip", b"zstd"):
                 await send({"type": "http.response.start", "status": 415,
                             "headers": [(b"accept-encoding", _TAKEN),
-                                        (b"content-length", b"0")]})
+                                        (b"content-length", b"0"), *closing(scope)]})
                 await send({"type": "http.response.body", "body": b""})
                 return
             try:
                 body = await _decompressed(receive, encoding.decode())
                 self.decompressed.add(encoding.decode())
-            except ApiError as e:
-                await respond_json(send, e.status, e.body)
-                return
-            except _Undecodable as e:
-                await _refuse_undecodable(send, scope, str(e))
+            except _Unreadable as e:
+                await _refuse_unreadable(send, scope, e)
                 return
             scope = {**scope, "headers": [(k, v) for k, v in scope["headers"]
                                           if k.lower() not in (b"content-encoding",
@@ -245,7 +251,8 @@ def _under_v1(path: str) -> bool:
 
 
 async def _decompressed(receive: Receive, coding: str) -> bytes:
-    """The request's whole body, decompressed; ApiError for a corrupt or too large one."""
+    """The request's whole body, decompressed; `_Unreadable` for a corrupt one or one past
+    `MAX_UNARY_BODY` (compressed: refused as it comes, its rest left unread)."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -253,11 +260,12 @@ async def _decompressed(receive: Receive, coding: str) -> bytes:
         if msg["type"] == "http.disconnect":
             raise ConnectionError("client disconnected")
         chunk = msg.get("body", b"")
+        more = msg.get("more_body", False)
         size += len(chunk)
         if size > MAX_UNARY_BODY:
-            raise ApiError.standard(413, "invalid", "request body is too large")
+            raise _Unreadable(BODY_TOO_LARGE, unread=bool(more))
         chunks.append(chunk)
-        if not msg.get("more_body", False):
+        if not more:
             break
     data = b"".join(chunks)
     return _decode_request(data, coding, MAX_UNARY_BODY) if data else data
@@ -265,21 +273,27 @@ async def _decompressed(receive: Receive, coding: str) -> bytes:
 
 def _decode_request(data: bytes, coding: str, limit: int) -> bytes:
     """`data` decompressed (every gzip member, every zstd frame), at most `limit` bytes of
-    it (more: 413); corrupt, cut short or followed by anything else: 400."""
+    it (more: s2-lite's length limit); corrupt, cut short or followed by anything else:
+    `_Unreadable` too."""
     try:
         out = _unzstd(data, limit) if coding == "zstd" else _gunzip(data, limit)
     except (zstandard.ZstdError, zlib.error) as e:
-        raise _Undecodable(f"Failed to buffer the request body: corrupt {coding} data: {e}") from e
+        raise _Unreadable(f"Failed to buffer the request body: corrupt {coding} data: {e}") from e
     if len(out) > limit:
-        raise ApiError.standard(413, "invalid", "request body is too large")
+        raise _Unreadable(BODY_TOO_LARGE)
     return out
 
 
-class _Undecodable(Exception):
-    """A request body that does not decompress by its Content-Encoding."""
+class _Unreadable(Exception):
+    """A request body that does not decompress by its Content-Encoding, or is too large;
+    `unread`: its rest was not read, so its connection is closed after the answer."""
+
+    def __init__(self, why: str, *, unread: bool = False) -> None:
+        super().__init__(why)
+        self.unread = unread
 
 
-async def _refuse_undecodable(send: Send, scope: Scope, why: str) -> None:
+async def _refuse_unreadable(send: Send, scope: Scope, err: _Unreadable) -> None:
     """What s2-lite's handler answers when its body extractor cannot read the body: a
     protobuf body's 400 `bad_proto` (`api/src/data.rs`, `ProtoRejection`), any other's
     400 `bad_json` (`JsonExtractionRejection`), both mapped in
@@ -287,7 +301,8 @@ async def _refuse_undecodable(send: Send, scope: Scope, why: str) -> None:
     ctype = next((v for k, v in scope["headers"] if k.lower() == b"content-type"), b"")
     mime = ctype.split(b",")[0].split(b";")[0].strip().lower()
     proto = mime in (b"application/protobuf", b"application/x-protobuf")
-    await respond_json(send, 400, {"code": "bad_proto" if proto else "bad_json", "message": why})
+    body = {"code": "bad_proto" if proto else "bad_json", "message": str(err)}
+    await respond_json(send, 400, body, closing(scope) if err.unread else None)
 
 
 def _gunzip(data: bytes, limit: int) -> bytes:

@@ -23,7 +23,7 @@ from typing import Any
 
 from s2_spark.testing.serving.endpoint import LISTEN_BACKLOG, ServerTls
 
-__all__ = ["H2_MAX_CONCURRENT_STREAMS", "available", "serve"]
+__all__ = ["H2_MAX_CONCURRENT_STREAMS", "H2_MAX_HEADER_LIST", "available", "serve"]
 
 #: As hypercorn was configured: the tail watch sizes its HTTP/2 connections from it.
 H2_MAX_CONCURRENT_STREAMS = 1000
@@ -32,6 +32,11 @@ H2_MAX_CONCURRENT_STREAMS = 1000
 BACKPRESSURE = 1 << 22
 #: Frames and bodies as large as hypercorn took (S2S frames are up to 2 MiB).
 MAX_FRAME = 1024 * 1024
+#: hyper's HTTP/1.1 read buffer, a body read in pieces of a frame: also the longest request
+#: head (431 past it).
+H1_READ_BUFFER = MAX_FRAME + 64 * 1024
+#: The largest HTTP/2 header list taken (SETTINGS_MAX_HEADER_LIST_SIZE): s2-lite's.
+H2_MAX_HEADER_LIST = 16 * 1024
 #: hyper closes a connection whose request headers do not arrive within this (an idle
 #: keep-alive connection included); its longest, as near hypercorn's 75 s as it goes.
 HEADER_READ_TIMEOUT_MS = 60_000
@@ -77,10 +82,13 @@ def _worker(sock: socket.socket, tls: ServerTls | None) -> Any:
 
     holder = _granian.SocketHolder(os.dup(sock.fileno()), False, LISTEN_BACKLOG)  # type: ignore[call-arg]
     h1 = HTTP1Settings(header_read_timeout=HEADER_READ_TIMEOUT_MS, keep_alive=True,
-                       max_buffer_size=MAX_FRAME + 64 * 1024)
+                       max_buffer_size=H1_READ_BUFFER)
     h2 = HTTP2Settings(max_concurrent_streams=H2_MAX_CONCURRENT_STREAMS,
                        max_frame_size=MAX_FRAME, initial_stream_window_size=MAX_FRAME,
-                       initial_connection_window_size=4 * MAX_FRAME)
+                       initial_connection_window_size=4 * MAX_FRAME,
+                       # granian's default, 16 MiB, let a header block without end hold
+                       # 20 CONTINUATION frames of MAX_FRAME (RSS +28 MiB); this, 6.
+                       max_headers_size=H2_MAX_HEADER_LIST)
     # (worker id, (listener spec, socket), IPC, runtime threads, runtime blocking threads,
     #  blocking threads, their idle timeout, backpressure, HTTP mode, HTTP/1 and HTTP/2
     #  settings, websockets, static files, *TLS, metrics)

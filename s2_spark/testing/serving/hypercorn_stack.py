@@ -19,6 +19,12 @@ from s2_spark.testing.serving.endpoint import LISTEN_BACKLOG, ServerTls
 
 __all__ = ["available", "serve"]
 
+#: h11's bound on a request head (431 past it).
+H1_MAX_HEAD = 1024 * 1024
+#: python-h2's bound on an HTTP/2 header list, the only one it enforces: hypercorn sets
+#: its SETTINGS in a way that never reaches the decoder (0.18), so it keeps its default.
+H2_MAX_HEADER_LIST = 64 * 1024
+
 
 def available() -> str | None:
     """None when hypercorn can serve here; else why not."""
@@ -51,7 +57,8 @@ def _config(fd: int, tls: ServerTls | None) -> Any:
     # watch connecting many streams at once saw SYNs dropped and connects time out).
     config.backlog = LISTEN_BACKLOG
     config.h2_max_inbound_frame_size = 1024 * 1024
-    config.h11_max_incomplete_size = 1024 * 1024
+    config.h11_max_incomplete_size = H1_MAX_HEAD
+    config.h2_max_header_list_size = H2_MAX_HEADER_LIST  # advertised as it is enforced
     config.include_server_header = False
     return config
 
@@ -71,13 +78,16 @@ def _short_tls_shutdown(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def _tolerate_data_after_response() -> None:
-    """Patch hypercorn's HTTP/2 protocol to drop DATA for streams it already closed.
+    """Patch hypercorn's HTTP/2 protocol to end, not crash on, DATA for streams it already
+    closed.
 
-    When the server answers a streaming request early (say 403/404 to an S2S append
-    session), the client may still have request DATA in flight. hypercorn 0.18 closes the
-    stream once the response ends and then raises KeyError on that DATA, killing the whole
-    connection (every other stream on it, e.g. s2-sdk's read sessions, dies too). Ignore
-    such frames, handing their flow-control credit back, as RFC 9113 section 8.1 allows.
+    When the server answers a request before its body ended (a 403/404 to an S2S append
+    session, a 400 to a body too large), the client may still be sending DATA. hypercorn
+    0.18 closes the stream once the response ends and then raises KeyError on that DATA,
+    killing the whole connection (every other stream on it, e.g. s2-sdk's read sessions,
+    dies too). Hand such frames' flow-control credit back and reset the stream with
+    NO_ERROR, as RFC 9113 section 8.1 allows and hyper (granian, s2-lite) does: the client
+    stops sending, where crediting alone would take a body without end forever.
     """
     import h2.events
     from hypercorn.protocol.h2 import H2Protocol
@@ -93,12 +103,48 @@ def _tolerate_data_after_response() -> None:
                 self.connection.acknowledge_received_data(
                     event.flow_controlled_length, event.stream_id
                 )
-                await original(self, [])  # flush the WINDOW_UPDATE
+                stream = self.connection.streams.get(event.stream_id)
+                if stream is not None and not stream.closed:
+                    self.connection.reset_stream(event.stream_id)  # NO_ERROR
+                await original(self, [])  # flush the WINDOW_UPDATE and RST_STREAM
             else:
                 await original(self, [event])
 
     handle_events._s2_tolerant = True  # type: ignore[attr-defined]
     H2Protocol._handle_events = handle_events  # type: ignore[method-assign]
+
+
+def _drop_body_after_answer() -> None:
+    """Patch hypercorn's HTTP streams to drop what a client still sends once its answer
+    went out.
+
+    hypercorn 0.18 hands each piece of a body to the app through a queue of 10 and waits
+    while it is full. An app that answered without reading a long body (a 415, a body
+    too large) left that wait blocked for good, and with it the disconnect hypercorn
+    queues when the answer ends the stream: the connection was neither read nor closed,
+    and outlived its client (measured: ~0.8 MiB and a descriptor each). Once the stream
+    closed, its queue is emptied and nothing more is queued, so hypercorn ends the
+    connection (HTTP/1.1) or stream (HTTP/2) as after a body read to its end.
+    """
+    from hypercorn.protocol.events import Body, EndBody, StreamClosed
+    from hypercorn.protocol.http_stream import HTTPStream
+
+    original = HTTPStream.handle
+    if getattr(original, "_s2_tolerant", False):
+        return
+
+    async def handle(self: Any, event: Any) -> None:
+        if isinstance(event, StreamClosed):
+            self._s2_closed = True
+            queue = getattr(getattr(self, "app_put", None), "__self__", None)
+            while isinstance(queue, asyncio.Queue) and not queue.empty():
+                queue.get_nowait()  # frees a put waiting for room, and the disconnect's
+        elif getattr(self, "_s2_closed", False) and isinstance(event, Body | EndBody):
+            return  # answered: nobody reads it any more
+        await original(self, event)
+
+    handle._s2_tolerant = True  # type: ignore[attr-defined]
+    HTTPStream.handle = handle  # type: ignore[method-assign]
 
 
 async def serve(sock: socket.socket, app: Any, shutdown: asyncio.Event,
@@ -107,6 +153,7 @@ async def serve(sock: socket.socket, app: Any, shutdown: asyncio.Event,
     from hypercorn.asyncio import serve as hypercorn_serve
 
     _tolerate_data_after_response()
+    _drop_body_after_answer()
     if tls is not None:
         _short_tls_shutdown(asyncio.get_running_loop())
     config = _config(os.dup(sock.fileno()), tls)

@@ -1,0 +1,112 @@
+"""The client side of `test_hostile_servers`: one client path of this project, run in a
+process of its own against a server that misbehaves, so its memory can be measured alone.
+
+    python tests/_hostile_client.py PATH URL
+
+Prints `ready` once the client is made and its baseline taken; a path that runs until
+stopped (a watch) then waits for a line on stdin. Last, one line of JSON: `outcome`
+(`carried-on`, or the type and text of the error the path ended with), `baseline` (VmRSS
+before the path ran, KiB) and `peak` (VmHWM after it, reset at the baseline, KiB).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from s2_spark.durable import DurableConfig, DurableStreamsClient
+from s2_spark.retry import RetryPolicy
+from s2_spark.s2 import S2Client, S2Config
+
+#: Retries end soon: each test needs one failure, not a client that tries for 2 minutes.
+RETRY = RetryPolicy(timeout=3.0, initial_backoff=0.05, max_backoff=0.5)
+
+
+def _status(field: str) -> int:
+    """A VmRSS / VmHWM figure of this process, in KiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise LookupError(field)
+
+
+def _until_stopped() -> dict[str, Any]:
+    sys.stdin.readline()
+    return {"outcome": "carried-on"}
+
+
+def s2_watch(url: str) -> Callable[[], dict[str, Any]]:
+    """The tail watch of one S2 stream: it polls until stopped, whatever the answers."""
+    client = S2Client(S2Config(endpoint=url, retry=RETRY, compression="none"))
+    watch = client.basin("hostile-basin").watch_tails()
+
+    def run() -> dict[str, Any]:
+        watch.watch({"stream": 0})
+        return _until_stopped()
+    return run
+
+
+def s2_check_tails(url: str) -> Callable[[], dict[str, Any]]:
+    """A tail lookup of two streams at once (the fan-out)."""
+    client = S2Client(S2Config(endpoint=url, retry=RETRY, compression="none"))
+    basin = client.basin("hostile-basin")
+    return lambda: {"outcome": basin.check_tails(["s0", "s1"])}
+
+
+def s2_list_basins(url: str) -> Callable[[], dict[str, Any]]:
+    """A control-plane call, unary."""
+    client = S2Client(S2Config(endpoint=url, retry=RETRY, compression="none"))
+    return lambda: {"outcome": [b.name for b in client.list_basins()]}
+
+
+def durable_sse(url: str) -> Callable[[], dict[str, Any]]:
+    """A Durable Streams read with live SSE, its limit at 1 MiB."""
+    client = DurableStreamsClient(DurableConfig(base_url=url, retry=RETRY,
+                                                max_read_bytes=1 << 20))
+    return lambda: {"outcome": len(list(client.stream("s").read("-1", live="sse")))}
+
+
+def durable_get(url: str) -> Callable[[], dict[str, Any]]:
+    """A Durable Streams catch-up read of one answer, its limit at 1 MiB."""
+    client = DurableStreamsClient(DurableConfig(base_url=url, retry=RETRY,
+                                                max_read_bytes=1 << 20))
+    return lambda: {"outcome": len(client.stream("s").get("-1").data)}
+
+
+def durable_watch(url: str) -> Callable[[], dict[str, Any]]:
+    """The tail watch of one Durable Streams stream: polls until stopped."""
+    client = DurableStreamsClient(DurableConfig(base_url=url, retry=RETRY))
+    watch = client.watch_tails()
+
+    def run() -> dict[str, Any]:
+        watch.watch({f"{url}/s": {"offset": "0", "skip": 0}})
+        return _until_stopped()
+    return run
+
+
+def hold_32_mib(url: str) -> Callable[[], dict[str, Any]]:
+    """No client: 32 MiB held, to show what the measure sees."""
+    return lambda: {"outcome": len(b"x" * (32 << 20))}
+
+
+PATHS = {f.__name__: f for f in (s2_watch, s2_check_tails, s2_list_basins, durable_sse,
+                                 durable_get, durable_watch, hold_32_mib)}
+
+
+def main(path: str, url: str) -> None:
+    run = PATHS[path](url)
+    baseline = _status("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM from here on
+    print("ready", flush=True)
+    try:
+        result = run()
+    except Exception as exc:
+        result = {"outcome": {"type": type(exc).__name__, "text": str(exc)}}
+    print(json.dumps({**result, "baseline": baseline, "peak": _status("VmHWM")}), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
