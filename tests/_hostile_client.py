@@ -38,9 +38,13 @@ def _until_stopped() -> dict[str, Any]:
     return {"outcome": "carried-on"}
 
 
+def _s2(url: str) -> S2Client:
+    return S2Client(S2Config(endpoint=url, retry=RETRY, compression="none"))
+
+
 def s2_watch(url: str) -> Callable[[], dict[str, Any]]:
     """The tail watch of one S2 stream: it polls until stopped, whatever the answers."""
-    client = S2Client(S2Config(endpoint=url, retry=RETRY, compression="none"))
+    client = _s2(url)
     watch = client.basin("hostile-basin").watch_tails()
 
     def run() -> dict[str, Any]:
@@ -51,14 +55,14 @@ def s2_watch(url: str) -> Callable[[], dict[str, Any]]:
 
 def s2_check_tails(url: str) -> Callable[[], dict[str, Any]]:
     """A tail lookup of two streams at once (the fan-out)."""
-    client = S2Client(S2Config(endpoint=url, retry=RETRY, compression="none"))
+    client = _s2(url)
     basin = client.basin("hostile-basin")
     return lambda: {"outcome": basin.check_tails(["s0", "s1"])}
 
 
 def s2_list_basins(url: str) -> Callable[[], dict[str, Any]]:
     """A control-plane call, unary."""
-    client = S2Client(S2Config(endpoint=url, retry=RETRY, compression="none"))
+    client = _s2(url)
     return lambda: {"outcome": [b.name for b in client.list_basins()]}
 
 
