@@ -5,7 +5,8 @@
     python scripts/fuzz.py --coverage                         # C line coverage of the corpus
 
 The targets are in `tests/fuzz_targets.py`: each runs one input through the C accelerator
-and the pure-Python path of one decoder and fails when they disagree. Each target runs in
+and the pure-Python path of one decoder, or through one of the HTTP readers and the
+library it is checked against (h11, h2), and fails when they disagree. Each target runs in
 its own process (libFuzzer exits when done), seeded from `tests/data/fuzz/<target>/`; the
 inputs it finds go to `.fuzz/corpus/<target>/` (ignored by git). An input that
 fails is copied into `tests/data/fuzz/<target>/`, where `tests/test_fuzz.py` replays it
@@ -154,10 +155,10 @@ def _child(name: str, seconds: int, runs: int, leaks: bool) -> int:
         _load_extensions(Path(ext_dir))
     import fuzz_targets
 
-    from s2_spark._http import _h1
+    from s2_spark._http import _h1, _h2_connection
     from s2_spark.wire import appends, durable, frames, records
 
-    _instrument(atheris, (appends, durable, frames, records, _h1))
+    _instrument(atheris, (appends, durable, frames, records, _h1, _h2_connection))
     if ext_dir:  # the sanitized build, not the package's
         for module in (records._fastwire, appends._fastwire, durable._fastjson):
             assert Path(module.__file__).parent == Path(ext_dir), module.__file__

@@ -7,7 +7,9 @@ only exceptions a decoder may raise on bad input are its typed ones: `FrameError
 `MalformedResponseError` for Durable Streams, `ValueError`/`TypeError` for bad arguments to
 the append encoder, `httpx.RemoteProtocolError` for an HTTP/1.1 answer (`h1_response`, the
 reader the tail watch and the fan-out parse answers with, checked against h11;
-`h1_streamed`, the head and streamed body of a read session, checked against it).
+`h1_streamed`, the head and streamed body of a read session, checked against it). For
+HTTP/2 (`h2_frames`, the tail watch's connections) the outcomes compared are each
+request's: its answer, a reset, or the connection failed, checked against h2.
 
 `scripts/fuzz.py` runs them coverage-guided (atheris); `tests/test_fuzz.py` replays the
 corpus in `tests/data/fuzz/<target>/` (seeds, and every input that ever failed) on each
@@ -17,18 +19,34 @@ input means the same thing to every run.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
 import h11
+import hpack
 import httpx
 import numpy as np
 import pyarrow as pa
 
 from s2_spark._http._h1 import BodyReader, ResponseReader, body_framing
+from s2_spark._http._h2_connection import (
+    CONNECTION_WINDOW,
+    MAX_HEADER_BLOCK,
+    STREAM_WINDOW,
+    H2Connection,
+    NotHttp2,
+    Unprocessed,
+)
+from s2_spark._http._response import Response
 from s2_spark._proto import s2_pb2
 from s2_spark.errors import FrameError, MalformedResponseError
 from s2_spark.wire import appends, durable, frames, records
@@ -556,6 +574,434 @@ def _whole_read(data: bytes) -> Any:
             bool(reader.leftover))
 
 
+# -- HTTP/2 frames (the tail watch's connections) -------------------------------------------
+
+
+_DATA, _HEADERS, _PRIORITY, _RST_STREAM, _SETTINGS = 0, 1, 2, 3, 4
+_PUSH_PROMISE, _PING, _GOAWAY, _WINDOW_UPDATE, _CONTINUATION = 5, 6, 7, 8, 9
+_END_HEADERS, _PADDED, _PRIORITY_FLAG = 0x4, 0x8, 0x20
+_MAX_FRAME = 16384
+_STATUSES = (b"200", b"204", b"404", b"100", b"103", b"500", b"304", b"200")
+_NAMES = (b"content-type", b"x-id", b"set-cookie", b"cookie", b"content-length", b"server")
+#: Settings the server sends: the six of RFC 9113, and two unknown ones (never 8, see
+#: `h2_frames`).
+_SETTING_CODES = (1, 2, 3, 4, 5, 6, 0x10, 0x4242)
+
+
+def _h2_frame(kind: int, flags: int, sid: int, payload: bytes, length: int = -1) -> bytes:
+    size = len(payload) if length < 0 else length
+    return size.to_bytes(3, "big") + bytes((kind, flags)) + sid.to_bytes(4, "big") + payload
+
+
+def _settings_payload(r: _Reader, raw: bool) -> bytes:
+    """SETTINGS entries, each setting once (its last value: hyperframe keeps a frame's
+    settings in a dict, so h2 never sees an earlier one); unless `raw`, each value in the
+    range RFC 9113 6.5.2 allows."""
+    settings: dict[int, int] = {}
+    for _ in range(r.byte() % 4):
+        code = _SETTING_CODES[r.byte() % 8]
+        value = int.from_bytes(r.take(4).ljust(4, b"\0"), "big")
+        if not raw:
+            value = {2: 0, 4: value & 0x7FFFFFFF,
+                     5: _MAX_FRAME + value % ((1 << 24) - _MAX_FRAME)}.get(code, value)
+        settings.pop(code, None)
+        settings[code] = value
+    return b"".join(c.to_bytes(2, "big") + v.to_bytes(4, "big") for c, v in settings.items())
+
+
+def _header_block(r: _Reader, encoder: hpack.Encoder) -> bytes:
+    """A response head encoded by one server encoder (its dynamic table carried from
+    block to block), perhaps after a table size update (8,192: past the 4,096 allowed)."""
+    shape = r.byte()
+    if shape & 0x80:
+        encoder.header_table_size = (0, 256, 4096, 8192)[shape >> 5 & 3]
+    fields = [(b":status", _STATUSES[shape % 8], False)] + [
+        (_NAMES[r.byte() % 6], r.blob() or b"", bool(shape & 0x40))
+        for _ in range(shape >> 3 & 3)]
+    return encoder.encode(fields, huffman=bool(shape & 0x04))
+
+
+def _padded(flags: int, r: _Reader, fixed: bytes, body: bytes, spoil: bool) -> bytes:
+    """`fixed` fields and `body`, with padding if `flags` says so (with `spoil`, fewer
+    padding bytes than the Pad Length says)."""
+    if not flags & _PADDED:
+        return fixed + body
+    pad = r.byte()
+    return bytes((pad,)) + fixed + body + bytes(r.byte() % (pad + 1) if spoil else pad)
+
+
+def _stream_id(where: int, r: _Reader) -> int:
+    """0, a request's stream (1, 3, 5, 7: idle where fewer were sent), an even one, 9
+    (idle), or any; perhaps with the reserved bit set (to be ignored)."""
+    sid = (0, 1, 3, 5, 7, 2, 9, -1)[where % 8]
+    if sid < 0:
+        sid = int.from_bytes(r.take(4).ljust(4, b"\0"), "big") & 0x7FFFFFFF
+    return sid | (0x80000000 if where & 0x40 else 0)
+
+
+def _server_frames(r: _Reader, encoder: hpack.Encoder) -> list[bytes]:
+    """The frames of one step of the server: mostly one; a header block split into a
+    HEADERS frame and its CONTINUATION frames. An eighth of them spoilt: fixed-size
+    fields cut or grown, padding short of its Pad Length, SETTINGS values out of range."""
+    kind, flags, where = r.byte(), r.byte(), r.byte()
+    spoil, t = kind >= 0xE0, kind % 16
+    t = _HEADERS if t in (12, 13) else _DATA if t > 13 else t  # answers more often
+    sid = _stream_id(where, r)
+    if t in (_SETTINGS, _PING, _GOAWAY) and not where & 0x80:
+        sid = 0
+    if t == _HEADERS:
+        block = r.blob() or b"" if kind & 0x30 == 0x30 else _header_block(r, encoder)
+        ends = sorted(r.byte() % (len(block) + 1) for _ in range(r.byte() % 4))
+        pieces = [block[a:b] for a, b in zip([0, *ends], [*ends, len(block)], strict=True)]
+        priority = b""
+        if flags & _PRIORITY_FLAG:
+            dep = int.from_bytes(r.take(4).ljust(4, b"\0"), "big")
+            if dep & 0x7FFFFFFF == sid & 0x7FFFFFFF:
+                dep ^= 1  # never on itself: see `h2_frames`
+            priority = (dep.to_bytes(4, "big") + r.take(1))[: r.byte() % 6 if spoil else 5]
+        last = flags & _END_HEADERS  # on the last piece only: unset, the block is unfinished
+        heads = [_h2_frame(_HEADERS, flags & ~_END_HEADERS | (last if len(pieces) == 1 else 0),
+                           sid, _padded(flags, r, priority, pieces[0], spoil))]
+        return heads + [_h2_frame(_CONTINUATION, last if i == len(pieces) - 1 else 0, sid, p)
+                        for i, p in enumerate(pieces) if i]
+    if t == 10:  # an unknown type (10, ALTSVC, is not unknown to h2: see `h2_frames`)
+        return [_h2_frame(11 + r.byte() % 245, flags, sid, r.blob() or b"")]
+    if t == 11:  # over the frame size: refused from its header on (12-15: HEADERS, DATA)
+        return [_h2_frame(r.byte() % 10, flags, sid, r.blob() or b"", _MAX_FRAME + 1 + r.byte())]
+    if t == _DATA:
+        payload = _padded(flags, r, b"", r.blob() or b"", spoil)
+    elif t == _PUSH_PROMISE:
+        payload = _padded(flags, r, (2 + 2 * r.byte()).to_bytes(4, "big"), r.blob() or b"",
+                          spoil)
+    elif t == _CONTINUATION:
+        payload = r.blob() or b""
+    elif t == _SETTINGS:
+        payload = b"" if flags & 1 else _settings_payload(r, spoil)
+    elif t == _GOAWAY:
+        last = (0, 1, 3, 5, 7, 0x7FFFFFFF, 0x80000001, 2)[r.byte() % 8]  # reserved bit too
+        payload = last.to_bytes(4, "big") + bytes(3) + bytes((r.byte() % 16,)) + (r.blob() or b"")
+    else:  # PRIORITY, RST_STREAM, PING, WINDOW_UPDATE: fixed sizes
+        size = {_PRIORITY: 5, _RST_STREAM: 4, _PING: 8, _WINDOW_UPDATE: 4}[t]
+        payload = ((r.byte() % 16).to_bytes(4, "big") if t == _RST_STREAM
+                   else r.take(size).ljust(size, b"\0"))
+    if spoil and t not in (_DATA, _PUSH_PROMISE):
+        payload = (payload + r.take(8))[: r.byte() % (len(payload) + 9)]
+    return [_h2_frame(t, flags, sid, payload)]
+
+
+def _comparable(wire: bytes) -> tuple[list[bytes], bytes]:
+    """The server's bytes as frames for h2, and as bytes for ours. A frame over the
+    frame size ends both (ours refuses it at its header, h2 once it is whole: h2 gets it
+    completed with zeros). An unfinished last frame is not given to h2 (it may judge a
+    frame header before the frame arrives, ours judges whole frames). Both end before a
+    header block's 64th CONTINUATION frame (where h2 stops, see `h2_frames`)."""
+    frames: list[bytes] = []
+    pos = continued = 0
+    while len(wire) - pos >= 9:
+        length = int.from_bytes(wire[pos : pos + 3], "big")
+        frame = wire[pos : pos + 9 + length]
+        if length > _MAX_FRAME:
+            return [*frames, frame.ljust(9 + length, b"\0")], wire
+        if len(frame) < 9 + length:
+            break
+        continued = continued + 1 if frame[3] == _CONTINUATION else 0
+        if continued == 64:
+            return frames, wire[:pos]
+        frames.append(frame)
+        pos += len(frame)
+    return frames, wire
+
+
+class _Transport:
+    """What `H2Connection` asks of its transport; what it writes is not looked at."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+class _Ours(H2Connection):
+    """Ours, telling a failed connection (one exception, every request still waiting
+    given it) from a reset stream."""
+
+    broke: Exception | None = None
+
+    def _broken(self, exc: Exception, not_h2: NotHttp2 | None = None) -> None:
+        self.broke = exc
+        super()._broken(exc, not_h2)
+
+
+def _answer(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> Any:
+    """An answer as `Response` gives it (the body decoded by its Content-Encoding), on
+    both sides, so that decoding a body is never a difference."""
+    try:
+        response = Response(status, headers, content=body)
+    except Exception as exc:  # what `_settle` hands on
+        return ("error", type(exc).__name__)
+    return ("answer", response.status_code, response.headers.raw, response.content)
+
+
+async def _ours_read(first: list[bytes], rest: list[bytes], n: int) -> list[Any]:
+    conn, transport = _Ours(), _Transport()
+    conn.start(transport)  # type: ignore[arg-type]
+    got: list[Any] = [("pending",)] * n
+
+    def done(i: int) -> Callable[[Any], None]:
+        def record(result: Any) -> None:
+            if isinstance(result, Response):
+                got[i] = ("answer", result.status_code, result.headers.raw, result.content)
+            elif result is conn.broke:
+                got[i] = ("failed",)
+            elif isinstance(result, Unprocessed):
+                got[i] = ("unprocessed",)
+            elif isinstance(result, httpx.RemoteProtocolError):
+                got[i] = ("reset",)
+            else:
+                got[i] = ("error", type(result).__name__)
+        return record
+
+    def feed(pieces: list[bytes]) -> None:
+        for piece in pieces:
+            if transport.closed:  # asyncio delivers nothing after `close`
+                break
+            if piece:  # nor an empty read
+                conn.data_received(piece)
+
+    feed(first)
+    for i in range(n):
+        try:
+            conn.send(b"GET", b"s2.test", b"https", b"/", [], None, done(i))
+        except Unprocessed:  # not ready: the SETTINGS unfinished, or refused
+            got[i] = ("failed",) if conn.broke else ("pending",)
+        except httpx.LocalProtocolError as exc:  # the server's frame size too small for it
+            got[i] = ("error", type(exc).__name__)
+    feed(rest)
+    await asyncio.sleep(0)  # the writes it put off
+    if conn.ready.done() and not conn.ready.cancelled():
+        conn.ready.exception()  # seen
+    return got
+
+
+class _Oracle(h2.connection.H2Connection):
+    """h2's connection, a HEADERS frame on a closed stream decoded (the table follows
+    every block) and otherwise ignored, as ours does (see `h2_frames`)."""
+
+    def _receive_headers_frame(self, frame: Any) -> Any:
+        if self._stream_closed_by(frame.stream_id) is None:
+            return super()._receive_headers_frame(frame)
+        h2.connection._decode_headers(self.decoder, frame.data)
+        return [], []
+
+
+class _Malformed(Exception):
+    """A response head h2 passes (its field validation off) that RFC 9113 calls
+    malformed."""
+
+
+def _status(fields: list[tuple[bytes, bytes]]) -> int:
+    """The status of a well-formed response head: its one pseudo-header field, first,
+    `:status` of three digits (RFC 9113 8.3, RFC 9110 15)."""
+    if (not fields or fields[0][0] != b":status" or len(fields[0][1]) != 3
+            or not fields[0][1].isdigit() or any(n.startswith(b":") for n, _ in fields[1:])):
+        raise _Malformed(fields)
+    return int(fields[0][1])
+
+
+def _trailers(fields: list[tuple[bytes, bytes]]) -> None:
+    """Trailers without pseudo-header fields (RFC 9113 8.1)."""
+    if any(n.startswith(b":") for n, _ in fields):
+        raise _Malformed(fields)
+
+
+def _h2_read(frames: list[bytes], n: int) -> list[Any]:
+    conn = _Oracle(h2.config.H2Configuration(
+        client_side=True, header_encoding=None, validate_inbound_headers=False,
+        normalize_inbound_headers=False))
+    conn.local_settings = h2.settings.Settings(client=True, initial_values={
+        h2.settings.SettingCodes.ENABLE_PUSH: 0,
+        h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+        h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_BLOCK})
+    conn.local_settings.acknowledge()  # in force from the start, as ours has them
+    conn.initiate_connection()
+    conn.increment_flow_control_window(CONNECTION_WINDOW - 65535)  # ours' window too
+    got: dict[int, Any] = {}
+    heads: dict[int, tuple[int, list[tuple[bytes, bytes]]]] = {}
+    bodies = {2 * i + 1: b"" for i in range(n)}
+    for sid in bodies:
+        conn.send_headers(sid, [(b":method", b"GET"), (b":scheme", b"https"),
+                                (b":authority", b"s2.test"), (b":path", b"/")], end_stream=True)
+    going_away = in_block = False
+    for frame in frames:
+        kind, flags, stream = frame[3], frame[4], int.from_bytes(frame[5:9], "big") & 0x7FFFFFFF
+        if kind in (_PRIORITY, _WINDOW_UPDATE) and not in_block and len(frame) <= 9 + _MAX_FRAME:
+            continue  # ignored by ours
+        in_block = (not flags & _END_HEADERS if kind == _HEADERS else
+                    in_block and not flags & _END_HEADERS if kind == _CONTINUATION else in_block)
+        try:
+            if kind == _PUSH_PROMISE:
+                raise h2.exceptions.ProtocolError("PUSH_PROMISE with push off")
+            if kind in (_DATA, _HEADERS, _RST_STREAM) and (not stream & 1 or stream > 2 * n):
+                raise h2.exceptions.ProtocolError("a stream the client did not open")
+            if kind == _DATA and stream in got:
+                raise h2.exceptions.ProtocolError("DATA on a stream that ended")
+            if _padding_over_priority(frame):
+                raise h2.exceptions.ProtocolError("padding over the priority fields")
+            for event in conn.receive_data(_full_room(frame)):
+                sid = getattr(event, "stream_id", 0)
+                if sid not in bodies or sid in got:
+                    if isinstance(event, h2.events.ConnectionTerminated):
+                        going_away = True
+                        _went_away(conn, event.last_stream_id, bodies, got)
+                elif isinstance(event, h2.events.InformationalResponseReceived):
+                    _status(event.headers)
+                elif isinstance(event, h2.events.ResponseReceived):
+                    heads[sid] = (_status(event.headers), [
+                        (k, v) for k, v in event.headers if not k.startswith(b":")])
+                elif isinstance(event, h2.events.TrailersReceived):
+                    _trailers(event.headers)
+                elif isinstance(event, h2.events.DataReceived):
+                    bodies[sid] += event.data
+                elif isinstance(event, h2.events.StreamEnded):
+                    got[sid] = _answer(*heads[sid], bodies[sid])
+                elif isinstance(event, h2.events.StreamReset):
+                    got[sid] = ("unprocessed",) if event.error_code == 7 else ("reset",)
+        except (h2.exceptions.ProtocolError, _Malformed):
+            got = {sid: got.get(sid, ("failed",)) for sid in bodies}
+            break
+        if going_away and len(got) == n:
+            break  # ours closes the connection here
+    return [got.get(sid, ("pending",)) for sid in bodies]
+
+
+def _went_away(conn: h2.connection.H2Connection, last: int | None, bodies: dict[int, bytes],
+               got: dict[int, Any]) -> None:
+    """A GOAWAY: the requests past its last stream id (h2 keeps its reserved bit) unprocessed,
+    their streams reset (ours forgets them), and the connection open again for the others'
+    answers."""
+    conn.state_machine.state = h2.connection.ConnectionState.CLIENT_OPEN
+    for sid in bodies:
+        if sid > (last or 0) & 0x7FFFFFFF and sid not in got:
+            got[sid] = ("unprocessed",)
+            conn.reset_stream(sid)
+
+
+def _padding_over_priority(frame: bytes) -> bool:
+    """A padded HEADERS frame with priority whose padding reaches into the 5 bytes of
+    priority fields: RFC 9113 6.2 refuses it, hyperframe only padding past them."""
+    kind, flags, payload = frame[3], frame[4], frame[9:]
+    return (kind == _HEADERS and bool(flags & _PADDED) and bool(flags & _PRIORITY_FLAG)
+            and len(payload) > 0 and payload[0] > len(payload) - 6)
+
+
+def _full_room(frame: bytes) -> bytes:
+    """A padded HEADERS frame (without priority) all padding after its Pad Length, given
+    to h2 without padding (the same empty fragment): hyperframe refuses it."""
+    kind, flags = frame[3], frame[4]
+    if (kind == _HEADERS and flags & _PADDED and not flags & _PRIORITY_FLAG
+            and len(frame) > 9 and frame[9] == len(frame) - 10):
+        return _h2_frame(kind, flags & ~_PADDED, int.from_bytes(frame[5:9], "big"), b"")
+    return frame
+
+
+def h2_frames(data: bytes) -> None:
+    """`H2Connection` (ours, the tail watch's HTTP/2) reading a server's frames in
+    pieces, against h2 reading them frame by frame: every request the same answer
+    (status, headers, body), the same reset, or the same failed connection.
+
+    Input: byte 0 seeds the cuts; byte 1: requests (1-4, streams 1, 3, 5, 7), whether
+    the bytes stop a few bytes short, whether the first SETTINGS holds any values; then
+    the server's SETTINGS and its frames, each from three bytes (kind, flags, where) and
+    what follows (`_server_frames`).
+
+    Normalised, each where ours made a documented choice, RFC 9113 leaves the choice
+    open, or h2 departs from it:
+    * PRIORITY and WINDOW_UPDATE frames are not given to h2 (ours ignores both: it
+      sends no DATA, and priority signals are deprecated, RFC 9113 5.3.2), but inside a
+      header block, where both must refuse them; a HEADERS frame's priority never
+      names its own stream (h2 fails the connection on it, ours ignores priority).
+    * DATA on a stream that ended (END_STREAM, RST_STREAM, past a GOAWAY's last id):
+      h2 resets the stream (a stream error, RFC 9113 6.1), ours ends the connection,
+      which 5.4.1 allows for any stream error: the oracle ends it too.
+    * HEADERS on a closed stream: ours decodes the block and ignores it; h2 fails the
+      connection after END_STREAM (RFC 9113 5.1 allows both), and after RST_STREAM on
+      an informational head (5.1: ignored): to h2 they are decoded and ignored too.
+    * GOAWAY: h2 refuses every frame after one (its connection state is closed), while
+      RFC 9113 6.8 lets the streams up to its last id finish, as ours does; h2 is opened
+      again, the streams past the last id (read without its reserved bit, which h2 keeps)
+      reset (ours forgets them). Once no request waits, ours closes the connection: h2 is
+      given no more.
+    * A frame over 16,384 bytes: ours refuses it at its header, h2 once it is whole
+      (given zeros to complete it). An unfinished last frame is not given to h2.
+    * PUSH_PROMISE: ours refuses it at once (push is off: RFC 9113 8.4), h2 once its
+      header block is complete: to h2 it is an error at once.
+    * DATA, HEADERS and RST_STREAM on a stream the client did not open (0, even, or
+      past the last it opened) end the connection at the frame (RFC 9113 5.1, 5.1.1,
+      6.4), as ours ends it: h2 judges HEADERS only once its block is whole, takes
+      HEADERS on an even stream as a request from the server, and ignores RST_STREAM on
+      an idle stream.
+    * h2 refuses a header block of more than 63 CONTINUATION frames; ours a block
+      over MAX_HEADER_BLOCK (64 KiB): the bytes end before the 64th.
+    * A padded HEADERS frame (without priority) all padding after its Pad Length (an
+      empty fragment): hyperframe refuses it, RFC 9113 6.2 only padding that exceeds
+      the room left for the fragment; h2 gets it unpadded. With priority fields,
+      padding that reaches into them: RFC 9113 6.2 refuses it (as ours does), hyperframe
+      only padding past them too; to h2 it is an error at once.
+    * Header fields are not validated (h2's validation off, ours has none), but a
+      response head must be well formed: one pseudo-header field, first, `:status` of
+      three digits (RFC 9113 8.3; h2 makes other malformed responses connection errors,
+      so this does too), and trailers must hold no pseudo-header field (8.1); their
+      other fields are not looked at (ours drops them).
+    * A SETTINGS frame names each setting once: hyperframe reads a frame's settings
+      into a dict, so h2 checks only the last value of one named twice (RFC 9113 6.5.3
+      processes each in order, as ours does: a first value out of range is an error).
+    * Setting 8 (ENABLE_CONNECT_PROTOCOL, RFC 8441) is never sent: h2 checks its value,
+      ours does not know it and must ignore it; type 10 (ALTSVC, RFC 7838) is never
+      sent as an unknown type: h2 parses it.
+    * h2's settings are ours' from the start (h2 applies its own once acknowledged):
+      push off, windows of 1 MiB a stream and 64 MiB the connection, which inputs of
+      8 KiB (fuzz.py's -max_len) never fill, padding included (at most 255 bytes a
+      frame of 5 input bytes): neither gives a window back.
+    """
+    r = _Reader(data)
+    seed, control = r.byte(), r.byte()
+    n = 1 + control % 4
+    encoder = hpack.Encoder()
+    wire = _h2_frame(_SETTINGS, 0, 0, _settings_payload(r, control >= 0xC0))
+    first = len(wire)
+    while r.left():
+        wire += b"".join(_server_frames(r, encoder))
+    if control & 0x20:
+        wire = wire[: len(wire) - (control >> 2) % 8]
+    frames, wire = _comparable(wire)
+    ours = _run(_ours_read(_cuts(wire[:first], seed), _cuts(wire[first:], seed + 1), n))
+    theirs = _h2_read(frames, n)
+    if ours != theirs:
+        raise Disagreement(f"H2Connection gave {ours!r}, h2 gave {theirs!r}")
+
+
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def _run(coroutine: Coroutine[Any, Any, list[Any]]) -> list[Any]:
+    """Runs on one event loop for the whole process (a new loop per input costs more
+    than the input)."""
+    global _loop
+    if _loop is None:
+        _loop = asyncio.new_event_loop()
+    return _loop.run_until_complete(coroutine)
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "read_batch": read_batch,
     "read_batches": read_batches,
@@ -567,6 +1013,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "sse": sse,
     "h1_response": h1_response,
     "h1_streamed": h1_streamed,
+    "h2_frames": h2_frames,
 }
 """Every fuzz target by name; the first five call one C entry point each (the first two
 the same one, with one payload and with several)."""

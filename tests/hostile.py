@@ -7,6 +7,7 @@ request head first (a Durable Streams SSE read's HEAD is answered as the protoco
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 
 from http_proxy import read_head
 from hyperframe.frame import (
@@ -31,6 +32,7 @@ __all__ = [
     "EndlessTrailers",
     "Http1Server",
     "PingFlood",
+    "Scripted",
     "SendingAfterTheReset",
     "SettingsFlood",
 ]
@@ -65,6 +67,20 @@ def _first_request(conn: socket.socket) -> int:
         if not chunk:
             return 0
         heard += chunk
+
+
+class Scripted(Http2Server):
+    """Answers the request with the frames `script(sid)` makes, then waits for the
+    client to leave."""
+
+    def __init__(self, script: Callable[[int], bytes]) -> None:
+        super().__init__()
+        self.script = script
+
+    def misbehave(self, conn: socket.socket, sid: int) -> None:
+        conn.sendall(self.script(sid))
+        while conn.recv(65536):
+            pass
 
 
 class ContinuationFlood(Http2Server):

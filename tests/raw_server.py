@@ -49,6 +49,8 @@ class RawServer:
             self.finished += 1
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):  # wakes the blocked accept(), which close alone does not
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         self._thread.join(10)
 

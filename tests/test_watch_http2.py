@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import struct
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import hpack
 import httpx
 import pytest
 from _waiting import wait_for as until
@@ -26,6 +28,7 @@ from hostile import (
     DataOnAnUnopenedStream,
     EndlessBodyInWindow,
     PingFlood,
+    Scripted,
     SendingAfterTheReset,
     SettingsFlood,
 )
@@ -242,6 +245,80 @@ def test_a_body_without_end_fails_its_request_at_the_limit() -> None:
             get(hostile.url)
         assert str(info.value) == f"a body over {MAX_BODY_BYTES} bytes (MAX_BODY_BYTES)"
         assert hostile.sent < 2 * MAX_BODY_BYTES
+
+
+def _frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + sid.to_bytes(4, "big") \
+        + payload
+
+
+def _head(*fields: tuple[str, str], flags: int = 0x4) -> Callable[[int], bytes]:
+    """HEADERS with END_HEADERS (and `flags`), its block the `fields` HPACK-encoded."""
+    return lambda sid: _frame(0x1, flags, sid, hpack.Encoder().encode(list(fields)))
+
+
+def _then(*parts: Callable[[int], bytes]) -> Callable[[int], bytes]:
+    return lambda sid: b"".join(part(sid) for part in parts)
+
+
+def _on_zero(frame: bytes) -> Callable[[int], bytes]:
+    return lambda sid: frame
+
+
+_OK_HEAD = _head((":status", "200"))
+_SETTING = struct.Struct(">HI")
+
+#: What RFC 9113 makes a malformed answer or a connection error, found by the `h2_frames`
+#: fuzz target (its inputs are kept in tests/data/fuzz/h2_frames/): each ends the
+#: connection with the error it names, the answer never delivered.
+MALFORMED = {
+    "no-status": (_head(("x-id", "1"), flags=0x5), "a malformed response head"),
+    "status-not-three-digits": (_head((":status", " 200"), flags=0x5),
+                                "a malformed response head"),
+    "a-pseudo-header-after-status": (_head((":status", "200"), (":path", "/"), flags=0x5),
+                                     "a malformed response head"),
+    "data-before-the-head": (lambda sid: _frame(0x0, 0x1, sid, b"x"),
+                             "DATA before the answer's head on stream 1"),
+    "informational-that-ends-the-stream": (_head((":status", "103"), flags=0x5),
+                                           "an informational answer (103) that ends stream 1"),
+    "trailers-without-end-stream": (_then(_OK_HEAD, _head(("x-trailer", "1"))),
+                                    "trailers without END_STREAM, or with a pseudo-header "
+                                    "field, on stream 1"),
+    "a-status-in-the-trailers": (_then(_OK_HEAD, _head((":status", "100"), flags=0x5)),
+                                 "trailers without END_STREAM, or with a pseudo-header "
+                                 "field, on stream 1"),
+    "body-shorter-than-its-content-length": (
+        _then(_head((":status", "200"), ("content-length", "5")),
+              lambda sid: _frame(0x0, 0x1, sid, b"abc")),
+        "3 bytes of body on stream 1 at its end, its content-length 5"),
+    "content-length-not-digits": (_head((":status", "200"), ("content-length", "+5")),
+                                  "a content-length of b'+5'"),
+    "ping-on-a-stream": (lambda sid: _frame(0x6, 0, sid, bytes(8)),
+                         "a frame of type 6 on stream 1, not the connection's"),
+    "ping-of-9-bytes": (_on_zero(_frame(0x6, 0, 0, bytes(9))), "a PING of 9 bytes, not 8"),
+    "settings-ack-with-payload": (_on_zero(_frame(0x4, 0x1, 0, _SETTING.pack(3, 10))),
+                                  "a SETTINGS acknowledgement with a payload"),
+    "goaway-of-4-bytes": (_on_zero(_frame(0x7, 0, 0, bytes(4))), "a GOAWAY of 4 bytes"),
+    "enable-push-1": (_on_zero(_frame(0x4, 0, 0, _SETTING.pack(2, 1))),
+                      "SETTINGS_ENABLE_PUSH 1 from a server"),
+    "window-over-2-31": (_on_zero(_frame(0x4, 0, 0, _SETTING.pack(4, 1 << 31))),
+                         "SETTINGS_INITIAL_WINDOW_SIZE 2147483648, over 2^31-1"),
+    "max-frame-size-8": (_on_zero(_frame(0x4, 0, 0, _SETTING.pack(5, 8))),
+                         "SETTINGS_MAX_FRAME_SIZE 8, not within 16384-16777215"),
+    "headers-too-short-for-priority": (lambda sid: _frame(0x1, 0x25, sid, b"\x88"),
+                                       "a frame shorter than its 5 bytes of fixed fields"),
+    "padding-over-the-priority-fields": (lambda sid: _frame(0x1, 0x2D, sid, b"\x03" + bytes(5)),
+                                         "padding longer than the frame"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_an_answer_rfc_9113_calls_malformed_ends_the_connection_with_why(case: str) -> None:
+    script, why = MALFORMED[case]
+    with Scripted(script) as server:
+        with pytest.raises(httpx.RemoteProtocolError) as info:
+            get(server.url)
+        assert why in str(info.value)
 
 
 # -- an origin that speaks HTTP/1.1 only: the Durable Streams reference server -------------

@@ -20,11 +20,16 @@ MAX_FRAME_SIZE kept), PING (answered), GOAWAY (no new requests; the streams past
 id failed as `Unprocessed`, the others answered as they come), RST_STREAM, and each
 request's HEADERS (informational ones skipped, trailers read and dropped), CONTINUATION
 and DATA (the connection's and the stream's windows given back as they are used).
-Anything else the protocol forbids a server to send here (PUSH_PROMISE: push is off; frames
-on streams this client never opened; DATA on a stream that ended, or past the windows it
-gave, a reset stream's included: `DRAINING`) or a header block that does not decode or
-grows past `MAX_HEADER_BLOCK` ends the connection; a body past `MAX_BODY_BYTES` fails its
-request (the stream is reset).
+Anything else the protocol forbids a server to send here ends the connection, as the RFC
+has it: PUSH_PROMISE (push is off); frames on streams this client never opened, or
+connection frames on a stream; DATA on a stream that ended, or past the windows it gave, a
+reset stream's included (`DRAINING`); frames of the wrong size, settings out of range; a
+header block that does not decode or grows past `MAX_HEADER_BLOCK`; an answer RFC 9113
+8.1.1 calls malformed (no `:status` of three digits first, DATA before the head, a 1xx
+ending the stream, trailers not ending it or with a pseudo-header, a body other than its
+content-length), which the RFC lets a client treat as a stream error, but a server that
+sends one is broken. No answer is delivered that h2 would refuse (the `h2_frames` fuzz
+target checks it). A body past `MAX_BODY_BYTES` fails its request (the stream is reset).
 What goes wrong is typed as `AsyncConnection` types it (httpx's exceptions); `Unprocessed`
 marks a request the server says it never looked at (a GOAWAY past it, or REFUSED_STREAM):
 safe to send again.
@@ -71,9 +76,12 @@ _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _DATA, _HEADERS, _PRIORITY, _RST_STREAM, _SETTINGS = 0, 1, 2, 3, 4
 _PUSH_PROMISE, _PING, _GOAWAY, _WINDOW_UPDATE, _CONTINUATION = 5, 6, 7, 8, 9
 _END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
-_MAX_CONCURRENT_STREAMS, _MAX_FRAME_SIZE, _MAX_HEADER_LIST_SIZE = 3, 5, 6
+_ENABLE_PUSH, _MAX_CONCURRENT_STREAMS, _INITIAL_WINDOW_SIZE = 2, 3, 4
+_MAX_FRAME_SIZE, _MAX_HEADER_LIST_SIZE, _ENABLE_CONNECT_PROTOCOL = 5, 6, 8
 #: The frames this client accepts: SETTINGS_MAX_FRAME_SIZE's default, never changed.
 _MAX_FRAME = 16384
+#: What SETTINGS_MAX_FRAME_SIZE may be (RFC 9113, 6.5.2).
+_LARGEST_FRAME = (1 << 24) - 1
 #: The largest header block (HEADERS and its CONTINUATION frames, encoded) taken from the
 #: server, advertised as SETTINGS_MAX_HEADER_LIST_SIZE. The answers polled carry a few
 #: hundred bytes of headers; a block without end (the 2024 "CONTINUATION flood") ends
@@ -120,6 +128,40 @@ def _literal(name: bytes | int, value: bytes, *, never: bool = False) -> bytes:
     return bytes((first,)) + _hpack_string(name) + _hpack_string(value)
 
 
+def _check_setting(code: int, value: int) -> None:
+    """A setting's value as RFC 9113 6.5.2 (and RFC 8441 for 8) allows it from a server."""
+    if code == _ENABLE_PUSH and value:
+        raise _ProtocolError(f"SETTINGS_ENABLE_PUSH {value} from a server")
+    if code == _INITIAL_WINDOW_SIZE and value > _LAST_STREAM_ID:
+        raise _ProtocolError(f"SETTINGS_INITIAL_WINDOW_SIZE {value}, over 2^31-1 "
+                             f"(FLOW_CONTROL_ERROR)")
+    if code == _MAX_FRAME_SIZE and not _MAX_FRAME <= value <= _LARGEST_FRAME:
+        raise _ProtocolError(f"SETTINGS_MAX_FRAME_SIZE {value}, not within "
+                             f"{_MAX_FRAME}-{_LARGEST_FRAME}")
+    if code == _ENABLE_CONNECT_PROTOCOL and value > 1:
+        raise _ProtocolError(f"SETTINGS_ENABLE_CONNECT_PROTOCOL {value}, not 0 or 1")
+
+
+def _status(fields: list[tuple[bytes, bytes]]) -> int:
+    """The status of a response head, well formed (RFC 9113 8.3): one pseudo-header
+    field, first, `:status` of three digits."""
+    if (not fields or fields[0][0] != b":status" or len(fields[0][1]) != 3
+            or not fields[0][1].isdigit() or any(n[:1] == b":" for n, _ in fields[1:])):
+        raise _ProtocolError(f"a malformed response head: {[n for n, _ in fields][:8]}")
+    return int(fields[0][1])
+
+
+def _content_length(fields: list[tuple[bytes, bytes]]) -> int | None:
+    """The block's content-length: digits only, and every one the same."""
+    found = None
+    for name, value in fields:
+        if name == b"content-length":
+            if not value.isdigit() or (found is not None and int(value) != found):
+                raise _ProtocolError(f"a content-length of {value[:32]!r}")
+            found = int(value)
+    return found
+
+
 class ErrorCodes(enum.IntEnum):
     """HTTP/2's error codes (RFC 9113, 7)."""
 
@@ -162,8 +204,8 @@ class _ProtocolError(Exception):
 class _Exchange:
     """One request until its answer ended."""
 
-    __slots__ = ("body", "deadline", "done", "head_only", "headers", "received", "status",
-                 "timer")
+    __slots__ = ("body", "deadline", "done", "expected", "head_only", "headers", "received",
+                 "status", "timer")
 
     def __init__(self, done: Done, head_only: int | None, deadline: float) -> None:
         self.done = done
@@ -172,6 +214,7 @@ class _Exchange:
         self.status = 0
         self.headers: Headers | tuple[()] = ()
         self.body: bytes | bytearray = b""
+        self.expected: int | None = None  # the head's content-length
         self.received = 0  # DATA bytes, padding included, since the window was given back
         self.timer: asyncio.TimerHandle | None = None  # only where `_sweep` cannot tell
 
@@ -267,12 +310,13 @@ class H2Connection(asyncio.Protocol):
             raise Unprocessed("the connection takes no new requests")
         pseudo, regular = self._header_block(method, authority, scheme, headers)
         block = pseudo + _literal(4, path) + regular  # :path among the pseudo-headers
+        if len(block) > self._max_frame:
+            raise httpx.LocalProtocolError(f"a header block of {len(block)} bytes, over the "
+                                           f"server's frame size ({self._max_frame})")
         sid = self._next_sid
         self._next_sid += 2
         if self._next_sid > _LAST_STREAM_ID:
             self._usable = False
-        if len(block) > self._max_frame:
-            raise httpx.LocalProtocolError(f"a header block of {len(block)} bytes")
         self._out += _frame(_HEADERS, _END_STREAM | _END_HEADERS, sid, block)
         deadline = math.inf if read_timeout is None else self._loop.time() + read_timeout
         exchange = self._exchanges[sid] = _Exchange(done, head_only, deadline)
@@ -357,6 +401,9 @@ class H2Connection(asyncio.Protocol):
                 not sid & 1 or sid >= self._next_sid):  # stream 0, a pushed one, or idle
             raise _ProtocolError(f"a frame of type {kind} on stream {sid}, which this "
                                  f"client did not open")
+        if kind in (_SETTINGS, _PING, _GOAWAY) and sid:
+            raise _ProtocolError(f"a frame of type {kind} on stream {sid}, not the "
+                                 f"connection's (stream 0)")
         if kind == _DATA:
             self._on_data(flags, sid, payload)
         elif kind == _HEADERS:
@@ -364,7 +411,7 @@ class H2Connection(asyncio.Protocol):
         elif kind == _CONTINUATION:
             self._on_continuation(flags, sid, payload)
         elif kind == _RST_STREAM:
-            (code,) = struct.unpack(">I", payload)
+            (code,) = struct.unpack(">I", payload)  # not 4 bytes: struct.error
             self._draining.pop(sid, None)
             kind_of = Unprocessed if code == ErrorCodes.REFUSED_STREAM else \
                 httpx.RemoteProtocolError
@@ -372,6 +419,9 @@ class H2Connection(asyncio.Protocol):
         elif kind == _SETTINGS:
             self._on_settings(flags, payload)
         elif kind == _PING:
+            if len(payload) != 8:
+                raise _ProtocolError(f"a PING of {len(payload)} bytes, not 8 "
+                                     f"(FRAME_SIZE_ERROR)")
             if not flags & _ACK:
                 self._answer(_frame(_PING, _ACK, 0, payload))
         elif kind == _GOAWAY:
@@ -382,10 +432,14 @@ class H2Connection(asyncio.Protocol):
 
     def _on_settings(self, flags: int, payload: bytes) -> None:
         if flags & _ACK:
+            if payload:
+                raise _ProtocolError("a SETTINGS acknowledgement with a payload "
+                                     "(FRAME_SIZE_ERROR)")
             return
         if len(payload) % 6:
             raise _ProtocolError("a SETTINGS frame of a length not a multiple of 6")
         for code, value in struct.iter_unpack(">HI", payload):
+            _check_setting(code, value)
             if code == _MAX_CONCURRENT_STREAMS:
                 self._room = max(1, int(value * HEADROOM))
             elif code == _MAX_FRAME_SIZE:
@@ -406,6 +460,9 @@ class H2Connection(asyncio.Protocol):
 
     def _on_goaway(self, payload: bytes) -> None:
         """No new requests; the answers to the streams it processed may still come."""
+        if len(payload) < 8:
+            raise _ProtocolError(f"a GOAWAY of {len(payload)} bytes, under 8 "
+                                 f"(FRAME_SIZE_ERROR)")
         (last,) = struct.unpack_from(">I", payload)
         self._closing, self._usable = True, False
         for sid in [s for s in self._exchanges if s > last & 0x7FFFFFFF]:
@@ -413,9 +470,7 @@ class H2Connection(asyncio.Protocol):
         self._close_if_drained()
 
     def _on_headers(self, flags: int, sid: int, payload: bytes) -> None:
-        payload = self._unpadded(flags, payload)
-        if flags & _PRIORITY_FLAG:
-            payload = payload[5:]
+        payload = self._unpadded(flags, payload, 5 if flags & _PRIORITY_FLAG else 0)
         if flags & _END_HEADERS:
             self._on_block(sid, flags, payload)
         else:
@@ -448,17 +503,20 @@ class H2Connection(asyncio.Protocol):
         exchange = self._exchanges.get(sid)
         if exchange is None:
             return
-        if not exchange.status:
-            status = 0
-            headers: Headers = []
-            for name, value in fields:
-                if name == b":status":
-                    status = int(value)
-                elif not name.startswith(b":"):
-                    headers.append((name, value))
-            if 100 <= status < 200 and not flags & _END_STREAM:
-                return  # informational: the answer follows
-            exchange.status, exchange.headers = status, headers
+        expected = _content_length(fields)
+        if exchange.status:
+            if not flags & _END_STREAM or any(n[:1] == b":" for n, _ in fields):
+                raise _ProtocolError(f"trailers without END_STREAM, or with a pseudo-header "
+                                     f"field, on stream {sid}")
+        else:
+            status = _status(fields)
+            if 100 <= status < 200:
+                if flags & _END_STREAM:
+                    raise _ProtocolError(f"an informational answer ({status}) that ends "
+                                         f"stream {sid}")
+                return  # the answer follows
+            exchange.status, exchange.expected = status, expected
+            exchange.headers = fields[1:]
         if flags & _END_STREAM:
             self._settle(sid, None)
 
@@ -474,6 +532,8 @@ class H2Connection(asyncio.Protocol):
         if exchange is None:
             self._on_draining(flags, sid, used)
             return
+        if not exchange.status:
+            raise _ProtocolError(f"DATA before the answer's head on stream {sid}")
         data = self._unpadded(flags, payload)
         body = exchange.body
         if not body:
@@ -485,6 +545,11 @@ class H2Connection(asyncio.Protocol):
         exchange.received += used
         if exchange.received > STREAM_WINDOW:
             raise _ProtocolError(f"DATA past stream {sid}'s window (FLOW_CONTROL_ERROR)")
+        expected, got = exchange.expected, len(exchange.body)
+        if expected is not None and (got > expected or (flags & _END_STREAM and got < expected)):
+            raise _ProtocolError(f"{got} bytes of body on stream {sid}"
+                                 f"{'' if got > expected else ' at its end'}, its "
+                                 f"content-length {expected}")
         if exchange.head_only is not None and len(exchange.body) > exchange.head_only:
             self._settle(sid, None, cut=True)  # enough: the rest is reset
             return
@@ -515,13 +580,16 @@ class H2Connection(asyncio.Protocol):
             self._draining[sid] = left
 
     @staticmethod
-    def _unpadded(flags: int, payload: bytes) -> bytes:
-        if not flags & _PADDED:
-            return payload
-        pad = payload[0] if payload else 0
-        if pad >= len(payload):
-            raise _ProtocolError("padding longer than the frame")
-        return payload[1:len(payload) - pad]
+    def _unpadded(flags: int, payload: bytes, fixed: int = 0) -> bytes:
+        """The frame's fragment: without its padding and its `fixed` leading fields
+        (HEADERS' priority)."""
+        if flags & _PADDED:
+            if not payload or payload[0] > len(payload) - 1 - fixed:
+                raise _ProtocolError("padding longer than the frame")
+            payload = payload[1:len(payload) - payload[0]]
+        if len(payload) < fixed:
+            raise _ProtocolError(f"a frame shorter than its {fixed} bytes of fixed fields")
+        return payload[fixed:]
 
     # -- inside --------------------------------------------------------------------------------
 
