@@ -54,10 +54,10 @@ def s2_watch(url: str) -> Callable[[], dict[str, Any]]:
 
 
 def s2_check_tails(url: str) -> Callable[[], dict[str, Any]]:
-    """A tail lookup of two streams at once (the fan-out)."""
+    """A tail lookup of 64 streams at once (the fan-out: as many in flight)."""
     client = _s2(url)
     basin = client.basin("hostile-basin")
-    return lambda: {"outcome": basin.check_tails(["s0", "s1"])}
+    return lambda: {"outcome": basin.check_tails([f"s{i}" for i in range(64)])}
 
 
 def s2_list_basins(url: str) -> Callable[[], dict[str, Any]]:

@@ -117,6 +117,21 @@ def test_a_follow_up_goes_out_in_the_place_of_the_answered_call(server: SlowServ
         str(k + 100).encode() for k in range(10)]
 
 
+def test_an_answer_past_its_call_s_max_body_is_that_call_s_error(server: SlowServer) -> None:
+    """A call that expects a small answer says so: a longer one fails it (naming the
+    limit) and the run goes on; the limit is the body's, to its last byte."""
+    with Fanout(ssl.create_default_context, TIMEOUTS, width=2) as fanout:
+        calls = [Call(b"GET", server.url, "/123456", [], max_body=5),
+                 Call(b"GET", server.url, "/12345", [], max_body=5),
+                 Call(b"GET", server.url, "/123456", [])]
+        over, exact, default = fanout.run(calls)
+    assert isinstance(over, httpx.RemoteProtocolError)
+    assert str(over) == ("malformed HTTP/1.1 response: a body of 6 bytes, over 5 bytes "
+                         "(the most this request takes)")
+    assert isinstance(exact, Response) and exact.content == b"12345"
+    assert isinstance(default, Response) and default.content == b"123456"
+
+
 def test_a_call_never_answered_times_out_without_holding_up_the_others(
     server: SlowServer,
 ) -> None:

@@ -30,11 +30,12 @@ from s2_spark._http._client import (
 )
 from s2_spark._http._exchange import Exchange, failure_summary, transport_error
 from s2_spark._http._fanout import Call, Fanout
-from s2_spark._http._response import BodyDecodingError, Headers, Response
+from s2_spark._http._response import MAX_BODY_BYTES, BodyDecodingError, Headers, Response
 from s2_spark._http._routes import PoolLimits
 
 __all__ = [
     "HEAD_BYTES",
+    "MAX_BODY_BYTES",
     "POOL_LIMITS",
     "POOL_SHARDS",
     "AsyncConnection",

@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlsplit
 import httpx
 
 from ._h1 import ResponseReader, request_head
-from ._response import Response, settle
+from ._response import MAX_BODY_BYTES, Response, settle
 from ._routes import Endpoint
 
 __all__ = ["AsyncConnection", "AsyncTimeouts", "open_tunnel"]
@@ -112,9 +112,9 @@ class AsyncConnection:
     task, future or timeout context per request (a fan-out sends thousands a second, a
     watch keeps one waiting per stream); `request` is the same awaited."""
 
-    __slots__ = ("_authority", "_done", "_head_only", "_host", "_host_header", "_origin",
-                 "_port", "_prefix", "_proxy", "_reader", "_ssl_context", "_timer", "_tls",
-                 "_wire")
+    __slots__ = ("_authority", "_done", "_head_only", "_host", "_host_header", "_max_body",
+                 "_origin", "_port", "_prefix", "_proxy", "_reader", "_ssl_context", "_timer",
+                 "_tls", "_wire")
 
     def __init__(self, base_url: str, ssl_context: Callable[[], ssl.SSLContext]) -> None:
         end = Endpoint.of(base_url)
@@ -131,6 +131,7 @@ class AsyncConnection:
         self._done: Callable[[Response | Exception], None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._head_only = False
+        self._max_body = MAX_BODY_BYTES
 
     @property
     def connected(self) -> bool:
@@ -181,10 +182,11 @@ class AsyncConnection:
 
     def send(self, method: bytes, target: str, headers: Headers, read_timeout: float | None,
              done: Callable[[Response | Exception], None], *, content: bytes | None = None,
-             head_only: bool = False) -> None:
+             head_only: bool = False, max_body: int = MAX_BODY_BYTES) -> None:
         """Start a request on the open connection (`reusable`); `done` is called once, on
         the loop, with the response or the exception it failed with (httpx's types: the
-        connection is closed then). Not called if `close` comes first."""
+        connection is closed then). Not called if `close` comes first. `max_body`: the
+        most of a body taken, as it came and decoded."""
         wire = self._wire
         assert wire is not None and wire.transport is not None and self._done is None
         if wire.lost or wire.stray:
@@ -196,8 +198,9 @@ class AsyncConnection:
             self._fail(done, exc)
             return
         self._reader = wire.reader = ResponseReader(head_request=method == b"HEAD",
-                                                    head_only=HEAD_BYTES if head_only else None)
-        self._done, self._head_only = done, head_only
+                                                    head_only=HEAD_BYTES if head_only else None,
+                                                    max_body=max_body)
+        self._done, self._head_only, self._max_body = done, head_only, max_body
         wire.done = self._answered
         if read_timeout is not None:
             self._timer = asyncio.get_running_loop().call_later(read_timeout, self._timed_out)
@@ -234,7 +237,7 @@ class AsyncConnection:
             self.close()  # closed by the server, a body left unread, or bytes unasked
         try:
             response = Response(reader.status, reader.headers, content=reader.body,
-                                prefix=self._head_only)
+                                prefix=self._head_only, limit=self._max_body)
         except Exception as err:  # a body that does not decode
             done(err)
             return

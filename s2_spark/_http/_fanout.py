@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from s2_spark._closeable import Closeable
 
 from ._async_connection import AsyncConnection, AsyncTimeouts
-from ._response import Response
+from ._response import MAX_BODY_BYTES, Response
 
 __all__ = ["FANOUT_WIDTH", "Call", "Fanout", "FollowUp"]
 
@@ -41,13 +41,17 @@ _SWEEP = 0.25
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One request of a fan-out: `target` is the path (and query) under `base_url`."""
+    """One request of a fan-out: `target` is the path (and query) under `base_url`;
+    `max_body`, the most of its answer's body taken (a run holds every answer until its
+    last: a call whose answer is small says so, and a server cannot make the run's
+    answers together any larger than that many times it)."""
 
     method: bytes
     base_url: str
     target: str
     headers: Headers = field(repr=False)  # credentials
     content: bytes | None = None
+    max_body: int = MAX_BODY_BYTES
 
 
 #: `Fanout.run`'s `then`: the request to send after call i's response, or None.
@@ -207,7 +211,8 @@ class Fanout(Closeable):
             self._deadlines[conn] = loop.time() + read
             if self._sweeping is None:
                 self._sweeping = loop.call_later(_SWEEP, self._sweep)
-        conn.send(call.method, call.target, call.headers, None, done, content=call.content)
+        conn.send(call.method, call.target, call.headers, None, done, content=call.content,
+                  max_body=call.max_body)
 
     def _sweep(self) -> None:
         """Fail the requests past their deadline (each connection's callback runs then)."""

@@ -59,26 +59,35 @@ def _error(what: str) -> httpx.RemoteProtocolError:
     return httpx.RemoteProtocolError(f"malformed HTTP/1.1 response: {what}")
 
 
+def _limit(max_body: int) -> str:
+    """A body limit as errors name it."""
+    if max_body == MAX_BODY_BYTES:
+        return f"{max_body} bytes (MAX_BODY_BYTES)"
+    return f"{max_body} bytes (the most this request takes)"
+
+
 class ResponseReader:
     """One response, fed as it arrives (`feed`); `done` once it is whole.
 
     `head_request`: the request was HEAD (no body follows). `head_only`: the body's first
     `head_only` bytes are enough (the connection is then not reused). A body past
-    `MAX_BODY_BYTES`, informational heads or trailers past `MAX_HEAD_BYTES`: a protocol error,
-    never a reader that grows or turns without end. After `done`:
+    `max_body` (`MAX_BODY_BYTES`), informational heads or trailers past `MAX_HEAD_BYTES`:
+    a protocol error, never a reader that grows or turns without end. After `done`:
     `status`, `headers` (as they came, names lower-case), `body`, and `keep_alive`
     (whether the connection may carry the next request), and `leftover`: bytes after the
     response, which a server may not send before the next request (the caller drops the
     connection when there are any).
     """
 
-    __slots__ = ("_buf", "_chunked", "_head_only", "_head_request", "_left", "_parts",
-                 "_size", "_state", "body", "done", "headers", "keep_alive", "leftover",
-                 "status")
+    __slots__ = ("_buf", "_chunked", "_head_only", "_head_request", "_left", "_max_body",
+                 "_parts", "_size", "_state", "body", "done", "headers", "keep_alive",
+                 "leftover", "status")
 
-    def __init__(self, *, head_request: bool = False, head_only: int | None = None) -> None:
+    def __init__(self, *, head_request: bool = False, head_only: int | None = None,
+                 max_body: int = MAX_BODY_BYTES) -> None:
         self._head_request = head_request
         self._head_only = head_only
+        self._max_body = max_body
         self._buf = bytearray()
         self._state = "head"  # head, length, chunk-size, chunk-data, chunk-end, trailers, eof
         # Bytes of body (or of the chunk) still to come; in "head" and "trailers", the
@@ -172,9 +181,8 @@ class ResponseReader:
             self._chunked = True
             self._state = "chunk-size"
         elif kind == "length":
-            if length > MAX_BODY_BYTES and self._head_only is None:
-                raise _error(f"a body of {length} bytes, over MAX_BODY_BYTES "
-                             f"({MAX_BODY_BYTES} bytes)")
+            if length > self._max_body and self._head_only is None:
+                raise _error(f"a body of {length} bytes, over {_limit(self._max_body)}")
             self._left = length
             self._state = "length"
             if self._left == 0:
@@ -208,9 +216,9 @@ class ResponseReader:
             self._size += len(part)
         if self._head_only is not None and self._size >= self._head_only:
             self._finish(keep_alive=False)
-        elif self._size > MAX_BODY_BYTES:
+        elif self._size > self._max_body:
             self._parts.clear()  # not kept alive by the error's traceback
-            raise _error(f"a body over {MAX_BODY_BYTES} bytes (MAX_BODY_BYTES)")
+            raise _error(f"a body over {_limit(self._max_body)}")
 
     def _read_chunk_size(self) -> bool:
         line = self._line(_MAX_CHUNK_LINE)

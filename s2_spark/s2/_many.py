@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from s2_spark._http import BodyDecodingError, Call, Response, query
+from s2_spark._http import MAX_BODY_BYTES, BodyDecodingError, Call, Response, query
 from s2_spark.errors import AlreadyExistsError, NotFoundError, Position, S2Error, ServiceError
 
 from ._append_session import PROTO_ACCEPT, PROTO_HEADERS, ack_of
@@ -71,13 +71,21 @@ class SingleAppend:
     match_seq_num: int | None = None
 
 
-def _gets(basin: Basin, targets: Sequence[str], extra: list[tuple[bytes, bytes]]
-          ) -> list[Response | Exception]:
+#: The most taken of an answer S2 makes a few hundred bytes at most (a tail, an ack, a
+#: created stream, an error): a run's answers are held until its last, and 4,096 tail
+#: lookups at `MAX_BODY_BYTES` each would let a server make a process hold 16 GiB (64 MiB
+#: at this). A longer one (a proxy's error page) fails its call, which is made again
+#: alone where the call may be.
+SMALL_ANSWER = 16 << 10
+
+
+def _gets(basin: Basin, targets: Sequence[str], extra: list[tuple[bytes, bytes]],
+          max_body: int = MAX_BODY_BYTES) -> list[Response | Exception]:
     transport = basin.transport
     route = transport.route(basin.name)
     headers = route.headers + extra
-    return transport.fanout().run([Call(b"GET", route.origin.base_url, t, headers)
-                                   for t in targets])
+    return transport.fanout().run([Call(b"GET", route.origin.base_url, t, headers,
+                                        max_body=max_body) for t in targets])
 
 
 #: Tail lookups answered at a time by `check_tails`: 100,000 answers held at once before
@@ -95,7 +103,7 @@ def check_tails(basin: Basin, names: Sequence[str]) -> dict[str, Position | None
 
 def _check_tails(basin: Basin, names: Sequence[str], out: dict[str, Position | None]
                  ) -> None:
-    results = _gets(basin, [records_path(n) + "/tail" for n in names], [])
+    results = _gets(basin, [records_path(n) + "/tail" for n in names], [], SMALL_ANSWER)
     for name, result in zip(names, results, strict=True):
         if isinstance(result, Response) and result.status_code == 200:
             tail = result.json()["tail"]
@@ -194,7 +202,7 @@ def _append_call(route: BasinRoute, name: str, append_input: bytes) -> Call:
     """A protobuf append to stream `name` (its body compressed as the route says)."""
     body, encoded = route.body(append_input)
     return Call(b"POST", route.origin.base_url, records_path(name),
-                route.headers + PROTO_HEADERS + encoded, body)
+                route.headers + PROTO_HEADERS + encoded, body, SMALL_ANSWER)
 
 
 def _create_call(route: Any, name: str) -> Call:
@@ -203,7 +211,7 @@ def _create_call(route: Any, name: str) -> Call:
     return Call(b"POST", route.origin.base_url, "/streams",
                 [*route.headers, (b"content-type", b"application/json"),
                  (b"s2-request-token", uuid.uuid4().hex.encode())],
-                json.dumps({"stream": name}).encode())
+                json.dumps({"stream": name}).encode(), SMALL_ANSWER)
 
 
 def create_streams(basin: Basin, names: Sequence[str]) -> None:
