@@ -36,7 +36,7 @@ from google.protobuf.json_format import MessageToDict
 from s2_spark._proto import s2_pb2
 from s2_spark.testing import LocalS2Server
 from s2_spark.testing.external import S2Lite
-from s2_spark.wire.frames import FrameDecoder, Message, Terminal
+from s2_spark.wire.frames import Compression, FrameDecoder, Message, Terminal, encode_message
 
 pytestmark = pytest.mark.s2_lite
 
@@ -566,6 +566,43 @@ def _errors() -> list[Step]:
     ]
 
 
+W = "w"
+
+
+def _sessions() -> list[Step]:
+    """S2S append sessions (each input framed, acks framed back, the session ended by the
+    body's end or by a terminal frame) and long-polls (`wait`)."""
+    s2s = {"content-type": "s2s/proto"}
+    big = bytes(range(256)) * 8  # 2 KiB: its frame is compressed
+
+    def session(name: str, *inputs: bytes, compression: Compression = Compression.NONE
+                ) -> Step:
+        body = b"".join(encode_message(i, compression) for i in inputs)
+        return Step(name, "POST", f"/streams/{W}/records", B, content=body,
+                    headers={**s2s, **({"s2-compression": "zstd"} if compression else {})},
+                    proto="ack")
+
+    return [
+        Step("setup_basin", "POST", "/basins", json={"basin": B}),
+        Step("setup_stream", "POST", "/streams", B, json={"stream": W}),
+        session("s2s_append", _proto_input([(5, [], b"one")]),
+                _proto_input([(6, [(b"k", b"v")], b"two"), (7, [], b"three")])),
+        session("s2s_append_match", _proto_input([(8, [], b"four")], match_seq_num=3)),
+        session("s2s_append_match_fails", _proto_input([(9, [], b"x")], match_seq_num=0),
+                _proto_input([(10, [], b"never")])),
+        session("s2s_append_zstd", _proto_input([(11, [], big)]),
+                compression=Compression.ZSTD),
+        session("s2s_append_empty"),
+        _read("read_back", B, W, seq_num=0, headers={"s2-format": "base64"}),
+        _read("wait_at_tail", B, W, seq_num=5, wait=1),
+        _read("wait_with_records", B, W, seq_num=0, count=1, wait=5),
+        _read("wait_past_tail", B, W, seq_num=9, wait=1),
+        _read("wait_sse_at_tail", B, W, seq_num=5, wait=1,
+              headers={"accept": "text/event-stream"}),
+        _read("wait_s2s_count", B, W, seq_num=3, count=2, wait=1, headers=s2s),
+    ]
+
+
 GROUPS: dict[str, Callable[[], list[Step]]] = {
     "control": _control,
     "appends": _appends,
@@ -575,6 +612,7 @@ GROUPS: dict[str, Callable[[], list[Step]]] = {
     "encryption": _encryption,
     "compression": _compression,
     "errors": _errors,
+    "sessions": _sessions,
 }
 
 _SERDE = ("serde's wording for a JSON body it could not take, with its line and column; "
@@ -656,9 +694,9 @@ def _sse(text: str) -> list[dict[str, Any]]:
     return events
 
 
-def _s2s(data: bytes) -> list[dict[str, Any]]:
-    """S2S frames: each ReadBatch with records, and the terminal frame; heartbeats (no
-    records) are left out."""
+def _s2s(data: bytes, kind: str | None) -> list[dict[str, Any]]:
+    """S2S frames: each message (AppendAck for `kind` "ack", else a ReadBatch with
+    records: heartbeats, without, are left out), and the terminal frame."""
     decoder = FrameDecoder()
     out: list[dict[str, Any]] = []
     for frame in decoder.feed(data):
@@ -666,9 +704,9 @@ def _s2s(data: bytes) -> list[dict[str, Any]]:
             out.append({"terminal": frame.status, "error": frame.error()})
             continue
         assert isinstance(frame, Message)
-        batch = _proto_dict(bytes(frame.body), "batch")
-        if batch.get("records"):
-            out.append(batch)
+        message = _proto_dict(bytes(frame.body), kind or "batch")
+        if kind == "ack" or message.get("records"):
+            out.append(message)
     decoder.finish()
     return out
 
@@ -684,7 +722,7 @@ def _body(r: httpx.Response, step: Step) -> Any:
     if ctype == "text/event-stream":
         return _sse(r.text)
     if ctype == "s2s/proto":
-        return _s2s(r.content)
+        return _s2s(r.content, step.proto)
     return r.text
 
 

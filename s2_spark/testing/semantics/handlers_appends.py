@@ -27,7 +27,14 @@ from s2_spark.testing.semantics.errors import ApiError
 from s2_spark.testing.semantics.names import stream_in_path
 from s2_spark.testing.semantics.store import Store
 from s2_spark.testing.semantics.stream import Stream
-from s2_spark.testing.serving.asgi import PROTO_HEADERS, Request, Send, respond, respond_json
+from s2_spark.testing.serving.asgi import (
+    PROTO_HEADERS,
+    Request,
+    Send,
+    respond,
+    respond_json,
+    start_session,
+)
 from s2_spark.testing.serving.counter import KindCounter
 from s2_spark.wire.frames import (
     Compression,
@@ -98,13 +105,7 @@ class AppendHandlers:
         this task writes acks."""
         compression = Compression.negotiate(req.header("accept-encoding"))
         out: _Outbox = asyncio.Queue()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"s2s/proto"), (b"cache-control", b"no-cache")],
-            }
-        )
+        await start_session(send, b"s2s/proto")
         task = asyncio.create_task(self._append_inputs(req, stream, sealer, compression, out))
         try:
             await _send_frames(send, out)

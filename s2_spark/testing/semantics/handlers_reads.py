@@ -38,6 +38,7 @@ from s2_spark.testing.serving.asgi import (
     respond,
     respond_json,
     rust_uint,
+    start_session,
     until_disconnect,
 )
 from s2_spark.wire.frames import (
@@ -112,21 +113,6 @@ def _bound_unary(spec: ReadSpec) -> None:
     spec.bytes = 1024 * 1024 if spec.bytes is None else min(spec.bytes, 1024 * 1024)
     if spec.wait is not None:
         spec.wait = min(spec.wait, MAX_UNARY_WAIT)
-
-
-async def _start_session(send: Send, content_type: bytes) -> None:
-    """Start a streaming answer that no proxy may buffer or transform."""
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [
-                (b"content-type", content_type),
-                (b"cache-control", b"no-cache, no-transform"),
-                (b"x-accel-buffering", b"no"),
-            ],
-        }
-    )
 
 
 class ReadHandlers:
@@ -211,7 +197,7 @@ class ReadHandlers:
         sealer: Sealer | None,
     ) -> None:
         compression = Compression.negotiate(req.header("accept-encoding"))
-        await _start_session(send, b"s2s/proto")
+        await start_session(send, b"s2s/proto")
         pending: list[bytes] = []
         size = 0
         beat = self.heartbeat_interval
@@ -244,7 +230,7 @@ class ReadHandlers:
         self, send: Send, stream: Stream, start: int, spec: ReadSpec, fmt: str,
         sealer: Sealer | None, delivered: tuple[int, int],
     ) -> None:
-        await _start_session(send, b"text/event-stream")
+        await start_session(send, b"text/event-stream")
         count, nbytes = delivered
         beat = self.heartbeat_interval
         try:

@@ -40,6 +40,7 @@ __all__ = [
     "query_int",
     "respond",
     "respond_json",
+    "start_session",
     "until_disconnect",
 ]
 
@@ -192,6 +193,16 @@ async def respond(
     hdrs.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": hdrs})
     await send({"type": "http.response.body", "body": body})
+
+
+async def start_session(send: Send, content_type: bytes) -> None:
+    """Start a streaming answer (a read or append session) that no proxy may buffer or
+    transform, with s2-lite's headers for it."""
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", content_type),
+        (b"cache-control", b"no-cache, no-transform"),
+        (b"x-accel-buffering", b"no"),
+    ]})
 
 
 async def respond_json(
