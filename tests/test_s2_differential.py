@@ -593,6 +593,15 @@ def _sessions() -> list[Step]:
         session("s2s_append_zstd", _proto_input([(11, [], big)]),
                 compression=Compression.ZSTD),
         session("s2s_append_empty"),
+        session("s2s_append_fenced", _proto_input([(12, [(b"", b"fence")], b"me")]),
+                _proto_input([(13, [], b"not-me")], fencing_token="other"),
+                _proto_input([(14, [], b"never")])),
+        session("s2s_append_unfenced", _proto_input([(15, [(b"", b"fence")], b"")],
+                                                    fencing_token="me")),
+        session("s2s_append_not_proto", b"\xff\xff\xff"),
+        Step("s2s_append_cut_frame", "POST", f"/streams/{W}/records", B,
+             content=encode_message(_proto_input([(16, [], b"cut")]))[:-2], headers=s2s,
+             proto="ack"),
         _read("read_back", B, W, seq_num=0, headers={"s2-format": "base64"}),
         _read("wait_at_tail", B, W, seq_num=5, wait=1),
         _read("wait_with_records", B, W, seq_num=0, count=1, wait=5),
@@ -643,6 +652,14 @@ _WORDING: dict[str, str] = {
 EXPECTED: dict[str, Expected] = {
     **{step: Expected("Error messages", ("body.message",), why)
        for step, why in _WORDING.items()},
+    # A session's error is its terminal frame's: the first frame of the answer.
+    "sessions/s2s_append_not_proto": Expected(
+        "Error messages", ("body.0.error.message",),
+        "prost's wording for a protobuf message it could not decode"),
+    "sessions/s2s_append_cut_frame": Expected(
+        "Error messages", ("body.0.error.message",),
+        "tokio-util's wording for input that ends inside a frame; the local server says "
+        "how much of it arrived"),
     "control/usage_metrics_no_set": Expected(
         "Usage metrics (`/v1/metrics...`)", ("status", "body"),
         "s2-lite takes the query string apart before it answers 501"),
@@ -764,8 +781,11 @@ def run(url: str, steps: list[Step]) -> dict[str, dict[str, Any]]:
 def _drop(answer: dict[str, Any], dotted: str) -> None:
     *path, last = dotted.split(".")
     node: Any = answer
-    for part in path:
-        node = node.get(part) if isinstance(node, dict) else None
+    for part in path:  # a number is a list's index
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            node = node.get(part) if isinstance(node, dict) else None
     if isinstance(node, dict):
         node.pop(last, None)
 

@@ -14,6 +14,7 @@ import asyncio
 
 from s2_spark.testing.semantics.append_rules import AppendRecord
 from s2_spark.testing.semantics.codecs import (
+    AppendInput,
     ack_json,
     ack_proto,
     is_proto,
@@ -130,7 +131,7 @@ class AppendHandlers:
                     if isinstance(frame, Terminal):
                         raise ApiError.bad("bad_frame", "unexpected terminal frame as input")
                     assert isinstance(frame, Message)
-                    records, match, fence = parse_proto_input(bytes(frame.body))
+                    records, match, fence = _session_input(bytes(frame.body))
                     ack = self._append(stream, records, match, fence, sealer)
                     out.put_nowait(encode_message(ack_proto(ack), compression))
                 if not msg.get("more_body", False):
@@ -141,6 +142,17 @@ class AppendHandlers:
         except Exception as e:
             out.put_nowait(encode_terminal(400, {"code": "bad_frame", "message": str(e)}))
         out.put_nowait(None)
+
+
+def _session_input(data: bytes) -> AppendInput:
+    """A session's input: one that is not an AppendInput is a frame that does not decode,
+    400 `bad_frame` (s2-lite decodes the message with the frame), not `bad_proto`."""
+    try:
+        return parse_proto_input(data)
+    except ApiError as e:
+        if e.body.get("code") != "bad_proto":
+            raise
+        raise ApiError.bad("bad_frame", e.body["message"]) from e
 
 
 async def _send_frames(send: Send, out: _Outbox) -> None:
