@@ -160,19 +160,22 @@ def test_a_durable_watch_reads_no_more_of_an_endless_answer_than_it_needs() -> N
     assert result["growth"] < GROWTH, result
 
 
-@pytest.mark.parametrize(("path", "text"), [
-    ("s2_check_tails", f"body over {MAX_BODY_BYTES} bytes"),
-    ("s2_list_basins", f"body over {MAX_BODY_BYTES} bytes"),
-    ("durable_get", f"body over {1 << 20} bytes"),
+@pytest.mark.parametrize(("path", "text", "bound"), [
+    ("s2_check_tails", f"body over {MAX_BODY_BYTES} bytes", 2 * GROWTH),
+    ("s2_list_basins", f"body over {MAX_BODY_BYTES} bytes", GROWTH),
+    ("durable_get", f"body over {1 << 20} bytes", GROWTH),
 ])
-def test_a_body_without_end_fails_the_call_at_its_limit(path: str, text: str) -> None:
+def test_a_body_without_end_fails_the_call_at_its_limit(path: str, text: str,
+                                                         bound: int) -> None:
     """The limit holds per answer; the fan-out (`check_tails` of 64 streams, all in
-    flight) takes `SMALL_ANSWER` of each (64 x `MAX_BODY_BYTES` would be 256 MiB), then
-    the first stream's lookup alone fails at `MAX_BODY_BYTES`."""
+    flight) takes `SMALL_ANSWER` of each, then the first stream's lookup alone fails at
+    `MAX_BODY_BYTES`. Its bound allows for 64 connections read up to 256 KiB at a time
+    (asyncio's reads) before each sees its limit: 16.5 MiB seen once; with
+    `MAX_BODY_BYTES` a call, 129 MiB."""
     with EndlessChunkedBody() as hostile:
         result = run_to_end(path, hostile)
     assert text in result["outcome"]["text"], result
-    assert result["growth"] < GROWTH, result
+    assert result["growth"] < bound, result
     assert hostile.sent < hostile.cap
 
 
