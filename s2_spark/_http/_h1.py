@@ -18,7 +18,7 @@ import re
 
 import httpx
 
-from ._response import MAX_BODY_BYTES
+from ._response import MAX_BODY_BYTES, body_limit
 
 __all__ = ["MAX_HEAD_BYTES", "BodyReader", "ResponseReader", "body_framing", "request_head"]
 
@@ -57,13 +57,6 @@ def request_head(method: bytes, target: bytes, headers: list[tuple[bytes, bytes]
 
 def _error(what: str) -> httpx.RemoteProtocolError:
     return httpx.RemoteProtocolError(f"malformed HTTP/1.1 response: {what}")
-
-
-def _limit(max_body: int) -> str:
-    """A body limit as errors name it."""
-    if max_body == MAX_BODY_BYTES:
-        return f"{max_body} bytes (MAX_BODY_BYTES)"
-    return f"{max_body} bytes (the most this request takes)"
 
 
 class ResponseReader:
@@ -182,7 +175,7 @@ class ResponseReader:
             self._state = "chunk-size"
         elif kind == "length":
             if length > self._max_body and self._head_only is None:
-                raise _error(f"a body of {length} bytes, over {_limit(self._max_body)}")
+                raise _error(f"a body of {length} bytes, over {body_limit(self._max_body)}")
             self._left = length
             self._state = "length"
             if self._left == 0:
@@ -218,7 +211,7 @@ class ResponseReader:
             self._finish(keep_alive=False)
         elif self._size > self._max_body:
             self._parts.clear()  # not kept alive by the error's traceback
-            raise _error(f"a body over {_limit(self._max_body)}")
+            raise _error(f"a body over {body_limit(self._max_body)}")
 
     def _read_chunk_size(self) -> bool:
         line = self._line(_MAX_CHUNK_LINE)

@@ -46,7 +46,7 @@ from typing import Any
 import hpack
 import httpx
 
-from ._response import MAX_BODY_BYTES, Done, Response, settle
+from ._response import MAX_BODY_BYTES, Done, Response, body_limit, settle
 
 __all__ = ["H2Connection", "NotHttp2", "Unprocessed"]
 
@@ -555,7 +555,7 @@ class H2Connection(asyncio.Protocol):
             return
         if len(exchange.body) > MAX_BODY_BYTES:
             self._settle(sid, httpx.RemoteProtocolError(
-                f"a body over {MAX_BODY_BYTES} bytes (MAX_BODY_BYTES)"), cut=True)
+                f"a body over {body_limit()}"), cut=True)
             return
         if flags & _END_STREAM:
             self._settle(sid, None)

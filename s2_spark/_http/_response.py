@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 __all__ = ["MAX_BODY_BYTES", "MAX_DECODED_PIECE", "BodyDecoder", "BodyDecodingError", "Done",
-           "Headers", "Response", "content_encoding", "decoded_body", "settle"]
+           "Headers", "Response", "body_limit", "content_encoding", "decoded_body", "settle"]
 
 Chunks = Iterator[bytes]
 
@@ -36,6 +36,15 @@ Chunks = Iterator[bytes]
 #: growing the process. Longer answers are read as they come (read sessions, Durable
 #: Streams' catch-up reads in pieces).
 MAX_BODY_BYTES = 4 << 20
+
+
+def body_limit(max_body: int = MAX_BODY_BYTES) -> str:
+    """A body limit as errors name it."""
+    if max_body == MAX_BODY_BYTES:
+        return f"{max_body} bytes (MAX_BODY_BYTES)"
+    return f"{max_body} bytes (the most this request takes)"
+
+
 #: The most one piece of a streamed body decodes to (a piece is what one read of the
 #: socket gave: up to about 1 MiB, compressed 50 times at the most by real encoders).
 MAX_DECODED_PIECE = 64 << 20
@@ -270,8 +279,7 @@ class Response:
                 if size > MAX_BODY_BYTES:
                     parts.clear()  # not kept alive by the error's traceback
                     self.close()
-                    raise httpx.RemoteProtocolError(
-                        f"a body over {MAX_BODY_BYTES} bytes (MAX_BODY_BYTES)")
+                    raise httpx.RemoteProtocolError(f"a body over {body_limit()}")
             self._content = b"".join(parts)
         return self._content
 
