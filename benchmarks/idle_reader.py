@@ -8,10 +8,10 @@ server process: the local server, or another with `--server`), planned again and
 delay). After `--settle` s, for `--window` s: the plans made, the reader's CPU seconds a
 plan (this process: the plans and the tail watch's thread; nothing else runs here), the
 server's, the requests that reach the server per stream and second (the local server's
-counters: n/a from s2-lite), and this process's resident memory against before the reader
-started (per stream). Then one record every `--interval` ms to a random stream for
-`--duration` s: from each append's acknowledgement to the end of the plan that took it
-(p50, p99, max).
+counters; from s2-lite, those the reader sent), and this process's resident memory
+against before the reader started (per stream). Then one record every `--interval` ms
+to a random stream for `--duration` s: from each append's acknowledgement to the end of
+the plan that took it (p50, p99, max).
 
 The server runs on a CPU of its own and this process on the others (`_pinning`;
 `--no-pin`: all on all), with 1,024 open files left to the server (as in
@@ -35,6 +35,7 @@ import uuid
 from typing import Any
 
 from _pinning import add_pin_option, cpu_seconds, placed
+from _sent import Sent
 from _servers import add_server_option, s2_server
 from many_streams import create_streams, leave_open_files_to_the_server, names
 
@@ -135,6 +136,7 @@ def main() -> None:
         print(f"{args.streams:,} empty streams created in {took:.1f}s")
         options = {"endpoint": server.url, "basin": basin, "streamPrefix": "i-",
                    "startingPosition": "latest"}
+        sent = Sent.requests()  # for a server without request counts
         gc.collect()
         rss0 = _rss_mib()
         if args.tracemalloc:
@@ -147,17 +149,22 @@ def main() -> None:
         try:
             time.sleep(args.settle)
             counts0, plans0 = server.request_counts(timeout=120), planning.plans
+            sent0 = sent.count
             mine0, srv0, t0 = time.process_time(), cpu_seconds(server.pid), time.monotonic()
             first = len(planning.seconds)
             time.sleep(args.window)
             counts1, plans1 = server.request_counts(timeout=120), planning.plans
+            sent1 = sent.count
             mine, srv = time.process_time() - mine0, cpu_seconds(server.pid) - srv0
             span = time.monotonic() - t0
             rss = _rss_mib()
             plans = plans1 - plans0
             took_s = planning.seconds[first:]
             if counts0 is None or counts1 is None:
-                per_stream, requests = "n/a", server.no_counts
+                n = sent1 - sent0
+                per_stream = f"{n / span / args.streams:.4f}"
+                requests = (f"{n:,} sent by the reader ({per_stream}/s per stream; "
+                            f"{server.name} has no request counts)")
             else:
                 delta = {k: v - counts0.get(k, 0) for k, v in counts1.items()
                          if v != counts0.get(k, 0)}

@@ -20,6 +20,7 @@ import time
 import uuid
 
 from _pinning import add_pin_option, cpu_seconds, placed
+from _sent import Sent
 from _servers import S2Server, add_server_option, s2_server
 
 from s2_spark._http import _h2_origin
@@ -27,33 +28,18 @@ from s2_spark.s2 import S2Client, S2Config
 from s2_spark.s2._watch import TailWatch
 
 
-class SentPolls:
-    """Polls the tail watches of this process sent (`TailWatch._request` calls), for a
-    server without request counts."""
-
-    def __init__(self) -> None:
-        self.sent = 0
-        request = TailWatch._request
-
-        def counted(watch: TailWatch, *a: object) -> object:
-            self.sent += 1
-            return request(watch, *a)  # type: ignore[arg-type]
-
-        TailWatch._request = counted  # type: ignore[assignment, method-assign]
-
-
-def polls(server: S2Server, sent: SentPolls | None) -> int:
+def polls(server: S2Server, sent: Sent | None) -> int:
     """Polls so far: those the server answered (its `read_wait` counter), or, from a server
     without counters, those sent."""
     if sent is not None:
-        return sent.sent
+        return sent.count
     counts = server.request_counts()
     assert counts is not None
     return counts.get("read_wait", 0)
 
 
 def run(server: S2Server, basin: str, streams: list[str], args: argparse.Namespace,
-        sent: SentPolls | None, *, h2: bool) -> tuple[float, float, int]:
+        sent: Sent | None, *, h2: bool) -> tuple[float, float, int]:
     """(client ms per poll, server ms per poll, polls) of one side."""
     url = server.url
     key = f"{url} via None".replace("localhost", "127.0.0.1")
@@ -90,7 +76,7 @@ def main() -> None:
     args = ap.parse_args()
     placement = placed(args)
     with s2_server(args, placement) as server:
-        sent = None if server.has_counts else SentPolls()
+        sent = None if server.has_counts else Sent([(TailWatch, "_request")])
         if sent is not None:
             print(f"polls: those this process sent ({server.name} has no request counts)")
         with S2Client(S2Config(endpoint=server.url)) as client:
