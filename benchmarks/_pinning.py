@@ -252,7 +252,10 @@ class CpuMeter:
         waited for (a daemon's forks); the JVM's ended children (streaming sources'
         runners) count as planners', under a key no live pid has."""
         out: Sample = {"JVM": {}, "Python workers": {}, "Python planners": {}}
+        named = set(self._pids.values())  # a server's own side, even a JVM (Kafka)
         for pid, argv in _descendants(os.getpid()):
+            if pid in named:
+                continue
             if _is_jvm(argv):
                 own = out["JVM"][pid] = cpu_seconds(pid)
                 out["Python planners"][-pid] = cpu_seconds(pid, children=True) - own

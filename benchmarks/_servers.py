@@ -147,12 +147,13 @@ def _answers_stats(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def s2_server(args: argparse.Namespace, placement: Placement,
+def s2_server(args: argparse.Namespace, placement: Placement, *, lite_root: str | None = None,
               **local: Any) -> Iterator[S2Server]:
     """The server `args.server` names, running, its process pinned by `placement`, a
     `server: ...` line printed. `local`: `ServerProcess` settings (`heartbeat_interval`,
     `stack`, ...); with another server they do not apply: `stack` other than `auto`
-    exits with a message, the rest are named in the `server:` line as not applied."""
+    exits with a message, the rest are named in the `server:` line as not applied.
+    `lite_root`: s2-lite keeps its streams in this folder (`--local-root`), not in memory."""
     choice = getattr(args, "server", "local")
     if choice == "local":
         from s2_spark.testing import ServerProcess
@@ -170,8 +171,10 @@ def s2_server(args: argparse.Namespace, placement: Placement,
     if choice == "s2-lite":
         from s2_spark.testing.external import S2_LITE, S2Lite
 
-        lite = S2Lite()
+        lite = S2Lite(local_root=lite_root)
         name = "s2-lite" if lite.binary is not None else f"s2-lite {S2_LITE.version}"
+        if lite_root is not None:
+            ignored.insert(0, f"streams on disk in {lite_root}")
         if lite.binary is None and not S2_LITE.path.is_file():
             print(f"building {name} into {S2_LITE.folder} first (once; tens of minutes)",
                   flush=True)

@@ -9,7 +9,8 @@ from s2_spark.testing.external._process import (
     Pinned,
     cache_root,
 )
+from s2_spark.testing.external.kafka import KAFKA, Kafka
 from s2_spark.testing.external.s2_lite import S2_LITE, S2Lite
 
-__all__ = ["CACHE_ENV", "S2_LITE", "ExternalServer", "ExternalServerError", "Pinned", "S2Lite",
-           "cache_root"]
+__all__ = ["CACHE_ENV", "KAFKA", "S2_LITE", "ExternalServer", "ExternalServerError", "Kafka",
+           "Pinned", "S2Lite", "cache_root"]

@@ -1,4 +1,4 @@
-"""`python -m s2_spark.testing.external build s2-lite`: build the pinned server into the
+"""`python -m s2_spark.testing.external build s2-lite|kafka`: build the pinned server into the
 cache unless it is there already, and print the binary's path (the test command runs this
 before the suite, so a first build is not charged to a test's timeout)."""
 
@@ -9,9 +9,10 @@ import sys
 import time
 
 from s2_spark.testing.external._process import ExternalServerError, Pinned
+from s2_spark.testing.external.kafka import KAFKA
 from s2_spark.testing.external.s2_lite import S2_LITE
 
-PINNED: dict[str, Pinned] = {S2_LITE.name: S2_LITE}
+PINNED: dict[str, Pinned] = {S2_LITE.name: S2_LITE, KAFKA.name: KAFKA}
 
 
 def main(argv: list[str] | None = None) -> int:
