@@ -80,7 +80,11 @@ def test_basin_lifecycle(client: S2Client, unique: Callable[[str], str]) -> None
     client.delete_basin(name, missing_ok=True)
     with pytest.raises(NotFoundError) as nf:
         client.basin(name).create_stream("s")
-    assert nf.value.status == 404
+    # S2 removes a deleted basin in the background: until then s2-lite answers 409
+    # basin_deletion_pending (seen in CI's s2-lite run on a fast machine), after it 404;
+    # either way the basin is gone for the caller, a NotFoundError.
+    gone = (nf.value.status, nf.value.code, nf.value.deletion_pending)
+    assert gone in {(404, "basin_not_found", False), (409, "basin_deletion_pending", True)}
     assert name in str(nf.value)
 
 
