@@ -411,14 +411,12 @@ def bench_eos(spark: Any, cpu: CpuMeter, systems: list[System], args: argparse.N
     for system in systems:
         src, dst = system.new("eossrc", 2), system.new("eosdst", 2)
         system.fill(spark, src, records(spark, system, EOS_RECORDS, Shape(100, False)))
-        ckpt = tempfile.mkdtemp(prefix="kc-eos-")
-        spec = {"name": system.name, "bootstrap": system.bootstrap, "url": system.url,
-                "basin": system.basin, "src": src, "dst": dst, "ckpt": ckpt,
-                "jars": spark.conf.get("spark.jars")}
-        killed = 0
-        for _ in range(args.kills):
-            killed += _run_child(spec, rng.uniform(0.0, 2.0))
-        _run_child(spec, None)
+        with tempfile.TemporaryDirectory(prefix="kc-eos-") as ckpt:
+            spec = {"name": system.name, "bootstrap": system.bootstrap, "url": system.url,
+                    "basin": system.basin, "src": src, "dst": dst, "ckpt": ckpt,
+                    "jars": spark.conf.get("spark.jars")}
+            killed = sum(_run_child(spec, rng.uniform(0.0, 2.0)) for _ in range(args.kills))
+            _run_child(spec, None)
         got = (spark.read.format("kafka").option("kafka.bootstrap.servers", system.bootstrap)
                .option("subscribe", dst).load() if system.is_kafka else
                spark.read.format("s2").option("endpoint", system.url)
@@ -440,9 +438,19 @@ def _run_child(spec: dict[str, str], kill_in: float | None) -> int:
     first (None: run to the end). 1 if it was killed."""
     commits = os.path.join(spec["ckpt"], "commits")
     done = len(os.listdir(commits)) if os.path.isdir(commits) else 0
-    child = subprocess.Popen([sys.executable, __file__, "--child", json.dumps(spec)],
-                             start_new_session=True, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE)
+    with tempfile.TemporaryFile() as log:  # Spark's output, never left to fill a pipe
+        child = subprocess.Popen([sys.executable, __file__, "--child", json.dumps(spec)],
+                                 start_new_session=True, stdout=log, stderr=log)
+        killed = _watch_child(child, commits, done, kill_in)
+        if not killed and child.returncode != 0:
+            log.seek(0)
+            raise RuntimeError(f"the copy failed: {log.read().decode()[-3000:]}")
+    return int(killed)
+
+
+def _watch_child(child: subprocess.Popen[bytes], commits: str, done: int,
+                 kill_in: float | None) -> bool:
+    """Whether `child` was killed as `_run_child` says, else waited for."""
     deadline = time.monotonic() + 900
     while child.poll() is None and time.monotonic() < deadline:
         if kill_in is not None and os.path.isdir(commits) and len(os.listdir(commits)) > done:
@@ -450,14 +458,12 @@ def _run_child(spec: dict[str, str], kill_in: float | None) -> int:
             if child.poll() is None:
                 os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
-                return 1
+                return True
         time.sleep(0.05)
     if child.poll() is None:
         os.killpg(child.pid, signal.SIGKILL)
         raise RuntimeError("the copy did not end within 900 s")
-    if child.returncode != 0:
-        raise RuntimeError(f"the copy failed: {child.stderr.read().decode()[-3000:]}")  # type: ignore[union-attr]
-    return 0
+    return False
 
 
 def child_copy(spec: dict[str, str]) -> None:
