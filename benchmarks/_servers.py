@@ -173,14 +173,13 @@ def s2_server(args: argparse.Namespace, placement: Placement, *, lite_root: str 
 
         lite = S2Lite(local_root=lite_root)
         name = "s2-lite" if lite.binary is not None else f"s2-lite {S2_LITE.version}"
-        if lite_root is not None:
-            ignored.insert(0, f"streams on disk in {lite_root}")
         if lite.binary is None and not S2_LITE.path.is_file():
             print(f"building {name} into {S2_LITE.folder} first (once; tens of minutes)",
                   flush=True)
         with lite:
+            on_disk = [] if lite_root is None else [f"streams on disk in {lite_root}"]
             yield _started(S2Server("s2-lite", name, lite.url, lite.pid, placement,
-                                    notes=ignored))
+                                    notes=on_disk + ignored))
         return
     yield _started(S2Server("url", choice, choice, None, placement,
                             _stats=_answers_stats(choice), notes=ignored))

@@ -50,7 +50,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,16 +164,22 @@ def run_available_now(query: Any) -> list[dict[str, Any]]:
     return [p for p in query.recentProgress if p["numInputRows"]]
 
 
+def run_measured(cpu: CpuMeter, writer: Callable[[str], Any]
+                 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Run the stream writer `writer(checkpoint)` gives to its end, AvailableNow, in a
+    checkpoint of its own: its progress entries that had rows, and each side's CPU."""
+    before = cpu.sample()
+    with tempfile.TemporaryDirectory() as ckpt:
+        progress = run_available_now(writer(ckpt).trigger(availableNow=True).start())
+    return progress, cpu.since(before)
+
+
 # -- read
 
 
 def read_once(spark: Any, cpu: CpuMeter, df: Any, label: str, n: int) -> Figure:
-    before = cpu.sample()
-    with tempfile.TemporaryDirectory() as ckpt:
-        progress = run_available_now(df.writeStream.format("noop")
-                                     .option("checkpointLocation", ckpt)
-                                     .trigger(availableNow=True).start())
-    spent = cpu.since(before)
+    progress, spent = run_measured(cpu, lambda ckpt: df.writeStream.format("noop")
+                                   .option("checkpointLocation", ckpt))
     rows = sum(p["numInputRows"] for p in progress)
     assert rows == n, f"{label}: read {rows:,} rows, expected {n:,}"
     busy = sum(p["durationMs"].get("addBatch", 0) for p in progress) / 1000
@@ -218,11 +224,8 @@ def copy_once(spark: Any, cpu: CpuMeter, system: System, src: str, n: int,
               per_trigger: int) -> Figure:
     dst = system.new("copy")
     df = system.reader(spark, src, parts=2, per_trigger=per_trigger)
-    before = cpu.sample()
-    with tempfile.TemporaryDirectory() as ckpt:
-        progress = run_available_now(system.writer(df.select(system.body()), dst, ckpt)
-                                     .trigger(availableNow=True).start())
-    spent = cpu.since(before)
+    progress, spent = run_measured(
+        cpu, lambda ckpt: system.writer(df.select(system.body()), dst, ckpt))
     busy = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
     rows = sum(p["numInputRows"] for p in progress)
     assert rows == n, f"{system.name}: copied {rows:,} rows, expected {n:,}"
@@ -256,11 +259,8 @@ def fan_once(spark: Any, cpu: CpuMeter, system: System, src: str, users: int) ->
         basin = f"kc-fan-{uuid.uuid4().hex[:8]}"  # a new basin: every stream made anew
         with S2Client(S2Config(endpoint=system.url)) as client:
             client.create_basin(basin)
-    before = cpu.sample()
-    with tempfile.TemporaryDirectory() as ckpt:
-        progress = run_available_now(system.writer(out, name, ckpt, basin=basin)
-                                     .trigger(availableNow=True).start())
-    spent = cpu.since(before)
+    progress, spent = run_measured(
+        cpu, lambda ckpt: system.writer(out, name, ckpt, basin=basin))
     times = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
     steady = statistics.median(times[1:] or times)
     rate = FAN_EVENTS / sum(times)

@@ -134,8 +134,6 @@ class Kafka(ExternalServer):
         return props
 
     def command(self) -> Sequence[str]:
-        if self.port == 0:
-            self.port = free_port()
         return self._java("kafka.Kafka", str(self._configure()))
 
     def answers(self) -> bool:
