@@ -154,6 +154,14 @@ class EndlessChunkedBody(Http1Server):
     body = b"4000\r\n" + b"x" * 16384 + b"\r\n"
 
 
+class EndlessJSONMessage(Http1Server):
+    """A Durable Streams JSON answer whose first message never ends."""
+
+    head = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nstream-next-offset: 1\r\n"
+            b"transfer-encoding: chunked\r\n\r\n2\r\n[\"\r\n")
+    body = EndlessChunkedBody.body
+
+
 class EndlessTrailers(Http1Server):
     head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n"
     body = b"x-trailer: " + b"y" * 100 + b"\r\n"

@@ -10,8 +10,15 @@ from typing import Any
 import httpx
 import pytest
 
-from s2_spark.durable import DurableStream, DurableStreamsClient, IdempotentProducer
+from s2_spark.durable import (
+    DurableConfig,
+    DurableStream,
+    DurableStreamsClient,
+    IdempotentProducer,
+    RetryPolicy,
+)
 from s2_spark.errors import (
+    MalformedResponseError,
     SequenceGapError,
     StaleEpochError,
     StreamBadRequestError,
@@ -367,3 +374,101 @@ def test_read_pieces_of_a_byte_stream_resume_a_cut_answer(
         got, ends = pieces_of(c.stream(path), piece_bytes=700)
     assert bytes(got) == data
     assert ends == [(end.next_offset, True, True)]
+
+
+class _Counting(httpx.HTTPTransport):
+    """The real network transport, counting the requests sent through it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.requests += 1
+        return super().handle_request(request)
+
+
+LIMIT = 1 << 20  # max_read_bytes in the tests of answers longer than it
+
+
+def _limited(ds_server: Any, transport: httpx.BaseTransport) -> DurableStreamsClient:
+    config = DurableConfig(base_url=ds_server.url, max_read_bytes=LIMIT,
+                           retry=RetryPolicy(timeout=10.0))
+    return DurableStreamsClient(config, http_transport=transport)
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/octet-stream"])
+def test_read_takes_an_answer_longer_than_max_read_bytes_as_it_arrives(
+    new_stream: Any, ds_server: Any, content_type: str
+) -> None:
+    """The server answers the whole 3 MiB backlog at once; with `max_read_bytes` at 1 MiB
+    `read()` yields it in chunks of at most about a MiB, all but the last `partial` (at
+    the answer's start), every message once, in one request."""
+    s = new_stream(content_type)
+    if content_type == "application/json":
+        messages = [{"i": i, "pad": "z" * 90} for i in range(30_000)]
+        ends = [s.append_json(messages[k:k + 10_000]) for k in range(0, 30_000, 10_000)]
+    else:
+        data = bytes(range(256)) * (3 * 4096)
+        ends = [s.append(data[k:k + LIMIT]) for k in range(0, len(data), LIMIT)]
+    counting = _Counting()
+    with _limited(ds_server, counting) as c:
+        chunks = list(c.stream(s.url).read("-1"))
+    assert counting.requests == 1
+    assert len(chunks) >= 3 and max(len(ch.data) for ch in chunks) <= 2 * LIMIT
+    assert [ch.partial for ch in chunks] == [True] * (len(chunks) - 1) + [False]
+    assert all(ch.next_offset == "-1" and not ch.up_to_date for ch in chunks[:-1])
+    assert chunks[-1].next_offset == ends[-1].next_offset and chunks[-1].up_to_date
+    if content_type == "application/json":
+        assert [m for ch in chunks for m in ch.messages()] == messages
+    else:
+        assert b"".join(ch.data for ch in chunks) == data
+
+
+def test_read_resumes_a_cut_answer_after_what_it_yielded(
+    ds_server: Any, unique: Callable[[str], str]
+) -> None:
+    """A connection lost in the middle of an answer: the answer is read again from its
+    start and the messages already yielded are dropped from it."""
+    messages = [{"i": i, "s": "y" * (i % 30)} for i in range(2000)]
+    path = "/" + unique("ds")
+    with DurableStreamsClient(base_url=ds_server.url) as plain:
+        plain.stream(path).create("application/json")
+        end = plain.stream(path).append_json(messages)
+    config = DurableConfig(base_url=ds_server.url, max_read_bytes=1024)
+    with DurableStreamsClient(config, http_transport=_CutOnce(5000, cuts=2)) as c:
+        reader = c.stream(path).read("-1")
+        got = [m for chunk in reader for m in chunk.messages()]
+    assert got == messages
+    assert (reader.offset, reader.up_to_date, reader.reconnects) == (end.next_offset, True, 2)
+
+
+def test_get_of_an_answer_over_max_read_bytes_fails_at_once_naming_it(
+    new_stream: Any, ds_server: Any
+) -> None:
+    """`get()` holds an answer whole: over the limit it fails on the first answer, not
+    retried, and names the setting and `read()`."""
+    s = new_stream()
+    s.append_json([{"pad": "z" * 1000} for _ in range(2000)])
+    counting = _Counting()
+    with _limited(ds_server, counting) as c, pytest.raises(MalformedResponseError) as info:
+        c.stream(s.url).get("-1")
+    assert counting.requests == 1
+    assert info.value.code == "response_too_large"
+    assert str(info.value) == (
+        f"the answer for stream {'/' + s.url.rsplit('/', 1)[1]!r} is over {LIMIT} bytes, the most "
+        "held of one answer (DurableConfig.max_read_bytes): raise it to hold more, or read "
+        "with read(), which takes answers of any length as they arrive; not retried")
+
+
+def test_a_message_over_max_read_bytes_fails_a_read_at_once(
+    new_stream: Any, ds_server: Any
+) -> None:
+    s = new_stream()
+    s.append_json([{"small": 1}, {"large": "z" * (LIMIT + 10)}, {"small": 2}])
+    counting = _Counting()
+    with _limited(ds_server, counting) as c, pytest.raises(MalformedResponseError) as info:
+        list(c.stream(s.url).read("-1"))
+    assert counting.requests == 1
+    assert str(info.value) == f"the server sent a message over {LIMIT} bytes " \
+        "(DurableConfig.max_read_bytes)"

@@ -16,8 +16,13 @@ from hostile import EndlessSSELine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from s2_spark.durable import DurableConfig, DurableStreamsClient, RetryPolicy
-from s2_spark.errors import MalformedResponseError, StreamUnavailableError
+from s2_spark.durable import (
+    DurableConfig,
+    DurableStreamsClient,
+    IdempotentProducer,
+    RetryPolicy,
+)
+from s2_spark.errors import MalformedResponseError, SequenceGapError, StreamUnavailableError
 from s2_spark.wire.durable import (
     IMPLEMENTATION,
     JsonArrayPieces,
@@ -233,7 +238,9 @@ def test_read_without_next_offset_is_malformed() -> None:
 def test_invalid_json_body_is_malformed() -> None:
     headers = {**JSON_HEADERS, "stream-next-offset": "a_1"}
     c = client_for(lambda r: httpx.Response(200, headers=headers, content=b'[{"a":1}'))
-    chunk = next(iter(c.stream("/s").read("-1")))
+    with pytest.raises(MalformedResponseError, match="invalid JSON-mode body"):
+        list(c.stream("/s").read("-1"))  # split as it arrives
+    chunk = c.stream("/s").get("-1")  # held whole, as it came
     with pytest.raises(MalformedResponseError):
         chunk.batch()
     with pytest.raises(MalformedResponseError):
@@ -333,3 +340,92 @@ def test_an_sse_read_whose_line_never_ends_fails_at_the_limit() -> None:
 def test_max_read_bytes_must_be_a_number_of_bytes(bad: Any) -> None:
     with pytest.raises(ValueError, match=r"max_read_bytes must be a number of bytes >= 1024"):
         DurableConfig(max_read_bytes=bad)
+
+
+# -- servers differ: the client must not care --------------------------------------------------
+
+
+class CaddyShaped:
+    """A Durable Streams server in the forms Durable Streams' Caddy server answers in,
+    where the reference server answers otherwise: offsets `16digits_16digits` counting
+    message bytes, an ETag of `"<end offset>"` on GET only (none on HEAD), bodies with
+    Content-Length, `Stream-Next-Offset` on a duplicate idempotent append (204) and on a
+    409 sequence gap, error bodies in `text/plain; charset=utf-8` with its own wording."""
+
+    def __init__(self) -> None:
+        self.messages: list[bytes] = []
+        self.seqs: dict[str, int] = {}
+
+    def offset(self, n: int) -> str:
+        return f"{0:016d}_{sum(len(m) for m in self.messages[:n]):016d}"
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        tail = {"stream-next-offset": self.offset(len(self.messages))}
+        if request.method == "PUT":
+            return httpx.Response(201, headers=tail)
+        if request.method == "HEAD":
+            return httpx.Response(200, headers={**tail, "content-type": "application/json"})
+        if request.method == "POST":
+            return self._append(request)
+        at = request.url.params["offset"]
+        start = 0 if at == "-1" else [self.offset(n) for n in range(len(self.messages) + 1)
+                                      ].index(at)
+        etag = f'"{tail["stream-next-offset"]}"'
+        head = {**tail, "etag": etag, "content-type": "application/json",
+                "stream-up-to-date": "true"}
+        if request.headers.get("if-none-match") == etag:
+            return httpx.Response(304, headers=head)
+        if start == len(self.messages) and request.url.params.get("live") == "long-poll":
+            return httpx.Response(204, headers={**tail, "stream-up-to-date": "true"})
+        return httpx.Response(200, headers=head,
+                              content=b"[" + b",".join(self.messages[start:]) + b"]")
+
+    def _append(self, request: httpx.Request) -> httpx.Response:
+        producer, seq = request.headers.get("producer-id"), request.headers.get("producer-seq")
+        new = [m.encode() for m in json_batch(request.content).column(0).to_pylist()]
+        if producer is not None and seq is not None:
+            expected = self.seqs.get(producer, 0)
+            tail = {"stream-next-offset": self.offset(len(self.messages))}
+            if int(seq) < expected:
+                return httpx.Response(204, headers=tail)
+            if int(seq) > expected:
+                return httpx.Response(409, headers={
+                    **tail, "producer-expected-seq": str(expected), "producer-received-seq": seq,
+                    "content-type": "text/plain; charset=utf-8"}, content=b"sequence gap\n")
+            self.seqs[producer] = expected + 1
+        self.messages += new
+        tail = {"stream-next-offset": self.offset(len(self.messages))}
+        return httpx.Response(200 if producer is not None else 204, headers=tail)
+
+
+def test_a_server_in_other_forms_reads_and_writes_the_same() -> None:
+    """Offsets are only echoed and compared, ETags only echoed, the 204 and 409 of an
+    idempotent producer taken with or without a tail, bodies sized or chunked."""
+    server = CaddyShaped()
+    c = DurableStreamsClient(DurableConfig(base_url="http://ds.test"),
+                             http_transport=httpx.MockTransport(server))
+    s = c.stream("/s", content_type="application/json")
+    s.create("application/json")
+    assert s.append_json([{"a": 1}, {"a": 2}]).next_offset == "0000000000000000_0000000000000014"
+    producer = IdempotentProducer(s, "p")
+    producer.append({"b": 3})
+    producer.flush()
+    producer.seq = 0
+    again = producer.send(b'[{"b":3}]')  # the same batch again: a duplicate, with a tail
+    assert again.duplicate and again.next_offset == "0000000000000000_0000000000000021"
+    producer.seq = 5
+    with pytest.raises(SequenceGapError) as gap:
+        producer.send(b"[9]")
+    assert (gap.value.expected_seq, gap.value.received_seq) == (1, 5)
+    info = s.head()
+    assert (info.next_offset, info.etag) == ("0000000000000000_0000000000000021", None)
+    chunks = list(s.read("-1"))
+    assert [m for ch in chunks for m in ch.messages()] == [{"a": 1}, {"a": 2}, {"b": 3}]
+    assert chunks[-1].next_offset == info.next_offset and chunks[-1].up_to_date
+    middle = server.offset(1)
+    assert [m for ch in s.read(middle) for m in ch.messages()] == [{"a": 2}, {"b": 3}]
+    whole = s.get("-1")
+    assert whole.etag == f'"{info.next_offset}"'
+    assert s.get("-1", if_none_match=whole.etag).not_modified
+    polled = s.get(info.next_offset, live="long-poll")
+    assert (polled.data, polled.next_offset, polled.up_to_date) == (b"", info.next_offset, True)

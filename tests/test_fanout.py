@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from s2_spark._http import AsyncTimeouts, Call, Fanout, Response
+from s2_spark._http import AsyncTimeouts, BodyTooLargeError, Call, Fanout, Response
 
 TIMEOUTS = AsyncTimeouts(connect=5.0, read=30.0)
 
@@ -125,9 +125,8 @@ def test_an_answer_past_its_call_s_max_body_is_that_call_s_error(server: SlowSer
                  Call(b"GET", server.url, "/12345", [], max_body=5),
                  Call(b"GET", server.url, "/123456", [])]
         over, exact, default = fanout.run(calls)
-    assert isinstance(over, httpx.RemoteProtocolError)
-    assert str(over) == ("malformed HTTP/1.1 response: a body of 6 bytes, over 5 bytes "
-                         "(the most this request takes)")
+    assert isinstance(over, BodyTooLargeError)  # the server's doing: never retried
+    assert str(over) == "a body of 6 bytes, over 5 bytes (the most this request takes)"
     assert isinstance(exact, Response) and exact.content == b"12345"
     assert isinstance(default, Response) and default.content == b"123456"
 

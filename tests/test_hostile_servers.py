@@ -26,6 +26,7 @@ from hostile import (
     EndlessChunkedBody,
     EndlessHead,
     EndlessInformationalHeads,
+    EndlessJSONMessage,
     EndlessSSELine,
     EndlessTrailers,
     Http1Server,
@@ -33,7 +34,8 @@ from hostile import (
 from raw_server import RawServer
 
 from s2_spark._http._h1 import MAX_HEAD_BYTES, BodyReader, ResponseReader
-from s2_spark._http._response import MAX_BODY_BYTES
+from s2_spark._http._response import MAX_BODY_BYTES, BodyTooLargeError
+from s2_spark.s2._many import SMALL_ANSWER
 
 CHILD = Path(__file__).with_name("_hostile_client.py")
 #: What a client may grow by while a server misbehaves, in KiB: the largest limit a case
@@ -49,23 +51,28 @@ DEADLINE = 120.0
 
 @pytest.mark.parametrize(("server", "error"), [
     (EndlessChunkedBody, f"a body over {MAX_BODY_BYTES} bytes (MAX_BODY_BYTES)"),
-    (EndlessTrailers, f"trailers over MAX_HEAD_BYTES ({MAX_HEAD_BYTES} bytes)"),
-    (EndlessInformationalHeads, f"the head is over MAX_HEAD_BYTES ({MAX_HEAD_BYTES} bytes)"),
-    (EndlessHead, f"the head is over MAX_HEAD_BYTES ({MAX_HEAD_BYTES} bytes)"),
+    (EndlessTrailers, "malformed HTTP/1.1 response: "
+                      f"trailers over MAX_HEAD_BYTES ({MAX_HEAD_BYTES} bytes)"),
+    (EndlessInformationalHeads, "malformed HTTP/1.1 response: "
+                                f"the head is over MAX_HEAD_BYTES ({MAX_HEAD_BYTES} bytes)"),
+    (EndlessHead, "malformed HTTP/1.1 response: "
+                  f"the head is over MAX_HEAD_BYTES ({MAX_HEAD_BYTES} bytes)"),
 ])
 def test_the_http1_reader_stops_what_never_ends_at_its_limit(
     server: type[Http1Server], error: str,
 ) -> None:
     """What each server sends, fed to the reader the watch and the fan-out use: the error
-    names the limit, once not much more than it was fed."""
+    names the limit, once not much more than it was fed; a body over its limit is a
+    `BodyTooLargeError` (never retried), the rest protocol errors."""
     reader, fed = ResponseReader(), 0
-    with pytest.raises(httpx.RemoteProtocolError) as info:
+    with pytest.raises((httpx.RemoteProtocolError, BodyTooLargeError)) as info:
         if server.head:
             reader.feed(server.head)
         while fed < 2 * MAX_BODY_BYTES:
             reader.feed(server.body * 64)
             fed += len(server.body) * 64
-    assert str(info.value) == f"malformed HTTP/1.1 response: {error}"
+    assert str(info.value) == error
+    assert isinstance(info.value, BodyTooLargeError) == (server is EndlessChunkedBody)
     assert not reader.done
 
 
@@ -79,7 +86,7 @@ def test_the_streamed_body_reader_stops_endless_trailers() -> None:
 
 
 def test_a_body_declared_longer_than_the_limit_fails_at_its_head() -> None:
-    with pytest.raises(httpx.RemoteProtocolError, match=f"a body of {1 << 40} bytes, over"):
+    with pytest.raises(BodyTooLargeError, match=f"a body of {1 << 40} bytes, over"):
         ResponseReader().feed(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % (1 << 40))
 
 
@@ -160,21 +167,33 @@ def test_a_durable_watch_reads_no_more_of_an_endless_answer_than_it_needs() -> N
     assert result["growth"] < GROWTH, result
 
 
-@pytest.mark.parametrize(("path", "text", "bound"), [
-    ("s2_check_tails", f"body over {MAX_BODY_BYTES} bytes", 2 * GROWTH),
-    ("s2_list_basins", f"body over {MAX_BODY_BYTES} bytes", GROWTH),
-    ("durable_get", f"body over {1 << 20} bytes", GROWTH),
+@pytest.mark.parametrize(("path", "server", "error", "requests", "bound"), [
+    ("s2_check_tails", EndlessChunkedBody,
+     ("S2Error", f"a body over {SMALL_ANSWER} bytes (the most this request takes)"),
+     64, 2 * GROWTH),
+    ("s2_list_basins", EndlessChunkedBody,
+     ("S2Error", f"a body over {MAX_BODY_BYTES} bytes (MAX_BODY_BYTES)"), 1, GROWTH),
+    ("durable_get", EndlessChunkedBody,
+     ("MalformedResponseError", f"is over {1 << 20} bytes, the most held of one answer "
+                                "(DurableConfig.max_read_bytes)"), 1, GROWTH),
+    ("durable_read", EndlessJSONMessage,
+     ("MalformedResponseError", f"a message over {1 << 20} bytes "
+                                "(DurableConfig.max_read_bytes)"), 1, GROWTH),
 ])
-def test_a_body_without_end_fails_the_call_at_its_limit(path: str, text: str,
-                                                         bound: int) -> None:
-    """The limit holds per answer; the fan-out (`check_tails` of 64 streams, all in
-    flight) takes `SMALL_ANSWER` of each, then the first stream's lookup alone fails at
-    `MAX_BODY_BYTES`. Its bound allows for 64 connections read up to 256 KiB at a time
-    (asyncio's reads) before each sees its limit: 16.5 MiB seen once; with
-    `MAX_BODY_BYTES` a call, 129 MiB."""
-    with EndlessChunkedBody() as hostile:
+def test_a_body_without_end_fails_the_call_at_its_limit(
+    path: str, server: type[Http1Server], error: tuple[str, str], requests: int, bound: int,
+) -> None:
+    """The limit holds per answer and fails the call at once, naming it: a server that
+    sent too much once would send it again, so nothing is asked twice. The fan-out
+    (`check_tails` of 64 streams, all in flight) takes `SMALL_ANSWER` of each; its bound
+    allows for 64 connections read up to 256 KiB at a time (asyncio's reads) before each
+    sees its limit: 16.5 MiB seen once; with `MAX_BODY_BYTES` a call, 129 MiB. A read as
+    it arrives fails on one message over the limit, not on the answer's length."""
+    with server() as hostile:
         result = run_to_end(path, hostile)
-    assert text in result["outcome"]["text"], result
+    assert result["outcome"]["type"] == error[0], result
+    assert error[1] in result["outcome"]["text"], result
+    assert hostile.connections == requests
     assert result["growth"] < bound, result
     assert hostile.sent < hostile.cap
 

@@ -37,7 +37,7 @@ from raw_server import RawServer
 from s2_spark._http import AsyncTimeouts, Response, _h2_origin
 from s2_spark._http._h2_connection import MAX_HEADER_BLOCK, MAX_UNSENT, Unprocessed
 from s2_spark._http._h2_origin import _SENDS, Http2Origin
-from s2_spark._http._response import MAX_BODY_BYTES
+from s2_spark._http._response import MAX_BODY_BYTES, BodyTooLargeError
 from s2_spark._long_poll import watch_limit
 from s2_spark.durable import DurableConfig, DurableStream, DurableStreamsClient
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
@@ -227,7 +227,7 @@ def test_a_server_that_sends_on_after_a_reset_loses_the_connection() -> None:
     async def run(hostile: RawServer) -> None:
         origin = Http2Origin(hostile.url, ssl.create_default_context)
         try:
-            with pytest.raises(httpx.RemoteProtocolError, match=r"a body over \d+ bytes"):
+            with pytest.raises(BodyTooLargeError, match=r"a body over \d+ bytes"):
                 await origin.request(b"GET", "/poll", [], TIMEOUTS)
             while not hostile.finished:  # the origin is open: the client ended it
                 await asyncio.sleep(0.05)
@@ -241,7 +241,7 @@ def test_a_server_that_sends_on_after_a_reset_loses_the_connection() -> None:
 
 def test_a_body_without_end_fails_its_request_at_the_limit() -> None:
     with EndlessBodyInWindow() as hostile:
-        with pytest.raises(httpx.RemoteProtocolError) as info:
+        with pytest.raises(BodyTooLargeError) as info:
             get(hostile.url)
         assert str(info.value) == f"a body over {MAX_BODY_BYTES} bytes (MAX_BODY_BYTES)"
         assert hostile.sent < 2 * MAX_BODY_BYTES

@@ -12,7 +12,8 @@
   route read off a socket of its own into kept buffers, the body as views into them.
 * `Fanout`: the calls of a batch sent together from threaded code, on one event loop.
 * `Response` (every path's answer) decodes bodies by their Content-Encoding, the one place
-  that does; a body that does not decode is a `BodyDecodingError`.
+  that does; a body that does not decode is a `BodyDecodingError`, one longer than its
+  request takes a `BodyTooLargeError` (never retried: the server's doing).
 * `Exchange`: what one request did on the wire (sent whole? on a reused connection?),
   and `transport_error`: a transport failure as a typed error, TLS problems told apart.
 """
@@ -30,7 +31,13 @@ from s2_spark._http._client import (
 )
 from s2_spark._http._exchange import Exchange, failure_summary, transport_error
 from s2_spark._http._fanout import Call, Fanout
-from s2_spark._http._response import MAX_BODY_BYTES, BodyDecodingError, Headers, Response
+from s2_spark._http._response import (
+    MAX_BODY_BYTES,
+    BodyDecodingError,
+    BodyTooLargeError,
+    Headers,
+    Response,
+)
 from s2_spark._http._routes import PoolLimits
 
 __all__ = [
@@ -41,6 +48,7 @@ __all__ = [
     "AsyncConnection",
     "AsyncTimeouts",
     "BodyDecodingError",
+    "BodyTooLargeError",
     "Call",
     "Exchange",
     "Fanout",

@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlsplit
 import httpx
 
 from ._h1 import ResponseReader, request_head
-from ._response import MAX_BODY_BYTES, Response, settle
+from ._response import MAX_BODY_BYTES, BodyTooLargeError, Response, settle
 from ._routes import Endpoint
 
 __all__ = ["AsyncConnection", "AsyncTimeouts", "open_tunnel"]
@@ -72,7 +72,7 @@ class _Wire(asyncio.Protocol):
             return
         try:
             reader.feed(data)
-        except httpx.RemoteProtocolError as exc:
+        except (httpx.RemoteProtocolError, BodyTooLargeError) as exc:
             self._wake(exc)
             return
         if reader.done:

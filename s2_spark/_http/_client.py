@@ -33,7 +33,7 @@ import httpx
 from s2_spark._tls import TlsConfig, ssl_context_for
 
 from ._exchange import Exchange
-from ._response import MAX_BODY_BYTES, Response, content_encoding
+from ._response import MAX_BODY_BYTES, BodyTooLargeError, Response, content_encoding
 from ._routes import PoolLimits, Route, route_for
 from ._streamed_get import StreamedGets
 
@@ -267,8 +267,8 @@ def _text(url: httpcore.URL) -> str:
 def _read_whole(status: int, chunks: Iterable[bytes], raw_headers: Headers,
                 request: httpcore.Request, close: Callable[[], object], max_body: int) -> bytes:
     """The whole body, as it came (`Response` decodes it); a longer one than `max_body`
-    fails. A failure of a successful (2xx) answer keeps the prefix that arrived
-    (`partial_body`), when the body is not encoded."""
+    fails (`BodyTooLargeError`, not retried). A failure of a successful (2xx) answer
+    keeps the prefix that arrived (`partial_body`), when the body is not encoded."""
     got: list[bytes] = []
     size = 0
     try:
@@ -284,8 +284,7 @@ def _read_whole(status: int, chunks: Iterable[bytes], raw_headers: Headers,
         close()
     if size > max_body:
         got.clear()  # not kept alive by the error's traceback
-        raise httpx.RemoteProtocolError(f"an answer's body over {max_body} bytes, the most "
-                                        "held at once")
+        raise BodyTooLargeError(max_body, status=status)
     return b"".join(got)
 
 

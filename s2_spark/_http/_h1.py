@@ -7,8 +7,9 @@ validation on both directions, about half of such a request's client CPU. This r
 a client needs of RFC 9112: a status line, header fields, and a body framed by
 `Transfer-Encoding: chunked`, by `Content-Length` or by the connection's close; informational
 (1xx) answers skipped; no body for HEAD, 204 and 304. Anything else is refused with
-`httpx.RemoteProtocolError`, the error h11 raises through httpx, and the connection is then
-dropped: a malformed answer never leaves a connection in doubt. `BodyReader` reads a body
+`httpx.RemoteProtocolError`, the error h11 raises through httpx (a body over its limit with
+`BodyTooLargeError`, which is never retried), and the connection is then dropped: a
+malformed answer never leaves a connection in doubt. `BodyReader` reads a body
 too long to hold (a read session's, `_streamed_get`) as views into what arrived.
 """
 
@@ -18,7 +19,7 @@ import re
 
 import httpx
 
-from ._response import MAX_BODY_BYTES, body_limit
+from ._response import MAX_BODY_BYTES, BodyTooLargeError
 
 __all__ = ["MAX_HEAD_BYTES", "BodyReader", "ResponseReader", "body_framing", "request_head"]
 
@@ -64,12 +65,12 @@ class ResponseReader:
 
     `head_request`: the request was HEAD (no body follows). `head_only`: the body's first
     `head_only` bytes are enough (the connection is then not reused). A body past
-    `max_body` (`MAX_BODY_BYTES`), informational heads or trailers past `MAX_HEAD_BYTES`:
-    a protocol error, never a reader that grows or turns without end. After `done`:
-    `status`, `headers` (as they came, names lower-case), `body`, and `keep_alive`
-    (whether the connection may carry the next request), and `leftover`: bytes after the
-    response, which a server may not send before the next request (the caller drops the
-    connection when there are any).
+    `max_body` (`MAX_BODY_BYTES`): `BodyTooLargeError`; informational heads or trailers
+    past `MAX_HEAD_BYTES`: a protocol error; never a reader that grows or turns without
+    end. After `done`: `status`, `headers` (as they came, names lower-case), `body`, and
+    `keep_alive` (whether the connection may carry the next request), and `leftover`: bytes
+    after the response, which a server may not send before the next request (the caller
+    drops the connection when there are any).
     """
 
     __slots__ = ("_buf", "_chunked", "_head_only", "_head_request", "_left", "_max_body",
@@ -175,7 +176,7 @@ class ResponseReader:
             self._state = "chunk-size"
         elif kind == "length":
             if length > self._max_body and self._head_only is None:
-                raise _error(f"a body of {length} bytes, over {body_limit(self._max_body)}")
+                raise BodyTooLargeError(self._max_body, status=self.status, length=length)
             self._left = length
             self._state = "length"
             if self._left == 0:
@@ -211,7 +212,7 @@ class ResponseReader:
             self._finish(keep_alive=False)
         elif self._size > self._max_body:
             self._parts.clear()  # not kept alive by the error's traceback
-            raise _error(f"a body over {body_limit(self._max_body)}")
+            raise BodyTooLargeError(self._max_body, status=self.status)
 
     def _read_chunk_size(self) -> bool:
         line = self._line(_MAX_CHUNK_LINE)

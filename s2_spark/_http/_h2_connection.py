@@ -29,7 +29,8 @@ header block that does not decode or grows past `MAX_HEADER_BLOCK`; an answer RF
 ending the stream, trailers not ending it or with a pseudo-header, a body other than its
 content-length), which the RFC lets a client treat as a stream error, but a server that
 sends one is broken. No answer is delivered that h2 would refuse (the `h2_frames` fuzz
-target checks it). A body past `MAX_BODY_BYTES` fails its request (the stream is reset).
+target checks it). A body past `MAX_BODY_BYTES` fails its request (`BodyTooLargeError`;
+the stream is reset).
 What goes wrong is typed as `AsyncConnection` types it (httpx's exceptions); `Unprocessed`
 marks a request the server says it never looked at (a GOAWAY past it, or REFUSED_STREAM):
 safe to send again.
@@ -46,7 +47,7 @@ from typing import Any
 import hpack
 import httpx
 
-from ._response import MAX_BODY_BYTES, Done, Response, body_limit, settle
+from ._response import MAX_BODY_BYTES, BodyTooLargeError, Done, Response, settle
 
 __all__ = ["H2Connection", "NotHttp2", "Unprocessed"]
 
@@ -554,8 +555,8 @@ class H2Connection(asyncio.Protocol):
             self._settle(sid, None, cut=True)  # enough: the rest is reset
             return
         if len(exchange.body) > MAX_BODY_BYTES:
-            self._settle(sid, httpx.RemoteProtocolError(
-                f"a body over {body_limit()}"), cut=True)
+            self._settle(sid, BodyTooLargeError(MAX_BODY_BYTES, status=exchange.status),
+                         cut=True)
             return
         if flags & _END_STREAM:
             self._settle(sid, None)

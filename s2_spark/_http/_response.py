@@ -25,8 +25,9 @@ from typing import Any
 
 import httpx
 
-__all__ = ["MAX_BODY_BYTES", "MAX_DECODED_PIECE", "BodyDecoder", "BodyDecodingError", "Done",
-           "Headers", "Response", "body_limit", "content_encoding", "decoded_body", "settle"]
+__all__ = ["MAX_BODY_BYTES", "MAX_DECODED_PIECE", "BodyDecoder", "BodyDecodingError",
+           "BodyTooLargeError", "Done", "Headers", "Response", "body_limit", "content_encoding",
+           "decoded_body", "settle"]
 
 Chunks = Iterator[bytes]
 
@@ -105,6 +106,18 @@ class BodyDecodingError(httpx.DecodingError):
         super().__init__(message)
         self.encoding = encoding
         self.status = status
+
+
+class BodyTooLargeError(BodyDecodingError):
+    """An answer's body over the most its request takes (`limit` bytes, as it came or
+    decoded). The server's doing, not the network's: asking again gets the same body, so
+    it is never retried; the protocol clients name the setting that raises the limit,
+    where there is one."""
+
+    def __init__(self, limit: int, *, status: int = 0, length: int | None = None) -> None:
+        what = "a body" if length is None else f"a body of {length} bytes,"
+        super().__init__(f"{what} over {body_limit(limit)}", encoding="", status=status)
+        self.limit = limit
 
 
 #: The codings a body may come in, each with how to make its decompressor.
@@ -279,7 +292,7 @@ class Response:
                 if size > MAX_BODY_BYTES:
                     parts.clear()  # not kept alive by the error's traceback
                     self.close()
-                    raise httpx.RemoteProtocolError(f"a body over {body_limit()}")
+                    raise BodyTooLargeError(MAX_BODY_BYTES, status=self.status_code)
             self._content = b"".join(parts)
         return self._content
 

@@ -26,12 +26,13 @@ from s2_spark.retry import RetryPolicy
 
 from ._config import DurableConfig
 from ._producer import IdempotentProducer
-from ._reads import LiveMode, PieceReader, ReadChunk, ReadPiece, StreamReader
+from ._reads import READ_CHUNK_BYTES, LiveMode, PieceReader, ReadChunk, ReadPiece, StreamReader
 from ._stream import AppendResult, CreateResult, DurableStream, StreamInfo
 from ._transport import Transport
 from ._watch import REPOLL_PAUSE, DurableTailWatch
 
 __all__ = [
+    "READ_CHUNK_BYTES",
     "AppendResult",
     "CreateResult",
     "DurableConfig",

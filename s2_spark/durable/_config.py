@@ -38,13 +38,13 @@ class DurableConfig:
       `HTTPS_PROXY` / `HTTP_PROXY` / `NO_PROXY`.
     * `compression`: ask for gzip-compressed reads. Off by default: on loopback and fast
       networks it only costs CPU on both ends.
-    * `max_read_bytes`: the most of an answer a read holds at once, in bytes: the body of
-      a catch-up or long-poll answer (`get()`, `read()` but with SSE), an SSE event (its
-      lines, and the data events before a control event); 64 MiB by default. Past it the
-      read fails instead of holding whatever the server sends: `MalformedResponseError`
-      for an SSE event; an answer is retried as a failed transfer, then
-      `StreamUnavailableError`. The Spark reader reads in pieces (`read_pieces`) and is
-      not bound by it.
+    * `max_read_bytes`: the most of an answer held at once, in bytes; 64 MiB by default.
+      It bounds what is held, not how long a read is: `read()` and `read_pieces()` take
+      answers of any length as they arrive and fail only on one message (JSON), one SSE
+      event (its lines, and the data events before a control event) or one line over it;
+      `get()`, which returns an answer whole, fails on an answer over it. Past it the call
+      fails at once, never retried (the server would send the same again), with
+      `MalformedResponseError` naming this setting.
     """
 
     base_url: str | None = None

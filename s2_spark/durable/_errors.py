@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import httpx
 
-from s2_spark._http import BodyDecodingError, Exchange, Response, transport_error
+from s2_spark._http import (
+    BodyDecodingError,
+    BodyTooLargeError,
+    Exchange,
+    Response,
+    transport_error,
+)
 from s2_spark.errors import (
     DurableStreamsError,
     MalformedResponseError,
@@ -143,7 +149,17 @@ def error_from_transport(
 
 
 def error_from_decoding(exc: BodyDecodingError, target: str) -> MalformedResponseError:
-    """An answer whose body does not decode by its Content-Encoding: not retried."""
+    """An answer whose body does not decode by its Content-Encoding, or is longer than the
+    call holds: not retried (a server that sent it once sends it again)."""
+    if isinstance(exc, BodyTooLargeError):
+        err = MalformedResponseError(
+            f"the answer for {target} is over {exc.limit} bytes, the most held of one answer "
+            "(DurableConfig.max_read_bytes): raise it to hold more, or read with read(), "
+            "which takes answers of any length as they arrive; not retried",
+            code="response_too_large",
+        )
+        err.__cause__ = exc
+        return err
     err = MalformedResponseError(
         f"the answer for {target} could not be read: {exc}. The server or a proxy on the "
         "way sent a broken compressed body; if it persists, ask for uncompressed answers "

@@ -27,6 +27,7 @@ from s2_spark.wire.durable import (
     SSEParser,
     bytes_batch,
     decode_base64_data,
+    json_array_bytes,
     json_batch,
     parse_control,
 )
@@ -35,6 +36,8 @@ from ._errors import error_from_decoding, error_from_response, error_from_transp
 from ._transport import Transport
 
 __all__ = [
+    "READ_CHUNK_BYTES",
+    "AnswerPieces",
     "LiveMode",
     "PieceReader",
     "ReadChunk",
@@ -47,6 +50,10 @@ __all__ = [
 ]
 
 LiveMode = Literal["long-poll", "sse", "auto"] | None
+
+#: The most body one chunk of `StreamReader` holds (or `max_read_bytes`, if lower), about:
+#: an answer of any length is taken as it arrives, a chunk at a time.
+READ_CHUNK_BYTES = 4 << 20
 
 
 def is_json(content_type: str | None) -> bool:
@@ -67,10 +74,17 @@ def check_offset(offset: str) -> str:
 class ReadChunk:
     """What one read answer delivered.
 
-    `data` is the answer's body: for JSON streams a JSON array of messages (or empty),
-    otherwise the stream's bytes. `next_offset` is where the next read starts.
-    `up_to_date`: the chunk reached the tail as it was then. `closed`: the stream is closed
-    and this chunk reached its end (EOF). `not_modified`: a 304 to If-None-Match.
+    `data` is the answer's body, or a part of it (`partial`): for JSON streams a JSON array
+    of messages (or empty), otherwise the stream's bytes. `next_offset` is where the next
+    read starts. `up_to_date`: the chunk reached the tail as it was then. `closed`: the
+    stream is closed and this chunk reached its end (EOF). `not_modified`: a 304 to
+    If-None-Match.
+
+    `partial`: more of the same answer follows (`StreamReader` yields an answer larger
+    than a chunk as it arrives). An opaque offset cannot name a place inside an answer, so
+    a partial chunk's `next_offset` is still the answer's start: a read resumed from it
+    gets the partial chunks again, never skips them; keep positions from chunks that are
+    not partial.
     """
 
     data: bytes
@@ -83,6 +97,7 @@ class ReadChunk:
     content_type: str | None
     not_modified: bool = False
     status: int = 200
+    partial: bool = False
 
     @property
     def json_mode(self) -> bool:
@@ -136,10 +151,14 @@ def _up_to_date(resp: Response) -> bool:
     return flag(resp, "stream-up-to-date") or resp.status_code == 204
 
 
-def parse_chunk(resp: Response, offset: str, content_type: str | None) -> ReadChunk:
-    """Build a chunk from a catch-up or long-poll answer (200, 204 or 304)."""
+def parse_chunk(resp: Response, offset: str, content_type: str | None,
+                data: bytes | None = None) -> ReadChunk:
+    """Build a chunk from a catch-up or long-poll answer (200, 204 or 304), of its body
+    read whole or of `data`."""
+    if data is None:
+        data = resp.content if resp.status_code == 200 else b""
     return ReadChunk(
-        data=resp.content if resp.status_code == 200 else b"",
+        data=data,
         offset=offset,
         next_offset=_next_offset(resp, offset),
         up_to_date=_up_to_date(resp),
@@ -189,6 +208,7 @@ class StreamReader(ResumableRead[ReadChunk]):
         self.up_to_date = False
         self.closed = False
         self.reconnects = 0
+        self._answer = AnswerPieces()
         loop = RetryLoop(transport.config.retry, f"read of {target}", self._on_retry)
         attempt = self._sse_attempt if live == "sse" else self._poll_attempt
         self._gen = run_attempts(attempt, loop)
@@ -213,7 +233,7 @@ class StreamReader(ResumableRead[ReadChunk]):
         return chunk
 
     def _poll_attempt(self, loop: RetryLoop) -> Generator[ReadChunk, None, AttemptOutcome]:
-        """One catch-up or long-poll request."""
+        """One catch-up or long-poll request, its answer taken as it arrives."""
         if self._finished():
             return "done"
         params = {"offset": self.offset}
@@ -221,24 +241,33 @@ class StreamReader(ResumableRead[ReadChunk]):
             params["live"] = "long-poll"
             if self.cursor:
                 params["cursor"] = self.cursor
+        read = self._t.config.live_timeout if "live" in params else self._t.config.request_timeout
+        exchange = Exchange(traced=False)  # reads: stale or not is all that counts
         try:
-            resp = self._t.request(
-                "GET",
-                self._url,
-                target=self._target,
-                params=params,
-                retry="never",
-                ok=(200, 204),
-                offset=self.offset,
-                read_timeout=self._t.config.live_timeout if self.live else None,
-                headers=self._headers,
-            )
-        except DurableStreamsError as err:
-            if err.retryable:
-                return err
-            raise
-        yield self._deliver(parse_chunk(resp, self.offset, self.content_type), loop)
+            with self._t.stream(self._url, params=params, headers=self._headers, read=read,
+                                exchange=exchange) as resp:
+                if resp.status_code not in (200, 204):
+                    return _failed(resp, self._target, self.offset)
+                yield from self._chunks(resp, loop)
+        except httpx.TransportError as exc:
+            return error_from_transport(exc, self._target, "read", exchange)
+        except BodyDecodingError as exc:
+            raise error_from_decoding(exc, self._target) from exc
         return "reconnect"
+
+    def _chunks(self, resp: Response, loop: RetryLoop) -> Generator[ReadChunk, None, None]:
+        """One answer as chunks of about `READ_CHUNK_BYTES` of body, the last not partial."""
+        head = parse_chunk(resp, self.offset, self.content_type, b"")
+        limit = self._t.config.max_read_bytes
+        for piece in self._answer.pieces(resp, self.offset, head.content_type,
+                                         min(limit, READ_CHUNK_BYTES), limit):
+            data = (b"" if resp.status_code == 204
+                    else piece.data if piece.messages is None else json_array_bytes(piece.messages))
+            if not piece.last:
+                yield self._deliver(replace(head, data=data, next_offset=self.offset,
+                                            up_to_date=False, closed=False, partial=True), loop)
+            else:
+                yield self._deliver(replace(head, data=data), loop)
 
     def _sse_attempt(self, loop: RetryLoop) -> Generator[ReadChunk, None, AttemptOutcome]:
         """One SSE connection, from the last control event's offset."""
@@ -255,11 +284,7 @@ class StreamReader(ResumableRead[ReadChunk]):
                 exchange=exchange,
             ) as resp:
                 if resp.status_code != 200:
-                    resp.read()
-                    err = error_from_response(resp, self._target, self.offset)
-                    if err.retryable:
-                        return err
-                    raise err
+                    return _failed(resp, self._target, self.offset)
                 base64 = resp.headers.get("stream-sse-data-encoding", "").lower() == "base64"
                 yield from self._sse_events(resp, base64, loop)
         except httpx.TransportError as exc:
@@ -382,7 +407,7 @@ class PieceReader(ResumableRead[ReadPiece]):
         self.content_type = content_type
         self.up_to_date = False
         self.closed = False
-        self._answered = 0  # units of the current answer delivered (kept across a retry)
+        self._answer = AnswerPieces()
         self._gen = run_attempts(self._attempt, RetryLoop(transport.config.retry,
                                                           f"read of {target}"))
 
@@ -398,11 +423,7 @@ class PieceReader(ResumableRead[ReadPiece]):
             with self._t.stream(self._url, params={"offset": self.offset}, headers=self._headers,
                                 read=self._t.config.request_timeout, exchange=exchange) as resp:
                 if resp.status_code not in (200, 204):
-                    resp.read()
-                    err = error_from_response(resp, self._target, self.offset)
-                    if err.retryable:
-                        return err
-                    raise err
+                    return _failed(resp, self._target, self.offset)
                 yield from self._pieces(resp, loop)
         except httpx.TransportError as exc:
             return error_from_transport(exc, self._target, "read", exchange)
@@ -411,28 +432,61 @@ class PieceReader(ResumableRead[ReadPiece]):
         return "reconnect"
 
     def _pieces(self, resp: Response, loop: RetryLoop) -> Generator[ReadPiece, None, None]:
+        for piece in self._answer.pieces(resp, self.offset, self.content_type,
+                                         self._piece_bytes, self._t.config.max_read_bytes):
+            if piece.last:
+                self.offset, self.content_type = piece.next_offset, piece.content_type
+                self.up_to_date, self.closed = piece.up_to_date, piece.closed
+            loop.progressed()
+            yield piece
+
+
+def _failed(resp: Response, target: str, offset: str) -> DurableStreamsError:
+    """An answer that is not data: the error to retry with (raised if not retryable)."""
+    resp.read()
+    err = error_from_response(resp, target, offset)
+    if err.retryable:
+        return err
+    raise err
+
+
+class AnswerPieces:
+    """Read answers as they arrive, in pieces; `delivered` counts the units of the answer
+    being read that went out, kept across a retry so the answer read again from its start
+    goes on after them (streams are append-only: its prefix is the same)."""
+
+    __slots__ = ("delivered",)
+
+    def __init__(self) -> None:
+        self.delivered = 0
+
+    def pieces(self, resp: Response, offset: str, content_type: str | None, piece_bytes: int,
+               max_message: int) -> Generator[ReadPiece, None, None]:
+        """`resp`'s body in pieces of about `piece_bytes` (a JSON stream's: whole messages,
+        none over `max_message` bytes), less what went out before. A piece goes out once
+        the next has come, so the answer's `last` piece carries data too: two are held at
+        most."""
         answer = ReadPiece(
-            None, b"", self.offset, _next_offset(resp, self.offset), last=False,
+            None, b"", offset, _next_offset(resp, offset), last=False,
             up_to_date=_up_to_date(resp), closed=flag(resp, "stream-closed"),
-            content_type=resp.headers.get("content-type") or self.content_type,
+            content_type=resp.headers.get("content-type") or content_type,
         )
-        splitter = JsonArrayPieces() if is_json(answer.content_type) else None
-        skip = self._answered  # units of this answer delivered before a retry
-        for raw in resp.iter_bytes(self._piece_bytes):
+        splitter = (JsonArrayPieces(max_message, "DurableConfig.max_read_bytes")
+                    if is_json(answer.content_type) else None)
+        skip, held = self.delivered, None
+        for raw in resp.iter_bytes(piece_bytes):
             messages = splitter.feed(raw) if splitter is not None else None
             piece = _without_first(answer, messages, raw, skip, last=False)
             skip = max(0, skip - (len(raw) if messages is None else len(messages)))
             if piece.units:
-                self._answered += piece.units
-                loop.progressed()
-                yield piece
+                if held is not None:
+                    self.delivered += held.units
+                    yield held
+                held = piece
         rest = splitter.finish() if splitter is not None else None
-        piece = _without_first(answer, rest, b"", skip, last=True)
-        self.offset, self._answered = answer.next_offset, 0
-        self.up_to_date, self.closed = answer.up_to_date, answer.closed
-        self.content_type = answer.content_type
-        loop.progressed()
-        yield piece
+        last = _without_first(answer, rest, b"", skip, last=True)
+        self.delivered = 0
+        yield last if held is None else _joined(held, last)
 
 
 def _without_first(
@@ -445,3 +499,10 @@ def _without_first(
     elif skip:
         raw = raw[skip:]
     return replace(answer, messages=messages, data=raw, last=last)
+
+
+def _joined(first: ReadPiece, last: ReadPiece) -> ReadPiece:
+    """`first` with the answer's `last` piece after it (a byte stream's adds no bytes)."""
+    if first.messages is None or last.messages is None or not len(last.messages):
+        return replace(first, last=True)
+    return replace(first, messages=pa.concat_arrays([first.messages, last.messages]), last=True)

@@ -218,7 +218,10 @@ class DurableStream:
         if_none_match: str | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> ReadChunk:
-        """One catch-up or long-poll read (retried on transient failures)."""
+        """One catch-up or long-poll read (retried on transient failures), its answer held
+        whole: one over `DurableConfig.max_read_bytes` fails at once with
+        `MalformedResponseError` naming it (servers answer a catch-up read from the start
+        with the whole backlog). `read()` takes answers of any length as they arrive."""
         if live not in (None, "long-poll"):
             raise ValueError(f"get() reads with live=None or 'long-poll' (got {live!r})")
         params = {"offset": check_offset(offset)}
@@ -251,7 +254,9 @@ class DurableStream:
         live: LiveMode = None,
         headers: Mapping[str, str] | None = None,
     ) -> StreamReader:
-        """Chunks from `offset` ("-1": start, "now": tail); see StreamReader for `live`."""
+        """Chunks from `offset` ("-1": start, "now": tail); see StreamReader for `live`.
+        A catch-up or long-poll answer of any length is taken as it arrives, in chunks of
+        at most about `READ_CHUNK_BYTES` (`partial` but the last)."""
         content_type = self.content_type
         if live == "sse" and content_type is None:
             content_type = self._known_content_type()

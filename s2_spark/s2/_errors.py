@@ -15,7 +15,13 @@ from typing import Any
 
 import httpx
 
-from s2_spark._http import BodyDecodingError, Exchange, Response, transport_error
+from s2_spark._http import (
+    BodyDecodingError,
+    BodyTooLargeError,
+    Exchange,
+    Response,
+    transport_error,
+)
 from s2_spark.errors import (
     AlreadyExistsError,
     DeletionPendingError,
@@ -232,8 +238,19 @@ def error_from_transport(
 
 def error_from_decoding(exc: BodyDecodingError, target: str) -> S2Error:
     """An answer whose body does not decode by its Content-Encoding (corrupt, cut short,
-    an encoding not asked for): not retried, as S2's SDK does not; `status` 0, since the
-    answer's own status cannot be trusted to mean what it says."""
+    an encoding not asked for) or is longer than its call takes: not retried, as S2's SDK
+    does not; `status` 0, since the answer's own status cannot be trusted to mean what it
+    says."""
+    if isinstance(exc, BodyTooLargeError):
+        err = S2Error(
+            f"S2's answer for {target} was not read: {exc}, the most this call holds of an "
+            "answer (S2's own answers to it are far smaller; reads of more go through read "
+            "sessions, which take any length as it comes). The server or a proxy on the way "
+            "sent something else, so the call was not retried",
+            code="response_too_large",
+        )
+        err.__cause__ = exc
+        return err
     err = S2Error(
         f"S2's answer for {target} could not be read: {exc}. The server or a proxy on the "
         "way sent a broken compressed body; if it persists, ask for uncompressed answers "

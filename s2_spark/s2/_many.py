@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from s2_spark._http import MAX_BODY_BYTES, BodyDecodingError, Call, Response, query
+from s2_spark._http import (
+    MAX_BODY_BYTES,
+    BodyDecodingError,
+    BodyTooLargeError,
+    Call,
+    Response,
+    query,
+)
 from s2_spark.errors import AlreadyExistsError, NotFoundError, Position, S2Error, ServiceError
 
 from ._append_session import PROTO_ACCEPT, PROTO_HEADERS, ack_of
@@ -74,9 +81,14 @@ class SingleAppend:
 #: The most taken of an answer S2 makes a few hundred bytes at most (a tail, an ack, a
 #: created stream, an error): a run's answers are held until its last, and 4,096 tail
 #: lookups at `MAX_BODY_BYTES` each would let a server make a process hold 16 GiB (64 MiB
-#: at this). A longer one (a proxy's error page) fails its call, which is made again
-#: alone where the call may be.
+#: at this). A longer one (a proxy's error page) fails its call at once, never made
+#: again (`BodyTooLargeError`: a server that sent it once sends it again).
 SMALL_ANSWER = 16 << 10
+
+
+def _too_large(result: object, what: str) -> S2Error | None:
+    """The error of a call whose answer was over its limit, else None."""
+    return error_from_decoding(result, what) if isinstance(result, BodyTooLargeError) else None
 
 
 def _gets(basin: Basin, targets: Sequence[str], extra: list[tuple[bytes, bytes]],
@@ -113,6 +125,8 @@ def _check_tails(basin: Basin, names: Sequence[str], out: dict[str, Position | N
                 and isinstance(error_from_response(result, name), NotFoundError)):
             out[name] = None
             continue
+        if (too_large := _too_large(result, f"the tail of {name!r}")) is not None:
+            raise too_large
         try:
             out[name] = basin.stream(name).check_tail()
         except NotFoundError:
@@ -136,6 +150,9 @@ def read_many(basin: Basin, reads: Sequence[SmallRead], *,
             out.append(decode_read_batch(result.content, r.stream,
                                          include_command_records=include_command_records,
                                          include_headers=include_headers))
+            continue
+        if (too_large := _too_large(result, f"a read of {r.stream!r}")) is not None:
+            out.append(too_large)
             continue
         try:
             out.append(basin.stream(r.stream).read(
@@ -225,5 +242,7 @@ def create_streams(basin: Basin, names: Sequence[str]) -> None:
                 result.status_code in (200, 201)
                 or isinstance(error_from_response(result, name), AlreadyExistsError)):
             continue
+        if (too_large := _too_large(result, f"the creation of {name!r}")) is not None:
+            raise too_large
         with contextlib.suppress(AlreadyExistsError):
             basin.create_stream(name)

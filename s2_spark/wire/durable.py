@@ -43,6 +43,7 @@ __all__ = [
     "SSEParser",
     "bytes_batch",
     "decode_base64_data",
+    "json_array_bytes",
     "json_batch",
     "parse_control",
     "split_json_array",
@@ -202,14 +203,18 @@ class JsonArrayPieces:
     """Splits a JSON-mode body that arrives in pieces into its messages, as it arrives.
 
     `feed` returns the messages completed so far (a string array) and keeps the unfinished
-    rest, which is at most one message plus one piece; `finish` checks the array ended.
-    Without the C accelerator the pieces are kept and split at `finish`.
+    rest, at most one message plus one piece; `finish` checks the array ended. A message
+    still unfinished after more than `max_message` bytes fails (naming `limit_name`, the
+    setting that raises it), so a body of any length is read in bounded memory. Without
+    the C accelerator the same is done with numpy (`_complete_prefix`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_message: int | None = None, limit_name: str = "") -> None:
         self._rest = b""
         self._continued = False  # the rest starts after a top-level comma, not at '['
         self._closed = False
+        self._max = max_message
+        self._limit = f" ({limit_name})" if limit_name else ""
 
     def feed(self, piece: bytes) -> pa.Array:
         if self._closed:
@@ -217,31 +222,87 @@ class JsonArrayPieces:
                 raise _bad("data after the array")
             return _EMPTY_STRINGS
         body = self._rest + piece if self._rest else piece
-        if _fastjson is None:
-            self._rest = body
-            return _EMPTY_STRINGS
         if not self._continued and not body.strip(b" \t\r\n"):
             self._rest = body
             return _EMPTY_STRINGS
-        try:
-            offsets, values, consumed, closed = _fastjson.split_json_prefix(
-                body, self._continued
-            )
-        except ValueError as exc:
-            raise _bad(str(exc)) from None
+        offsets, values, consumed, closed = _split_prefix(body, self._continued)
         self._rest = body[consumed:]
         self._continued = self._continued or consumed > 0
         self._closed = closed
-        return _strings(np.frombuffer(offsets, dtype=np.int32), values)
+        if self._max is not None and (
+                len(self._rest) > self._max
+                or (len(offsets) > 1 and int(np.diff(offsets).max()) > self._max)):
+            raise MalformedResponseError(
+                f"the server sent a message over {self._max} bytes{self._limit}",
+                code="bad_json")
+        return _strings(offsets, values)
 
     def finish(self) -> pa.Array:
         """The last messages; raises unless the body was one whole JSON array."""
         if self._closed or not (self._continued or self._rest.strip(b" \t\r\n")):
             return _EMPTY_STRINGS  # done, or an empty body: no messages
-        if _fastjson is None:
-            self._closed = True
-            return _strings(*split_json_array(self._rest))
         raise _bad("not a JSON array" if not self._continued else "the array never ends")
+
+
+def _split_prefix(body: bytes, continued: bool
+                  ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any] | bytes, int, bool]:
+    """The complete elements of a received prefix of an array (`continued`: it starts
+    right after a top-level comma): (offsets, values, bytes consumed, array closed)."""
+    if _fastjson is not None:
+        try:
+            offsets, values, consumed, closed = _fastjson.split_json_prefix(body, continued)
+        except ValueError as exc:
+            raise _bad(str(exc)) from None
+        return np.frombuffer(offsets, dtype=np.int32), values, consumed, closed
+    return _split_prefix_numpy(body, continued)
+
+
+def _split_prefix_numpy(body: bytes, continued: bool
+                        ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int, bool]:
+    """`_split_prefix` without C: find where the complete elements end, split them whole."""
+    if not continued and not body.lstrip(b" \t\r\n").startswith(b"["):
+        raise _bad("not a JSON array")
+    array = b"[" + body if continued else body
+    shift = 1 if continued else 0
+    cut, closed = _complete_prefix(array)
+    if cut < 0:
+        return np.zeros(1, dtype=np.int32), np.zeros(0, dtype=np.uint8), 0, False
+    if closed:
+        return (*split_json_array_numpy(array), len(body), True)
+    offsets, values = split_json_array_numpy(array[:cut] + b"]")
+    if len(offsets) == 1:  # "[ ]" before the comma: an element left empty
+        raise _bad("an empty element")
+    return offsets, values, cut + 1 - shift, False
+
+
+def _complete_prefix(array: bytes) -> tuple[int, bool]:
+    """Where the complete elements of an array's received prefix end: the position of its
+    closing bracket (True) or of its last top-level comma (False); -1 when neither came."""
+    data = np.frombuffer(array, dtype=np.uint8)
+    pos = np.flatnonzero(_CLASSES[data])
+    c = _CLASSES[data][pos]
+    real_quote = (c == _QUOTE) & ~_escaped(pos, c)
+    structural = ((np.cumsum(real_quote, dtype=np.int64) - real_quote) & 1 == 0) & ~real_quote
+    delta = (np.where(structural & (c == _OPEN), 1, 0)
+             - np.where(structural & (c == _CLOSE), 1, 0))
+    depth_after = np.cumsum(delta, dtype=np.int64)
+    closes = np.flatnonzero(structural & (c == _CLOSE) & (depth_after <= 0))
+    if len(closes):
+        return int(pos[closes[0]]), True
+    commas = np.flatnonzero(structural & (c == _COMMA) & (depth_after == 1))
+    return (int(pos[commas[-1]]), False) if len(commas) else (-1, False)
+
+
+def json_array_bytes(messages: pa.Array) -> bytes:
+    """Messages (their JSON texts, a string array) as one JSON array, without a Python
+    object per message: the texts joined by commas, in brackets."""
+    if not len(messages):
+        return b"[]"
+    _, offsets_buf, values_buf = messages.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=np.int32)[messages.offset:
+                                                         messages.offset + len(messages) + 1]
+    values = np.frombuffer(values_buf, dtype=np.uint8)[offsets[0]:offsets[-1]]
+    return b"[" + np.insert(values, offsets[1:-1] - offsets[0], ord(",")).tobytes() + b"]"
 
 
 def bytes_batch(chunks: list[bytes]) -> pa.RecordBatch:
