@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Generator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import httpx
@@ -98,6 +98,9 @@ class ReadChunk:
     not_modified: bool = False
     status: int = 200
     partial: bool = False
+    #: A JSON stream's messages as `read()` split them on arrival (`batch()` splits `data`
+    #: again where this is None).
+    _split: pa.Array | None = field(default=None, repr=False, compare=False)
 
     @property
     def json_mode(self) -> bool:
@@ -106,6 +109,8 @@ class ReadChunk:
     def batch(self) -> pa.RecordBatch:
         """Arrow rows: one per message (`value` string) for JSON streams, else one row with
         the chunk's bytes (`value` binary); no rows when the chunk is empty."""
+        if self._split is not None and self.json_mode:
+            return pa.RecordBatch.from_arrays([self._split], schema=JSON_SCHEMA)
         if self.json_mode:
             return json_batch(self.data) if self.data.strip() else JSON_SCHEMA.empty_table()
         return bytes_batch([self.data]) if self.data else BYTES_SCHEMA.empty_table()
@@ -263,11 +268,13 @@ class StreamReader(ResumableRead[ReadChunk]):
                                          min(limit, READ_CHUNK_BYTES), limit):
             data = (b"" if resp.status_code == 204
                     else piece.data if piece.messages is None else json_array_bytes(piece.messages))
+            split = piece.messages if resp.status_code != 204 else None
             if not piece.last:
                 yield self._deliver(replace(head, data=data, next_offset=self.offset,
-                                            up_to_date=False, closed=False, partial=True), loop)
+                                            up_to_date=False, closed=False, partial=True,
+                                            _split=split), loop)
             else:
-                yield self._deliver(replace(head, data=data), loop)
+                yield self._deliver(replace(head, data=data, _split=split), loop)
 
     def _sse_attempt(self, loop: RetryLoop) -> Generator[ReadChunk, None, AttemptOutcome]:
         """One SSE connection, from the last control event's offset."""

@@ -267,12 +267,10 @@ def _split_prefix_numpy(body: bytes, continued: bool
     cut, closed = _complete_prefix(array)
     if cut < 0:
         return np.zeros(1, dtype=np.int32), np.zeros(0, dtype=np.uint8), 0, False
-    if closed:
-        return (*split_json_array_numpy(array), len(body), True)
-    offsets, values = split_json_array_numpy(array[:cut] + b"]")
-    if len(offsets) == 1:  # "[ ]" before the comma: an element left empty
+    offsets, values = split_json_array_numpy(array if closed else array[:cut] + b"]")
+    if len(offsets) == 1 and (continued or not closed):  # nothing beside a comma
         raise _bad("an empty element")
-    return offsets, values, cut + 1 - shift, False
+    return offsets, values, len(body) if closed else cut + 1 - shift, closed
 
 
 def _complete_prefix(array: bytes) -> tuple[int, bool]:
