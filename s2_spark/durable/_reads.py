@@ -266,15 +266,12 @@ class StreamReader(ResumableRead[ReadChunk]):
         limit = self._t.config.max_read_bytes
         for piece in self._answer.pieces(resp, self.offset, head.content_type,
                                          min(limit, READ_CHUNK_BYTES), limit):
-            data = (b"" if resp.status_code == 204
-                    else piece.data if piece.messages is None else json_array_bytes(piece.messages))
-            split = piece.messages if resp.status_code != 204 else None
-            if not piece.last:
-                yield self._deliver(replace(head, data=data, next_offset=self.offset,
-                                            up_to_date=False, closed=False, partial=True,
-                                            _split=split), loop)
-            else:
-                yield self._deliver(replace(head, data=data, _split=split), loop)
+            split = piece.messages if resp.status_code == 200 else None  # 204: no body
+            data = piece.data if split is None else json_array_bytes(split)
+            more: dict[str, Any] = {} if piece.last else {
+                "next_offset": self.offset, "up_to_date": False, "closed": False,
+                "partial": True}
+            yield self._deliver(replace(head, data=data, _split=split, **more), loop)
 
     def _sse_attempt(self, loop: RetryLoop) -> Generator[ReadChunk, None, AttemptOutcome]:
         """One SSE connection, from the last control event's offset."""

@@ -1,0 +1,174 @@
+"""What one micro-batch costs around a low-rate pipeline: our source and sink against the
+floor of Spark's Python Data Source API, in one Spark session.
+
+Five queries, each `--batches` micro-batches of `processingTime` `--trigger-ms` (after
+`--warm-up` micro-batches, which pay for starting Python workers and imports), each at
+`--rate` rows a second:
+
+* sinks: `rate` -> `format("s2")` (one stream); `rate` -> `trivial-sink`, a Python Arrow
+  stream writer that discards its input (`_trivial.py`, which imports only pyspark's
+  own); `rate` -> `noop` (no Python at all);
+* sources: `format("s2")` over a stream a producer thread appends to at the same rate ->
+  `noop`; `trivial-source` (rows by the clock) -> `noop`.
+
+For each: CPU seconds a micro-batch of each side (the JVM, Spark's Python planners: the
+data source lookups, `write_into_data_source`, the sink's commit runner and the streaming
+source's runner; the Python workers that run tasks; the server), and the median of each
+phase of `durationMs` in the progress reports. Ends with one line:
+`microbatch_cost: sink Python CPU <r>x trivial-sink, JVM <r>x; source Python CPU <r>x
+trivial-source, JVM <r>x (<pinned|unpinned>)`, where a ratio of 1.00x means our format
+costs a micro-batch what Spark's own Python machinery does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any
+
+# Python workers unpickle the trivial source and sink, which live in benchmarks/_trivial.py.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    filter(None, [os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH")])
+)
+
+from _pinning import CpuMeter, add_pin_option, placed  # benchmarks/ is on sys.path
+from _servers import add_server_option, s2_server
+from _spark import local_session
+from _trivial import TrivialSink, TrivialSource
+
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
+
+PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets",
+          "triggerExecution")
+PYTHON = ("Python planners", "Python workers")
+
+
+def measure(spark: Any, cpu: CpuMeter, args: argparse.Namespace, label: str,
+            start: Any) -> dict[str, float]:
+    """Run the query `start(checkpoint)` starts for the warm-up and measured micro-batches;
+    print and return CPU seconds a measured micro-batch by side, and its phases."""
+    q = start(tempfile.mkdtemp(prefix="s2-microbatch-"))
+    try:
+        first = _until(q, args.warm_up)
+        before = cpu.sample()
+        last = _until(q, first + 1 + args.batches)
+        spent = cpu.since(before)
+        progress = [p for p in q.recentProgress if first < p["batchId"] <= last]
+        batches = last - first
+    finally:
+        spark.sparkContext.setLogLevel("OFF")  # stopping aborts the micro-batch in flight
+        q.stop()
+        spark.sparkContext.setLogLevel("ERROR")
+    per = {side: s / batches for side, s in spent.items()}
+    per["Python"] = sum(per.get(side, 0.0) for side in PYTHON)
+    phases = {k: statistics.median(p["durationMs"].get(k, 0) for p in progress) for k in PHASES}
+    print(f"  {label}: CPU ms a micro-batch: "
+          + ", ".join(f"{side} {1000 * s:.1f}" for side, s in per.items())
+          + "; median ms: " + ", ".join(f"{k} {v:.0f}" for k, v in phases.items()), flush=True)
+    return per
+
+
+def _until(q: Any, batches: int) -> int:
+    """Wait until `batches` micro-batches ended; the last one's id."""
+    deadline = time.monotonic() + 600
+    while True:
+        last = q.lastProgress
+        if last is not None and last["batchId"] + 1 >= batches:
+            return int(last["batchId"])
+        if q.exception() is not None:
+            raise RuntimeError(str(q.exception()))
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{batches} micro-batches did not end within 10 minutes")
+        time.sleep(0.05)
+
+
+def rate_rows(spark: Any, rate: float) -> Any:
+    return (spark.readStream.format("rate").option("rowsPerSecond", max(1, round(rate)))
+            .load().selectExpr("CAST(lpad(CAST(value AS STRING), 100, 'x') AS BINARY) AS body"))
+
+
+class Producer(threading.Thread):
+    """Appends one 100 B record `rate` times a second to a stream until stopped."""
+
+    def __init__(self, url: str, basin: str, stream: str, rate: float) -> None:
+        super().__init__(daemon=True)
+        self.client = S2Client(S2Config(endpoint=url))
+        self.stream = self.client.basin(basin).stream(stream)
+        self.pause = 1.0 / rate
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        n = 0
+        while not self.done.wait(self.pause):
+            self.stream.append_many([AppendRecord(b"%100d" % n)])
+            n += 1
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join()
+        self.client.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", type=int, default=30, help="micro-batches measured")
+    ap.add_argument("--warm-up", type=int, default=3, help="micro-batches before measuring")
+    ap.add_argument("--trigger-ms", type=int, default=500)
+    ap.add_argument("--rate", type=float, default=5.0, help="rows a second")
+    add_pin_option(ap)
+    add_server_option(ap)
+    args = ap.parse_args(argv)
+    placement = placed(args)
+    basin = f"bench-{uuid.uuid4().hex[:8]}"
+    trigger = f"{args.trigger_ms} milliseconds"
+    with s2_server(args, placement) as server:
+        cpu = CpuMeter(server=server.pid, here="this process (driver, producer)")
+        with S2Client(S2Config(endpoint=server.url)) as client:
+            client.create_basin(basin)
+            for name in ("sink", "source"):
+                client.basin(basin).create_stream(name)
+        spark = local_session("s2-microbatch-cost", sources=[TrivialSink, TrivialSource])
+        s2 = {"endpoint": server.url, "basin": basin}
+
+        def sink(fmt: str, **options: str) -> Any:
+            return lambda ckpt: (rate_rows(spark, args.rate).writeStream.format(fmt)
+                                 .options(**options).option("checkpointLocation", ckpt)
+                                 .trigger(processingTime=trigger).start())
+
+        def source(fmt: str, **options: str) -> Any:
+            return lambda ckpt: (spark.readStream.format(fmt).options(**options).load()
+                                 .writeStream.format("noop").option("checkpointLocation", ckpt)
+                                 .trigger(processingTime=trigger).start())
+
+        print("sinks:", flush=True)
+        ours_sink = measure(spark, cpu, args, "s2 sink", sink("s2", **s2, stream="sink"))
+        floor_sink = measure(spark, cpu, args, "trivial-sink", sink("trivial-sink"))
+        measure(spark, cpu, args, "noop", sink("noop"))
+        print("sources:", flush=True)
+        producer = Producer(server.url, basin, "source", args.rate)
+        producer.start()
+        try:
+            ours_source = measure(spark, cpu, args, "s2 source",
+                                  source("s2", **s2, stream="source"))
+        finally:
+            producer.stop()
+        floor_source = measure(spark, cpu, args, "trivial-source",
+                               source("trivial-source", rows_per_second=str(args.rate)))
+        spark.stop()
+
+    def ratio(ours: dict[str, float], floor: dict[str, float], side: str) -> str:
+        return f"{ours.get(side, 0.0) / max(floor.get(side, 0.0), 1e-9):.2f}x"
+
+    print(f"microbatch_cost: sink Python CPU {ratio(ours_sink, floor_sink, 'Python')} "
+          f"trivial-sink, JVM {ratio(ours_sink, floor_sink, 'JVM')}; source Python CPU "
+          f"{ratio(ours_source, floor_source, 'Python')} trivial-source, JVM "
+          f"{ratio(ours_source, floor_source, 'JVM')} ({server.mode})")
+
+
+if __name__ == "__main__":
+    main()
