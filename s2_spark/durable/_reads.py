@@ -10,9 +10,9 @@ from the last control offset instead of delivering it twice.
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import httpx
 import pyarrow as pa
@@ -50,6 +50,7 @@ __all__ = [
 ]
 
 LiveMode = Literal["long-poll", "sse", "auto"] | None
+T = TypeVar("T")
 
 #: The most body one chunk of `StreamReader` holds (or `max_read_bytes`, if lower), about:
 #: an answer of any length is taken as it arrives, a chunk at a time.
@@ -247,18 +248,8 @@ class StreamReader(ResumableRead[ReadChunk]):
             if self.cursor:
                 params["cursor"] = self.cursor
         read = self._t.config.live_timeout if "live" in params else self._t.config.request_timeout
-        exchange = Exchange(traced=False)  # reads: stale or not is all that counts
-        try:
-            with self._t.stream(self._url, params=params, headers=self._headers, read=read,
-                                exchange=exchange) as resp:
-                if resp.status_code not in (200, 204):
-                    return _failed(resp, self._target, self.offset)
-                yield from self._chunks(resp, loop)
-        except httpx.TransportError as exc:
-            return error_from_transport(exc, self._target, "read", exchange)
-        except BodyDecodingError as exc:
-            raise error_from_decoding(exc, self._target) from exc
-        return "reconnect"
+        return (yield from _answer(self._t, self._url, self._target, self.offset, params,
+                                   self._headers, read, lambda resp: self._chunks(resp, loop)))
 
     def _chunks(self, resp: Response, loop: RetryLoop) -> Generator[ReadChunk, None, None]:
         """One answer as chunks of about `READ_CHUNK_BYTES` of body, the last not partial."""
@@ -422,18 +413,10 @@ class PieceReader(ResumableRead[ReadPiece]):
         """One answer, piece by piece."""
         if self.closed or self.up_to_date:
             return "done"
-        exchange = Exchange(traced=False)  # reads: stale or not is all that counts
-        try:
-            with self._t.stream(self._url, params={"offset": self.offset}, headers=self._headers,
-                                read=self._t.config.request_timeout, exchange=exchange) as resp:
-                if resp.status_code not in (200, 204):
-                    return _failed(resp, self._target, self.offset)
-                yield from self._pieces(resp, loop)
-        except httpx.TransportError as exc:
-            return error_from_transport(exc, self._target, "read", exchange)
-        except BodyDecodingError as exc:
-            raise error_from_decoding(exc, self._target) from exc
-        return "reconnect"
+        return (yield from _answer(self._t, self._url, self._target, self.offset,
+                                   {"offset": self.offset}, self._headers,
+                                   self._t.config.request_timeout,
+                                   lambda resp: self._pieces(resp, loop)))
 
     def _pieces(self, resp: Response, loop: RetryLoop) -> Generator[ReadPiece, None, None]:
         for piece in self._answer.pieces(resp, self.offset, self.content_type,
@@ -443,6 +426,25 @@ class PieceReader(ResumableRead[ReadPiece]):
                 self.up_to_date, self.closed = piece.up_to_date, piece.closed
             loop.progressed()
             yield piece
+
+
+def _answer(transport: Transport, url: str, target: str, offset: str, params: Mapping[str, str],
+            headers: Mapping[str, str], read: float,
+            take: Callable[[Response], Iterator[T]]) -> Generator[T, None, AttemptOutcome]:
+    """One catch-up or long-poll GET, its answer's items as `take` makes them while it
+    arrives; what ended the attempt (see `run_attempts`)."""
+    exchange = Exchange(traced=False)  # reads: stale or not is all that counts
+    try:
+        with transport.stream(url, params=params, headers=headers, read=read,
+                              exchange=exchange) as resp:
+            if resp.status_code not in (200, 204):
+                return _failed(resp, target, offset)
+            yield from take(resp)
+    except httpx.TransportError as exc:
+        return error_from_transport(exc, target, "read", exchange)
+    except BodyDecodingError as exc:
+        raise error_from_decoding(exc, target) from exc
+    return "reconnect"
 
 
 def _failed(resp: Response, target: str, offset: str) -> DurableStreamsError:
