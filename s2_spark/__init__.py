@@ -7,7 +7,8 @@ and `s2_spark.durable` (Durable Streams); `s2_spark.testing` is a local S2 serve
 Importing this package does not import pyspark. Errors of both services share one
 vocabulary (`s2_spark.errors`), exported here.
 `lag_of` reads a streaming progress without pyspark; `LagListener`, a Spark listener, is
-imported (and pyspark with it) only when first used.
+imported (and pyspark with it) only when first used. The lag names are imported on first
+use too: every Spark interpreter that unpickles our objects imports this package.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -58,9 +59,12 @@ from s2_spark.errors import (
     UnavailableError,
     WriterFencedError,
 )
-from s2_spark.lag import QueryLag, SourceLag, StreamLag, lag_of
 
 if TYPE_CHECKING:
+    from s2_spark.lag import QueryLag as QueryLag
+    from s2_spark.lag import SourceLag as SourceLag
+    from s2_spark.lag import StreamLag as StreamLag
+    from s2_spark.lag import lag_of as lag_of
     from s2_spark.lag_listener import LagListener as LagListener
 
 # `LagListener` is public but left out: `from s2_spark import *` must work without pyspark.
@@ -116,10 +120,19 @@ __all__ = [
 ]
 
 
+_LAG_NAMES = ("QueryLag", "SourceLag", "StreamLag", "lag_of")
+
+
 def __getattr__(name: str) -> Any:
-    """`LagListener` on first use: it subclasses pyspark's listener."""
+    """The lag names on first use; `LagListener` too (it subclasses pyspark's listener)."""
     if name == "LagListener":
         from s2_spark.lag_listener import LagListener
 
         return LagListener
+    if name in _LAG_NAMES:
+        import s2_spark.lag
+
+        value = getattr(s2_spark.lag, name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 's2_spark' has no attribute {name!r}")

@@ -28,8 +28,9 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-import zstandard
+# numpy and zstandard are imported where a compact offset is made or read: a query over
+# up to COMPACT_ABOVE streams (and every interpreter that unpickles its reader) never
+# needs them.
 
 __all__ = ["COMPACT_ABOVE", "COMPACT_VERSION", "OffsetCodec", "decode_offset",
            "encode_offset", "is_compact"]
@@ -89,6 +90,8 @@ class OffsetCodec:
             names = (set(ordered), ordered, _name_column(ordered))
             self._names = [names, *self._names][:self._KEPT]
         values = list(map(positions.__getitem__, names[1]))
+        import zstandard
+
         raw = zstandard.ZstdCompressor(level=_LEVEL).compress(names[2] + _value_column(values))
         text = base64.b64encode(raw).decode("ascii")
         self._keep(text, dict(positions))
@@ -101,6 +104,8 @@ class OffsetCodec:
         kept = next((p for t, p in self._offsets if t == text), None)
         if kept is not None:
             return dict(kept)
+        import zstandard
+
         try:
             positions = _parse(zstandard.ZstdDecompressor().decompress(base64.b64decode(text)))
         except (ValueError, struct.error, zstandard.ZstdError, UnicodeDecodeError) as exc:
@@ -120,6 +125,8 @@ class OffsetCodec:
 def _name_column(ordered: list[str]) -> bytes:
     """The count, then each name (in code point order, which is UTF-8 byte order) as the
     length it shares with the one before and the rest of its bytes."""
+    import numpy as np
+
     keys = [name.encode() for name in ordered]
     lengths = np.fromiter(map(len, keys), np.int64, len(keys))
     shared = np.zeros(len(keys), np.int64)
@@ -146,12 +153,16 @@ def _value_column(values: list[Any]) -> bytes:
 
 def _column(values: list[int]) -> bytes:
     """Integers in [0, 2**64) as a width byte and that many byte planes."""
+    import numpy as np
+
     width = max(1, (max(values, default=0).bit_length() + 7) // 8)
     planes = np.array(values, dtype="<u8").view(np.uint8).reshape(-1, 8)[:, :width]
     return bytes([width]) + planes.T.tobytes()
 
 
 def _read_column(raw: bytes, at: int, count: int) -> tuple[list[int], int]:
+    import numpy as np
+
     width = raw[at]
     end = at + 1 + width * count
     if not 1 <= width <= 8 or end > len(raw):

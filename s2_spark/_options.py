@@ -11,7 +11,6 @@ the options tables of the docs (`OptionSet.markdown`), so the three cannot drift
 
 from __future__ import annotations
 
-import difflib
 import logging
 import re
 from collections.abc import Mapping
@@ -171,6 +170,8 @@ class OptionSet:
 
     def _unknown(self, key: str, role: Role) -> str:
         known = self._by_role[role]
+        import difflib  # for a name nobody declared: not on every check's path
+
         near = difflib.get_close_matches(key.lower(), list(known), n=1, cutoff=0.6)
         hint = f"; did you mean {known[near[0]].name}?" if near else "."
         return (f"option {key}: no such option for {_ROLE_NAMES[role]} with format "

@@ -7,8 +7,11 @@ every attempt: it is reported at once (`tls_problem`), not retried like a cut co
 from __future__ import annotations
 
 import os
-import ssl
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # ssl is imported where a context is made or a failure read
+    import ssl
 
 __all__ = ["TlsConfig", "TlsProblem", "default_ssl_context", "ssl_context_for", "tls_problem"]
 
@@ -57,6 +60,8 @@ class TlsConfig:
 
     def ssl_context(self) -> ssl.SSLContext:
         """The context to verify servers with; ValueError names the file that failed."""
+        import ssl
+
         if self.ca_file is None:
             ctx = default_ssl_context()
         else:
@@ -93,6 +98,8 @@ def ssl_context_for(tls: TlsConfig | None) -> ssl.SSLContext:
 def default_ssl_context() -> ssl.SSLContext:
     """What httpx trusts by default: `SSL_CERT_FILE` or `SSL_CERT_DIR` when set, else
     certifi's bundle."""
+    import ssl
+
     if os.environ.get("SSL_CERT_FILE"):
         return ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
     if os.environ.get("SSL_CERT_DIR"):
@@ -103,6 +110,8 @@ def default_ssl_context() -> ssl.SSLContext:
 
 
 def _reason(exc: BaseException) -> str:
+    import ssl
+
     if isinstance(exc, ssl.SSLError) and exc.reason:
         return str(exc.reason)
     if isinstance(exc, OSError) and exc.strerror:
@@ -121,6 +130,8 @@ class TlsProblem:
 
 def tls_problem(exc: BaseException) -> TlsProblem | None:
     """The TLS configuration problem behind a transport failure, if that is what it is."""
+    import ssl
+
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:

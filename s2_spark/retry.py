@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Literal, Self, TypeVar
 
 from s2_spark._closeable import Closeable
-from s2_spark._http import POOL_LIMITS
 from s2_spark.errors import ServiceError
 
 __all__ = [
@@ -45,8 +44,13 @@ AttemptOutcome = Literal["done", "reconnect"] | ServiceError
 DEFAULT_RETRY_TIMEOUT = 120.0
 """Seconds of retrying without progress before giving up (Kafka's delivery.timeout.ms)."""
 
-#: Dead pooled connections one operation may meet in a row: every idle one can be dead.
-_STALE_RETRIES = POOL_LIMITS.max_keepalive + 1
+def _stale_retries() -> int:
+    """Dead pooled connections one operation may meet in a row: every idle one can be
+    dead. (Asked only after a failure: importing the HTTP seam is for callers that talk
+    to a server, not for every module that names a retry policy.)"""
+    from s2_spark._http import POOL_LIMITS
+
+    return POOL_LIMITS.max_keepalive + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +136,7 @@ class RetryLoop:
         """Raise `err` if it may not be retried or the budget is spent; else back off."""
         if not err.retryable:
             raise err
-        if err.stale_connection and self._stale < _STALE_RETRIES:
+        if err.stale_connection and self._stale < _stale_retries():
             self._stale += 1
             log.debug("%s met a dead pooled connection; retrying at once", self.what)
             if self._on_retry is not None:

@@ -1,11 +1,26 @@
 """No two modules of s2_spark import each other, directly or around a circle, counting
-every import statement: at the top, under TYPE_CHECKING and inside functions alike."""
+every import statement: at the top, under TYPE_CHECKING and inside functions alike.
+
+And what Spark's Python interpreters import for our objects: each micro-batch, planner
+interpreters unpickle the data source, build a stream writer and commit the tasks' commit
+messages, tasks unpickle the writer or the reader; a new interpreter pays for every
+module that imports. So an S2 query imports no Durable Streams module (and the reverse),
+and nothing there imports the HTTP stack or pyarrow unless the call talks to a server or
+handles Arrow data. Checked in fresh interpreters, on `sys.modules` (no timings).
+"""
 
 from __future__ import annotations
 
 import ast
 import graphlib
+import os
+import pickle
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "s2_spark"
 
@@ -42,3 +57,107 @@ def test_no_import_circles() -> None:
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     assert graph["s2_spark.s2._client"] >= {"s2_spark.s2._many"}  # the parser sees imports
     graphlib.TopologicalSorter(graph).prepare()  # raises CycleError naming the circle
+
+
+#: What no step below may import, whichever the format.
+_HEAVY = ("s2_spark._http", "httpx", "httpcore", "pyarrow", "numpy")
+#: Each format's own side: the other format's query never imports it.
+_SIDES = {
+    "s2": ("s2_spark.s2", "s2_spark.spark.s2", "s2_spark.backends.s2"),
+    "durable-streams": ("s2_spark.durable", "s2_spark.spark.durable",
+                        "s2_spark.backends.durable"),
+}
+
+_CHILD = """
+import pickle, sys
+import pyspark.sql.datasource  # what Spark's Python worker has imported already
+
+before = set(sys.modules)
+blobs = {name: open(path, "rb").read() for name, path in %r.items()}
+%s
+print(repr(sorted(set(sys.modules) - before)))
+"""
+
+#: What Spark's interpreters do with our objects (`pyspark.sql.worker.*`).
+_STEPS = {
+    # write_into_data_source: the data source, then its stream writer (pickled for tasks)
+    "planner": "pickle.dumps(pickle.loads(blobs['source']).streamWriter("
+               "pickle.loads(blobs['input']), False))",
+    # python_streaming_sink_runner: a new writer commits the tasks' messages
+    "commit": "pickle.loads(blobs['source']).streamWriter(pickle.loads(blobs['input']), "
+              "False).commit(pickle.loads(blobs['messages']), 0)",
+    "task": "pickle.loads(blobs['writer'])",
+    "schema": "pickle.loads(blobs['reading']).schema()",
+    "reader": "pickle.loads(blobs['reader'])",
+}
+
+
+def _objects(fmt: str) -> dict[str, Any]:
+    """As Spark pickles them: a data source whose writer routes rows by their `stream`
+    column (so building it checks no target on a server), its stream writer, the tasks'
+    commit messages, and a stream reader."""
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    from s2_spark.spark.writer import WriteCommitMessage
+
+    if fmt == "s2":
+        from s2_spark.backends.s2.results import StreamWriteResult as S2Result
+        from s2_spark.spark import S2DataSource
+
+        options = {"endpoint": "http://127.0.0.1:1", "basin": "b", "checkpointLocation": "/c"}
+        source: Any = S2DataSource(options)
+        reading: Any = S2DataSource({**options, "stream": "events"})
+        results: list[Any] = [S2Result("events", 10, 0, 0, 10, 1)]
+        payload = "body"
+    else:
+        from s2_spark.backends.durable.stream_sink import StreamWriteResult as DsResult
+        from s2_spark.spark import DurableStreamsDataSource
+
+        options = {"baseUrl": "http://127.0.0.1:1/streams", "checkpointLocation": "/c"}
+        source = DurableStreamsDataSource(options)
+        reading = DurableStreamsDataSource({**options, "stream": "events",
+                                            "valueType": "binary"})
+        results = [DsResult("events", "http://127.0.0.1:1/streams/events", 10, 1, 0)]
+        payload = "value"
+    schema = StructType([StructField(payload, BinaryType()), StructField("stream", StringType())])
+    return {"source": source, "input": schema, "writer": source.streamWriter(schema, False),
+            "messages": [WriteCommitMessage(0, 0, results)], "reading": reading,
+            "reader": reading.streamReader(reading.schema())}
+
+
+def _imported(step: str, paths: dict[str, str]) -> list[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(PACKAGE.parent), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run([sys.executable, "-c", _CHILD % (paths, _STEPS[step])], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    modules: list[str] = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    return modules
+
+
+@pytest.mark.parametrize("fmt", ["s2", "durable-streams"])
+def test_spark_interpreters_import_only_the_formats_own_side(fmt: str, tmp_path: Path) -> None:
+    paths = {}
+    for name, obj in _objects(fmt).items():
+        paths[name] = str(tmp_path / f"{name}.pickle")
+        Path(paths[name]).write_bytes(pickle.dumps(obj))
+    other = next(side for f, side in _SIDES.items() if f != fmt)
+    for step in _STEPS:
+        modules = _imported(step, paths)
+        assert any(m.startswith(_SIDES[fmt]) for m in modules), (step, modules)
+        wrong = [m for m in modules if m.startswith(other)]
+        assert not wrong, f"{fmt} {step} imported the other format's {wrong}"
+        # A task's reader reads Arrow batches; every other step handles no rows.
+        heavy = _HEAVY[:3] if step == "reader" else _HEAVY
+        wrong = [m for m in modules if m.split(".")[0] in heavy or m.startswith(heavy)]
+        assert not wrong, f"{fmt} {step} imported {sorted({m.split('.')[0] for m in wrong})}"
+
+
+@pytest.mark.parametrize("fmt", ["s2", "durable-streams"])
+def test_a_pickled_stream_writer_names_its_format(fmt: str) -> None:
+    """A writer pickles a reference to its format, not the format's option declarations
+    (8.5 KB of a writer's pickle before)."""
+    writer = _objects(fmt)["writer"]
+    pickled = pickle.dumps(writer)
+    assert len(pickled) < 2048, len(pickled)
+    assert pickle.loads(pickled).fmt is writer.fmt

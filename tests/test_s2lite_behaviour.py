@@ -352,8 +352,8 @@ def test_client_ensure_stream_replaces_and_create_streams_keeps(
     `createStreams` creates with POST and keeps a stream someone else made meanwhile
     (here: made after the writer's tail lookup found none) as it is."""
     from s2_spark.backends.s2.options import S2Settings
+    from s2_spark.backends.s2.plan import check_target
     from s2_spark.backends.s2.settings import SinkSettings
-    from s2_spark.backends.s2.sink import check_target
 
     basin_name = unique("cst")
     with S2Client(s2_config(s2_server.url)) as client:

@@ -16,9 +16,10 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "AfterAppend",

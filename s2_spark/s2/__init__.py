@@ -29,25 +29,34 @@ acks), about 1.5x faster than one unary request per batch against the local serv
         stream.append([AppendRecord(b"hello")])
         for batch in stream.read_session(seq_num=0, count=1):
             print(batch.batch.to_pylist())
+
+The names below are imported on first use (`s2_spark._lazy`): a module of this package
+that needs none of the client (its types, its limits) does not import the HTTP stack.
 """
 
+from typing import TYPE_CHECKING
+
+from s2_spark._lazy import lazy_exports
 from s2_spark.errors import Position
 
-from ._client import BasinClient, S2Client
-from ._config import RetryPolicy, S2Config, TlsConfig
-from ._many import SingleAppend, SmallRead
-from ._read_session import ReadSession
-from ._stream import StreamClient
-from ._types import (
-    MAX_BATCH_BYTES,
-    MAX_BATCH_RECORDS,
-    AppendAck,
-    AppendRecord,
-    BasinInfo,
-    ReadLimits,
-    StreamConfig,
-    StreamInfo,
-)
+if TYPE_CHECKING:
+    from ._client import BasinClient as BasinClient
+    from ._client import S2Client as S2Client
+    from ._config import RetryPolicy as RetryPolicy
+    from ._config import S2Config as S2Config
+    from ._config import TlsConfig as TlsConfig
+    from ._many import SingleAppend as SingleAppend
+    from ._many import SmallRead as SmallRead
+    from ._read_session import ReadSession as ReadSession
+    from ._stream import StreamClient as StreamClient
+    from ._types import MAX_BATCH_BYTES as MAX_BATCH_BYTES
+    from ._types import MAX_BATCH_RECORDS as MAX_BATCH_RECORDS
+    from ._types import AppendAck as AppendAck
+    from ._types import AppendRecord as AppendRecord
+    from ._types import BasinInfo as BasinInfo
+    from ._types import ReadLimits as ReadLimits
+    from ._types import StreamConfig as StreamConfig
+    from ._types import StreamInfo as StreamInfo
 
 __all__ = [
     "MAX_BATCH_BYTES",
@@ -69,3 +78,19 @@ __all__ = [
     "StreamInfo",
     "TlsConfig",
 ]
+
+_CLIENT, _CONFIG, _TYPES = (f"{__name__}.{m}" for m in ("_client", "_config", "_types"))
+
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "BasinClient": _CLIENT,
+    "S2Client": _CLIENT,
+    "RetryPolicy": _CONFIG,
+    "S2Config": _CONFIG,
+    "TlsConfig": _CONFIG,
+    "SingleAppend": f"{__name__}._many",
+    "SmallRead": f"{__name__}._many",
+    "ReadSession": f"{__name__}._read_session",
+    "StreamClient": f"{__name__}._stream",
+    **dict.fromkeys(("MAX_BATCH_BYTES", "MAX_BATCH_RECORDS", "AppendAck", "AppendRecord",
+                     "BasinInfo", "ReadLimits", "StreamConfig", "StreamInfo"), _TYPES),
+})

@@ -33,6 +33,7 @@ from ._errors import (
     error_from_status,
     error_from_transport,
 )
+from ._limits import MAX_INPUTS_PER_SESSION
 from ._transport import Transport
 from ._types import AppendAck
 
@@ -49,7 +50,6 @@ __all__ = [
     "run_append_session",
 ]
 
-MAX_INPUTS_PER_SESSION = 256
 #: What an S2S session (append or read) sends beside the basin's own headers.
 SESSION_HEADERS = [(b"content-type", b"s2s/proto"), (b"accept", b"s2s/proto")]
 #: What a protobuf request (a unary read or append) sends beside the basin's headers.

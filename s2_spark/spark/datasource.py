@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from s2_spark.backends.base import StreamBackend
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
-from s2_spark.spark.batch_reader import RangeBatchReader
 from s2_spark.spark.options import (
     RECORDS,
     OptionError,
@@ -19,7 +17,10 @@ from s2_spark.spark.options import (
     TriggerUnits,
     parse_read_options,
 )
-from s2_spark.spark.stream_reader import RangeStreamReader
+
+if TYPE_CHECKING:  # the readers and the backends (pyarrow) are imported when a read starts
+    from s2_spark.backends.base import StreamBackend
+    from s2_spark.spark.stream_reader import RangeStreamReader
 
 __all__ = ["RangeDataSource", "document_options", "stream_reader"]
 
@@ -61,6 +62,8 @@ class RangeDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         options = self._read_options(streaming=False)
         self._check_schema(schema, options)
+        from s2_spark.spark.batch_reader import RangeBatchReader
+
         return RangeBatchReader(self._backend(options), options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -85,4 +88,6 @@ def stream_reader(backend: StreamBackend[Any], options: ReadOptions) -> RangeStr
         from s2_spark.spark._admission import AdmittedStreamReader
 
         return AdmittedStreamReader(backend, options)
+    from s2_spark.spark.stream_reader import RangeStreamReader
+
     return RangeStreamReader(backend, options)

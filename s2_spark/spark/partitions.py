@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import InputPartition
 
-from s2_spark.backends.base import StreamBackend
+if TYPE_CHECKING:
+    from s2_spark.backends.base import StreamBackend
 
 __all__ = [
     "DEFAULT_MAX_STREAMS_PER_PARTITION",

@@ -15,10 +15,9 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -40,6 +39,9 @@ from s2_spark.backends.sink import (
 from s2_spark.errors import OptionError
 from s2_spark.spark._compat import HAS_STREAM_ARROW_WRITER
 from s2_spark.spark._write_common import fault_hook
+
+if TYPE_CHECKING:  # the writers only pass Arrow batches on: no pyarrow to unpickle one
+    import pyarrow as pa
 
 if HAS_STREAM_ARROW_WRITER:
     from pyspark.sql.datasource import DataSourceStreamArrowWriter
@@ -83,6 +85,10 @@ class WriteFormat(Generic[OptionsT, LayoutT]):
     `rows_to_batches` turns Spark Rows (Spark 4.0's stream writers get rows) into the
     Arrow batches the sink takes. `options` declares every option of the format (reading
     and writing), checked first.
+
+    `home` (module, attribute) names where the format is defined: a writer then pickles
+    a reference to it instead of the format itself, whose option declarations (their
+    docs) were most of a pickled writer's 8.5 KB.
     """
 
     name: str
@@ -91,6 +97,22 @@ class WriteFormat(Generic[OptionsT, LayoutT]):
     check_input: Callable[[StructType, OptionsT], LayoutT]
     plan: Callable[[OptionsT, LayoutT], SinkPlan]
     rows_to_batches: Callable[[Iterator[Any], LayoutT], Iterator[pa.RecordBatch]]
+    home: tuple[str, str] | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.home is not None:
+            return _format_at, self.home
+        return WriteFormat, tuple(getattr(self, f.name) for f in fields(self))
+
+
+def _format_at(module: str, attribute: str) -> WriteFormat[Any, Any]:
+    """The format a pickled writer names (`WriteFormat.home`)."""
+    import importlib
+
+    found = getattr(importlib.import_module(module), attribute)
+    if not isinstance(found, WriteFormat) or found.home != (module, attribute):
+        raise TypeError(f"{module}.{attribute} is not the write format a writer was pickled with")
+    return found
 
 
 @dataclass

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -38,7 +38,7 @@ from s2_spark.backends._batches import read_ahead
 from s2_spark.backends._clients import SharedClients
 from s2_spark.backends.base import DataLossHandler, ReadSettings, StreamBackend
 from s2_spark.backends.durable._range import EndedEarly, offset_key, range_units
-from s2_spark.backends.durable.options import DurableSettings
+from s2_spark.backends.durable.options import DurableSettings, StreamKind, check_offset_position
 from s2_spark.errors import (
     MalformedResponseError,
     NotFoundError,
@@ -61,8 +61,6 @@ __all__ = [
 
 log = logging.getLogger("s2_spark.durable")
 
-#: JSON streams count messages, other content types count bytes.
-StreamKind = Literal["json", "bytes"]
 Position = dict[str, Any]
 
 #: Rows of a byte stream hold at most this many bytes, cut from the range's start.
@@ -70,18 +68,6 @@ BYTES_ROW_LIMIT = 1 << 20
 #: Arrow batches handed to Spark hold at most this many rows (slices, no copies).
 _BATCH_ROWS = 1 << 16
 
-
-
-def check_offset_position(value: object) -> str:
-    """A position a user wrote: an offset string the server gave, or "-1" (the start)."""
-    if not isinstance(value, str) or not value or any(ord(c) < 0x21 for c in value):
-        raise ValueError(
-            "a Durable Streams position is an offset string from Stream-Next-Offset, or '-1' "
-            f"for the start (got {value!r})"
-        )
-    if value == "now":
-        raise ValueError("'now' is not a fixed position: use 'latest' instead of a JSON object")
-    return value
 
 
 def read_schema_for(kind: StreamKind) -> pa.Schema:

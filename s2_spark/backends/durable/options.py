@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from s2_spark._options import Option, split_streams
 from s2_spark.backends.network_options import (
@@ -31,9 +31,14 @@ __all__ = [
     "DURABLE_CONNECTION_OPTIONS",
     "DURABLE_SELECTION_OPTIONS",
     "DurableSettings",
+    "StreamKind",
+    "check_offset_position",
     "parse_durable_connection",
     "parse_durable_selection",
 ]
+
+#: JSON streams count messages, other content types count bytes.
+StreamKind = Literal["json", "bytes"]
 
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
 
@@ -159,3 +164,15 @@ def parse_durable_selection(
             "or name streams by URL with option url / urls"
         )
     return StreamSelection(streams=names)
+
+
+def check_offset_position(value: object) -> str:
+    """A position a user wrote: an offset string the server gave, or "-1" (the start)."""
+    if not isinstance(value, str) or not value or any(ord(c) < 0x21 for c in value):
+        raise ValueError(
+            "a Durable Streams position is an offset string from Stream-Next-Offset, or '-1' "
+            f"for the start (got {value!r})"
+        )
+    if value == "now":
+        raise ValueError("'now' is not a fixed position: use 'latest' instead of a JSON object")
+    return value

@@ -36,8 +36,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-
 from s2_spark.backends.durable.stream_sink import (
     DEFAULT_CONTENT_TYPE,
     Payload,
@@ -52,7 +50,9 @@ from s2_spark.backends.durable.stream_sink import (
 from s2_spark.backends.sink import AfterAppend, SinksByStream, TaskAttempt
 from s2_spark.errors import S2SparkError, StreamConflictError, StreamNotFoundError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pyarrow is imported where a task's rows arrive
+    import pyarrow as pa
+
     from s2_spark.backends.durable.options import DurableSettings
     from s2_spark.backends.sink import StreamWriteResult as AnyStreamWriteResult
     from s2_spark.durable import DurableStreamsClient
@@ -115,6 +115,8 @@ def check_target(settings: DurableSettings, url: str, shown: str, sink: SinkSett
 
 def _as_binary(arr: pa.Array) -> pa.Array:
     """A string or binary array as `binary` (int32 offsets; zero-copy where possible)."""
+    import pyarrow as pa
+
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     t = arr.type
@@ -186,6 +188,7 @@ class PartitionWriter:
 
     def add(self, values: pa.Array, routes: pa.Array | None = None) -> None:
         """Add rows: their payloads (string or binary), and their targets unless fixed."""
+        import pyarrow as pa
         import pyarrow.compute as pc
 
         n = len(values)

@@ -19,9 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-import pyarrow as pa
-
 from s2_spark.backends.sink import PickledAsFields
 from s2_spark.errors import (
     DurableStreamsError,
@@ -33,7 +30,10 @@ from s2_spark.errors import (
     WriterFencedError,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # numpy and pyarrow are imported where rows are cut and sent
+    import numpy as np
+    import pyarrow as pa
+
     from s2_spark.durable import DurableStream, DurableStreamsClient, IdempotentProducer
 
 __all__ = [
@@ -166,6 +166,8 @@ class StreamWriteResult(PickledAsFields):
 
 def _offsets(arr: pa.Array) -> np.ndarray[Any, Any]:
     """The int32 value offsets of a binary array (respecting slices)."""
+    import numpy as np
+
     buf = arr.buffers()[1]
     return np.frombuffer(buf, dtype=np.int32, count=len(arr) + 1, offset=arr.offset * 4)
 
@@ -230,6 +232,8 @@ class StreamSink:
         n = len(values)
         if n == 0:
             return
+        import numpy as np
+
         offsets = _offsets(values)
         lengths = np.diff(offsets).astype(np.int64)
         # cum[j]: what the request would count after taking values[0..j] (from empty).
@@ -260,6 +264,8 @@ class StreamSink:
         parts, count, first = self._parts, self._count, self._first_row
         self._parts, self._count, self._size = [], 0, 0
         self._first_row += count
+        import pyarrow as pa
+
         values = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
         if self._json:
             body = self._json_body(values, first)
@@ -280,6 +286,7 @@ class StreamSink:
             self._after_append(self)
 
     def _json_body(self, values: pa.Array, first: int) -> bytes:
+        import pyarrow as pa
         import pyarrow.compute as pc
 
         from s2_spark.wire.durable import split_json_array

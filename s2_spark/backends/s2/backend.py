@@ -9,7 +9,6 @@ between the asked and the first returned seq_num is data loss; a read session bo
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,7 @@ from s2_spark.backends.base import (
     StreamBackend,
     StreamWatch,
 )
-from s2_spark.backends.s2.options import S2Settings
+from s2_spark.backends.s2.options import S2Settings, seq_num_position
 from s2_spark.errors import NotFoundError, ReadPastTailError, S2Error
 
 if TYPE_CHECKING:
@@ -46,13 +45,6 @@ WINDOW_RECORDS = 64_000
 #: Arrow batch: about `COALESCE_ROWS` records of 100 B, which `coalesced` then hands on
 #: as they are (one decode and no concatenation per 8 frames: a third of the read's CPU).
 BATCH_BYTES = 1 << 20
-
-
-def seq_num_position(value: object) -> int:
-    """A position a user wrote: a seq_num."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
-        raise ValueError(f"a seq_num must be an integer >= 0 (got {json.dumps(value)})")
-    return value
 
 
 def _new_client(settings: S2Settings) -> S2Client:

@@ -9,6 +9,7 @@ their environment or files.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from s2_spark.backends.selection import StreamSelection
 from s2_spark.errors import OptionError
 
 __all__ = ["S2_CONNECTION_OPTIONS", "S2_SELECTION_OPTIONS", "S2Settings", "parse_s2_connection",
-           "parse_s2_selection"]
+           "parse_s2_selection", "seq_num_position"]
 
 if TYPE_CHECKING:
     from s2_spark.s2 import S2Config
@@ -218,3 +219,10 @@ def parse_s2_selection(options: Mapping[str, str]) -> StreamSelection:
             raise OptionError(f"option stream={raw!r} is not accepted: use a stream name")
         return StreamSelection(streams=(raw.strip(),))
     return StreamSelection(streams=option.streams(options) or ())
+
+
+def seq_num_position(value: object) -> int:
+    """A position a user wrote: a seq_num."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+        raise ValueError(f"a seq_num must be an integer >= 0 (got {json.dumps(value)})")
+    return value

@@ -1,4 +1,5 @@
-"""The S2 sink's limits and tuning: how much one append carries, how many are in flight."""
+"""The S2 sink's limits and tuning: how much one append carries, how many are in flight;
+and where a write's columns are (`InputLayout`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from s2_spark.backends.s2.tokens import MAX_TOKEN_BYTES
+from s2_spark.s2._limits import MAX_TOKEN_BYTES
 
 __all__ = [
     "DATA_MAX_BYTES",
@@ -15,6 +16,7 @@ __all__ = [
     "DEFAULT_APPENDS_IN_FLIGHT",
     "FENCE_RESERVE",
     "AppendBudget",
+    "InputLayout",
     "SinkSettings",
 ]
 
@@ -73,3 +75,14 @@ class SinkSettings:
     flush_bytes: int = 4 * 1024 * 1024
     max_inflight_appends: int = DEFAULT_APPENDS_IN_FLIGHT
     max_inflight_bytes: int = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class InputLayout:
+    """Where the accepted columns are in the input rows (None when absent)."""
+
+    body: int
+    headers: int | None
+    timestamp: int | None
+    stream: int | None
+    names: tuple[str, ...]

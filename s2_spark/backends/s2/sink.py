@@ -10,25 +10,24 @@ missing stream teaches is answered together in another round (creations too), an
 rest (reading marks back, bumps, long streams) is done per stream, several at once.
 At most `max_inflight_appends` appends are in flight across the writer's streams.
 
-`S2SinkPlan` and `S2PartitionSink` fit this writer to the shared write path
-(`backends.sink`): the plan opens a client and a writer per task attempt, the sink takes
-the task's input batches as `InputLayout` places their columns.
+`S2PartitionSink` fits this writer to the shared write path (`backends.sink`): it takes
+the task's input batches as `InputLayout` places their columns. The plan that opens a
+client and a writer per task attempt (`S2SinkPlan`) and the driver's check of the target
+are in `plan`, which imports none of this until a task writes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 
 from s2_spark.backends._sink_rows import drop_command_rows, order_by_stream
-from s2_spark.backends.s2._stream_token import being_deleted
+from s2_spark.backends.s2.settings import InputLayout
 from s2_spark.backends.s2.stream_sink import (
     DATA_MAX_BYTES,
     DATA_MAX_RECORDS,
@@ -46,21 +45,13 @@ from s2_spark.backends.s2.tokens import (
     query_key,
     run_key,
 )
-from s2_spark.backends.sink import AfterAppend, SinksByStream, TaskAttempt
-from s2_spark.errors import (
-    AlreadyExistsError,
-    DeletionPendingError,
-    NotFoundError,
-    OptionError,
-    S2SparkError,
-)
+from s2_spark.backends.sink import SinksByStream, TaskAttempt
+from s2_spark.errors import S2SparkError
 from s2_spark.s2._append_session import MAX_INPUTS_PER_SESSION
 from s2_spark.wire.appends import encode_entries
 from s2_spark.wire.records import HEADER_TYPE
 
 if TYPE_CHECKING:
-    from s2_spark.backends.s2.options import S2Settings
-    from s2_spark.backends.sink import StreamWriteResult as AnyStreamWriteResult
     from s2_spark.s2 import BasinClient
 
 __all__ = [
@@ -74,12 +65,10 @@ __all__ = [
     "InputLayout",
     "PartitionWriter",
     "S2PartitionSink",
-    "S2SinkPlan",
     "SinkSettings",
     "StreamSink",
     "StreamWriteResult",
     "WriterId",
-    "check_target",
     "query_key",
     "writer_id",
 ]
@@ -230,17 +219,6 @@ class PartitionWriter:
 # -- the shared write path (backends.sink) -----------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class InputLayout:
-    """Where the accepted columns are in the input rows (None when absent)."""
-
-    body: int
-    headers: int | None
-    timestamp: int | None
-    stream: int | None
-    names: tuple[str, ...]
-
-
 def writer_id(attempt: TaskAttempt) -> WriterId:
     """The S2 writer of a task attempt: generation = when its micro-batch (job) was
     planned, so a query restarted from its checkpoint outranks every attempt of the
@@ -304,58 +282,3 @@ def _map_to_headers(arr: pa.Array) -> pa.Array:
     offsets = arr.offsets
     return pa.ListArray.from_arrays(offsets, struct, type=HEADER_TYPE,
                                     mask=arr.is_null() if arr.null_count else None)
-
-
-@dataclass(frozen=True, slots=True)
-class S2SinkPlan:
-    """The checked basin, target and tuning of one write, shipped to its tasks."""
-
-    settings: S2Settings
-    stream: str | None  # the one target of every row (None: rows name theirs)
-    sink: SinkSettings
-    layout: InputLayout
-
-    @contextlib.contextmanager
-    def open(self, attempt: TaskAttempt, after_append: AfterAppend | None
-             ) -> Iterator[S2PartitionSink]:
-        """A client for the task and the attempt's writer, closed after it."""
-        from s2_spark.s2 import S2Client
-
-        with S2Client(self.settings.config()) as client:
-            basin = client.basin(self.settings.basin)
-            writer = PartitionWriter(basin, writer_id(attempt), self.sink,
-                                     after_append=after_append)
-            yield S2PartitionSink(writer, self.layout, self.stream)
-
-    def finish(self, results: Sequence[AnyStreamWriteResult]) -> None:
-        """Nothing to do once a job committed: every append released its stream."""
-        return None
-
-
-def check_target(settings: S2Settings, stream: str | None, sink: SinkSettings) -> None:
-    """Fail fast (before any task runs) when the fixed target stream is missing, or
-    create it (createStreams)."""
-    if stream is None:
-        return
-    from s2_spark.s2 import S2Client
-
-    with S2Client(settings.config()) as client:
-        basin = client.basin(settings.basin)
-        what = f"stream {stream!r} in basin {settings.basin!r}"
-        try:
-            basin.stream(stream).check_tail()
-        except NotFoundError as missing:
-            if missing.deletion_pending:
-                raise being_deleted(what, missing, sink.create_streams) from None
-            if not sink.create_streams:
-                raise OptionError(
-                    f"stream {stream!r} does not exist in basin {settings.basin!r}: create it "
-                    "first, or set option createStreams=true"
-                ) from None
-            # Not `ensure_stream`: a PUT would reset the config of a stream created
-            # meanwhile by someone else (S2 replaces the whole config).
-            try:
-                with contextlib.suppress(AlreadyExistsError):
-                    basin.create_stream(stream)
-            except DeletionPendingError as exc:
-                raise being_deleted(what, exc, True) from None

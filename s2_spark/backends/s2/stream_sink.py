@@ -39,6 +39,7 @@ from s2_spark.backends.s2._digest import NO_ROWS, RowsDigest
 from s2_spark.backends.s2._history import Landed
 from s2_spark.backends.s2._replay import LandedRows, read_landed
 from s2_spark.backends.s2._stream_token import StreamToken
+from s2_spark.backends.s2.results import StreamWriteResult
 from s2_spark.backends.s2.settings import (
     DATA_MAX_BYTES,
     DATA_MAX_RECORDS,
@@ -48,7 +49,6 @@ from s2_spark.backends.s2.settings import (
     SinkSettings,
 )
 from s2_spark.backends.s2.tokens import DataMarks, WriterId, fence_entry
-from s2_spark.backends.sink import PickledAsFields
 from s2_spark.errors import (
     FencingTokenMismatchError,
     NotFoundError,
@@ -79,33 +79,6 @@ __all__ = [
 #: Refusals in a row without an append landing before the writer gives up: the stream is
 #: being taken over again and again (another query writing it at the same time).
 _MAX_REFUSALS = 50
-
-
-@dataclass(frozen=True, slots=True)
-class StreamWriteResult(PickledAsFields):
-    """What one writer did to one stream: rows appended, rows found already there (the
-    shared `backends.sink.StreamWriteResult` fields are derived from these)."""
-
-    stream: str
-    appended: int
-    skipped: int
-    first_seq_num: int | None
-    end_seq_num: int | None
-    appends: int
-
-    @property
-    def rows(self) -> int:
-        """The writer's rows for the stream: appended now or found already there."""
-        return self.appended + self.skipped
-
-    @property
-    def replayed_rows(self) -> int:
-        return self.skipped
-
-    @property
-    def replayed_appends(self) -> None:
-        """Not told: the rows found already there are counted, not their appends."""
-        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from s2_spark.backends.s2._digest import DIGEST_CHARS, MARK_CHARS, RowsDigest
 from s2_spark.errors import S2SparkError
+from s2_spark.s2._limits import MAX_TOKEN_BYTES
 
 __all__ = [
     "FENCE_HEADERS",
@@ -48,7 +49,6 @@ __all__ = [
     "run_key",
 ]
 
-MAX_TOKEN_BYTES = 36
 #: The query key of batch jobs (each job is told apart by its run and generation).
 JOB_QUERY = "job"
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"

@@ -10,9 +10,7 @@ exactly-once with the server's idempotent producers.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from s2_spark._options import OptionSet
 from s2_spark.backends.durable.sink import DurableInputLayout, DurableSinkPlan, check_target
@@ -26,13 +24,18 @@ from s2_spark.spark.durable._writer_options import (
 )
 from s2_spark.spark.writer import WriteFormat
 
+if TYPE_CHECKING:  # pyarrow is imported where Spark Rows are converted
+    import pyarrow as pa
+
 __all__ = ["parse", "plan", "rows_to_batches", "write_format"]
 
 
-def write_format(options: OptionSet) -> WriteFormat[DurableWriteOptions, DurableInputLayout]:
-    """Format durable-streams' writers, over its one option declaration."""
+def write_format(options: OptionSet, home: tuple[str, str] | None = None
+                 ) -> WriteFormat[DurableWriteOptions, DurableInputLayout]:
+    """Format durable-streams' writers, over its one option declaration (`home`: where it
+    is defined, `WriteFormat.home`)."""
     return WriteFormat("durable-streams", options, parse, check_durable_input, plan,
-                       rows_to_batches)
+                       rows_to_batches, home)
 
 
 def parse(options: Mapping[str, str], streaming: bool) -> DurableWriteOptions:
@@ -63,6 +66,8 @@ def _checked_target(options: DurableWriteOptions, layout: DurableInputLayout
 def rows_to_batches(rows: Iterator[Any], layout: DurableInputLayout
                     ) -> Iterator[pa.RecordBatch]:
     """Spark Rows -> Arrow batches (for Spark versions without the Arrow stream writer)."""
+    import pyarrow as pa
+
     n = len(layout.names)
     for chunk in chunk_rows(rows):
         columns: list[pa.Array] = [pa.nulls(len(chunk))] * n

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
 from s2_spark._options import Option, OptionSet
-from s2_spark.backends.base import StreamBackend
-from s2_spark.backends.durable.backend import DurableBackend, StreamKind, check_offset_position
 from s2_spark.backends.durable.options import (
     DURABLE_CONNECTION_OPTIONS,
     DURABLE_SELECTION_OPTIONS,
+    StreamKind,
+    check_offset_position,
     parse_durable_connection,
     parse_durable_selection,
 )
@@ -34,6 +34,9 @@ from s2_spark.spark.options import (
     TriggerUnits,
 )
 from s2_spark.spark.writer import WritingDataSource
+
+if TYPE_CHECKING:  # the backend (the client, pyarrow) is imported when a read starts
+    from s2_spark.backends.base import StreamBackend
 
 __all__ = [
     "DURABLE_OPTIONS",
@@ -92,7 +95,9 @@ DURABLE_READ_FORMAT = ReadFormat(
     options=DURABLE_OPTIONS,
 )
 
-DURABLE_WRITE_FORMAT = write_format(DURABLE_OPTIONS)
+#: Pickled writers name it (`home`) rather than carry its option declarations.
+DURABLE_WRITE_FORMAT = write_format(DURABLE_OPTIONS,
+                                    home=(__name__, "DURABLE_WRITE_FORMAT"))
 
 
 def durable_read_schema(kind: StreamKind) -> StructType:
@@ -181,6 +186,8 @@ class DurableStreamsDataSource(RangeDataSource, WritingDataSource):
                 )
             self._cached_kind = _VALUE_TYPES[declared]
             return self._cached_kind
+        from s2_spark.backends.durable.backend import DurableBackend
+
         probe = DurableBackend(options.connection, "json")
         kinds: dict[str, StreamKind] = {}
         for stream in options.selection.streams:
@@ -202,6 +209,8 @@ class DurableStreamsDataSource(RangeDataSource, WritingDataSource):
         return kind
 
     def _backend(self, options: ReadOptions) -> StreamBackend[Any]:
+        from s2_spark.backends.durable.backend import DurableBackend
+
         return DurableBackend(options.connection, self._kind(options))
 
     def _read_schema(self, options: ReadOptions) -> StructType:

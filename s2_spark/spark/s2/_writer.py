@@ -2,29 +2,32 @@
 target, checked on the driver, and Spark Rows as the Arrow columns the sink takes.
 
 `write_format` makes `S2_WRITE_FORMAT` (in `spark.s2.source`) of these. Each task appends its
-partition through `s2_spark.backends.s2.sink`, which makes the appends exactly-once.
+partition through `s2_spark.backends.s2.sink` (opened by the plan, `backends.s2.plan`), which
+makes the appends exactly-once. pyarrow is imported only where Spark Rows are converted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from s2_spark._options import OptionSet
-from s2_spark.backends.s2.sink import InputLayout, S2SinkPlan, check_target
+from s2_spark.backends.s2.plan import InputLayout, S2SinkPlan, check_target
 from s2_spark.spark._write_common import as_bytes, chunk_rows
 from s2_spark.spark.s2._writer_options import WriteOptions, check_input, parse_write_options
 from s2_spark.spark.writer import WriteFormat
-from s2_spark.wire.records import HEADER_TYPE
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["parse", "plan", "rows_to_batches", "write_format"]
 
 
-def write_format(options: OptionSet) -> WriteFormat[WriteOptions, InputLayout]:
-    """Format s2's writers, over its one option declaration."""
-    return WriteFormat("s2", options, parse, check_input, plan, rows_to_batches)
+def write_format(options: OptionSet, home: tuple[str, str] | None = None
+                 ) -> WriteFormat[WriteOptions, InputLayout]:
+    """Format s2's writers, over its one option declaration (`home`: where it is defined,
+    `WriteFormat.home`)."""
+    return WriteFormat("s2", options, parse, check_input, plan, rows_to_batches, home)
 
 
 def parse(options: Mapping[str, str], streaming: bool) -> WriteOptions:
@@ -45,6 +48,10 @@ def rows_to_batches(rows: Iterator[Any], layout: InputLayout) -> Iterator[pa.Rec
 
 
 def _rows_batch(rows: list[Any], layout: InputLayout) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    from s2_spark.wire.records import HEADER_TYPE
+
     n = len(layout.names)
     columns: list[pa.Array] = [pa.nulls(len(rows))] * n
     columns[layout.body] = pa.array([as_bytes(r[layout.body]) for r in rows], pa.binary())

@@ -26,14 +26,14 @@ from pyspark.sql.types import (
 
 from s2_spark._options import Option
 from s2_spark.backends.s2.options import S2Settings, parse_s2_connection
-from s2_spark.backends.s2.sink import (
+from s2_spark.backends.s2.settings import (
     DATA_MAX_RECORDS,
     DEFAULT_APPENDS_IN_FLIGHT,
-    MAX_INPUTS_PER_SESSION,
     InputLayout,
     SinkSettings,
 )
 from s2_spark.errors import OptionError
+from s2_spark.s2._limits import MAX_INPUTS_PER_SESSION
 from s2_spark.spark._write_common import TEST_FAULT, column_type_error, input_columns
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import (
     ArrayType,
@@ -15,13 +15,12 @@ from pyspark.sql.types import (
 )
 
 from s2_spark._options import OptionSet
-from s2_spark.backends.base import StreamBackend
-from s2_spark.backends.s2.backend import seq_num_position
 from s2_spark.backends.s2.options import (
     S2_CONNECTION_OPTIONS,
     S2_SELECTION_OPTIONS,
     parse_s2_connection,
     parse_s2_selection,
+    seq_num_position,
 )
 from s2_spark.spark.datasource import RangeDataSource, document_options
 from s2_spark.spark.options import (
@@ -33,6 +32,9 @@ from s2_spark.spark.options import (
 from s2_spark.spark.s2._writer import write_format
 from s2_spark.spark.s2._writer_options import S2_WRITE_OPTIONS
 from s2_spark.spark.writer import WritingDataSource
+
+if TYPE_CHECKING:  # the backend (the client, pyarrow) is imported when a read starts
+    from s2_spark.backends.base import StreamBackend
 
 __all__ = ["S2_OPTIONS", "S2_READ_FORMAT", "S2_WRITE_FORMAT", "S2DataSource", "read_schema"]
 
@@ -77,7 +79,8 @@ S2_READ_FORMAT = ReadFormat(
     options=S2_OPTIONS,
 )
 
-S2_WRITE_FORMAT = write_format(S2_OPTIONS)
+#: Pickled writers name it (`home`) rather than carry its option declarations.
+S2_WRITE_FORMAT = write_format(S2_OPTIONS, home=(__name__, "S2_WRITE_FORMAT"))
 
 
 class S2DataSource(RangeDataSource, WritingDataSource):
