@@ -24,6 +24,25 @@ stream is busy and its tail is dropped: the caller asks (a tail told once and ke
 be overtaken by every record after the first, and a plan made from it would leave those
 for the next micro-batch).
 
+Why no append is missed: a stream is marked quiet at `pos` only as a poll at `pos` goes
+out (`_arm`) or, adopting a followed tail, while the follow poll there is out and has
+brought no data (`_adopt`, under the lock that same answer takes to drop the tail). A
+poll answers as soon as a record at or after its position is at the server, whether the
+record came before the poll got there or while it waited; it answers empty only after
+waiting with none there. Every answer either sends the next poll at the same position,
+the stream staying quiet (an empty one: at once, or after `repoll_pause`; a record that
+lands before the next poll arrives is found by it), or makes the stream not quiet under
+the lock (data, an error, a failure), or says nothing can ever come there (`ENDED`). A
+stream moved elsewhere stops being quiet before its new poll arms it, and the old poll's
+late answer is ignored. So a record at `pos` reaches a quiet stream within a poll's
+round trip (two, and any pause, when it falls between polls); `tests/test_watch_news.py`
+and `scripts/watch_news.py` check it on S2.
+
+News comes without a tail when the record was at the server before the poll waited
+there: appended just as the watch armed, or between one poll and the next. S2 tells the
+tail only with records that came while a read waited (s2-lite's `read_session`); the
+local server does the same. Such news makes the stream not quiet, and the caller asks.
+
 A watched stream is a small record (`_Watched`), its polls driven by the callbacks of the
 connections (`PollConnections.send`), not a task each: a waiting poll holds the record,
 its request on the wire and the connection's share, about half a kilobyte, where a task
