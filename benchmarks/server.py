@@ -37,6 +37,7 @@ import httpx
 import pyarrow as pa
 from _pinning import add_pin_option, cpu_seconds, placed
 
+from s2_spark._long_poll._limits import watch_limit
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.s2._encode import encode_append_records
 from s2_spark.testing import ServerProcess
@@ -91,8 +92,9 @@ def long_polls(url: str, pid: int, basin: str, streams: list[str], args: argpars
                *, h2: bool) -> float:
     """Server CPU ms per long-poll answered, the tail watch polling every stream."""
     # HTTP/2 for every stream (no connection of its own), or HTTP/1.1 for all (as many
-    # as the open-files limit allows, more than `--streams`).
-    own = 0 if h2 else None
+    # as the open-files limit allows, more than `--streams`). The watch's default is none
+    # of its own now (HTTP/2 wherever the origin speaks it): HTTP/1.1 is asked for.
+    own = 0 if h2 else watch_limit()
     with S2Client(S2Config(endpoint=url)) as client, \
             client.basin(basin).watch_tails(wait=args.wait, own_connections=own) as watch:
         watch.watch(dict.fromkeys(streams, 0))
