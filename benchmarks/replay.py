@@ -59,14 +59,14 @@ def write(basin: Any, stream: str, who: WriterId, rows: list[bytes],
         return None
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--landed", type=int, default=100_000,
                     help="rows the first attempt lands (rounded down to appends of 998)")
     add_pin_option(ap)
     add_server_option(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     placement = placed(args)
     rows = random_bodies(args.rows, RECORD)
     shuffled = list(rows)

@@ -98,7 +98,7 @@ def long_polls(url: str, pid: int, basin: str, streams: list[str], args: argpars
     with S2Client(S2Config(endpoint=url)) as client, \
             client.basin(basin).watch_tails(wait=args.wait, own_connections=own) as watch:
         watch.watch(dict.fromkeys(streams, 0))
-        time.sleep(2.0)
+        time.sleep(args.settle)
         used = watch.connections()
         assert (used["http/1.1"] == 0) == h2, used  # the side it claims to measure
         polls0 = fetch_request_counts(url, timeout=60).get("read_wait", 0)
@@ -155,7 +155,7 @@ def set_up(server: ServerProcess, basin: str, args: argparse.Namespace,
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--stacks", default="granian,hypercorn",
                     help="the stacks to compare, the first against the others")
@@ -164,11 +164,13 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=1000, help="streams the watch polls")
     ap.add_argument("--wait", type=int, default=2, help="seconds each poll waits at most")
     ap.add_argument("--poll-seconds", type=float, default=8.0)
+    ap.add_argument("--settle", type=float, default=2.0,
+                    help="seconds the watch polls before the long-polls are counted")
     ap.add_argument("--records", type=int, default=1_000_000, help="records the S2S read reads")
     ap.add_argument("--repeat", type=int, default=2, help="turns per stack and kind")
     ap.add_argument("--skip", default="", help="kinds to skip, comma-separated")
     add_pin_option(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     placement = placed(args)
     stacks = args.stacks.split(",")
     skip = set(filter(None, args.skip.split(",")))
