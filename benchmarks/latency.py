@@ -398,8 +398,9 @@ def run_rounds(queries: dict[str, Callable[[], Any]], args: Any, cpu: CpuMeter,
                acks: Acks | None) -> dict[str, tuple[float, float]]:
     """Each query for `--duration` s in all, split over `--rounds` rounds whose order
     alternates, so drifting load falls on all alike; first each runs once unmeasured (a
-    cold JVM and new Python workers stall the first query for seconds)."""
-    for label, make in queries.items():
+    cold JVM and new Python workers stall the first query for seconds), unless
+    `--warmup` is 0."""
+    for label, make in queries.items() if args.warmup > 0 else ():
         print(f"warm-up: {label} for {2 * args.warmup:.0f}s, not measured")
         measure(make(), 0, 2 * args.warmup, Run(), cpu)
     runs = {label: Run() for label in queries}
@@ -433,7 +434,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--duration", type=float, default=60.0, help="seconds per query, all rounds")
     ap.add_argument("--interval", type=float, default=50.0, help="ms between records")
-    ap.add_argument("--warmup", type=float, default=5.0, help="seconds left out per query")
+    ap.add_argument("--warmup", type=float, default=5.0,
+                    help="seconds left out per query (0: none, and no unmeasured run of each "
+                         "query first)")
     ap.add_argument("--rounds", type=int, default=2, help="alternating runs of each query")
     ap.add_argument("--rate", action="store_true", help="also Spark's JVM rate source")
     ap.add_argument("--min-records", type=int, default=0,
