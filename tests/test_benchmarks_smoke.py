@@ -251,5 +251,11 @@ def test_benchmark_runs(name: str, on_path: None, kept_process: None, s2_url: st
 @pytest.mark.parametrize("name", [n for n, s in SMOKE.items() if s.spark])
 def test_spark_benchmark_runs(name: str, on_path: None, kept_process: None, s2_url: str,
                               spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    run(name, s2_url, capsys)
+    try:
+        run(name, s2_url, capsys)
+    finally:
+        lender = sys.modules.get("_spark")  # benchmarks/_spark.py
+        if lender is not None and id(spark) in lender._LENT:  # it failed before giving
+            lender.stop_session(spark)  # the session back: its settings put back here
     assert spark.sparkContext._jsc is not None, f"{name} stopped the session it was lent"
+    assert not spark.streams.active, f"{name} left a query running"
