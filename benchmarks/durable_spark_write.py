@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -78,6 +79,7 @@ def spark_write(url: str, path: str, folder: str, rows: int, per_batch: int, cpu
     first_file = sorted(Path(folder).iterdir())[0]
     parts = spark.read.format("text").load(str(first_file)).rdd.getNumPartitions()
     stop_session(spark)
+    shutil.rmtree(ckpt, ignore_errors=True)
     return exec_s * rows / written, wall, first_s, parts
 
 
@@ -119,6 +121,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  CPU s, the peer: {cpu.format(cpu.since(before))}")
         assert count(client, peer_path) == n_peer
         client.close()
+    shutil.rmtree(folder, ignore_errors=True)
     ours, theirs = n / spark_s, n_peer / peer_s
     print(f"durable-streams (PyPI) append, {args.threads} threads: {theirs:,.0f} msgs/s "
           f"({n_peer} messages in {peer_s:.2f}s)")

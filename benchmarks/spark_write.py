@@ -17,6 +17,7 @@ its own, and the CPU seconds of each side are printed for each query and for the
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 import time
 import uuid
@@ -100,6 +101,7 @@ def run_query(spark: Any, cpu: CpuMeter, fmt: str, options: dict[str, str], rows
         spark.sparkContext.setLogLevel("OFF")
         q.stop()
         spark.sparkContext.setLogLevel("ERROR")
+        shutil.rmtree(ckpt, ignore_errors=True)
     batches = [p for p in progress if p["numInputRows"]]
     for p in batches:
         d = p["durationMs"]
