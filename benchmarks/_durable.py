@@ -33,5 +33,5 @@ def require_peer() -> None:
     except ImportError:
         sys.exit(
             "this benchmark compares against the durable-streams package from PyPI; install "
-            "it first: pip install durable-streams==0.1.0"
+            "it first: pip install durable-streams==0.1.0 (the dev extra has it)"
         )

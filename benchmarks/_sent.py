@@ -5,6 +5,7 @@ its own process (not in Spark's).
     sent = Sent.requests()      # every request of the client's HTTP paths
     polls = Sent([(TailWatch, "_request")])  # the tail watch's polls only
     ... sent.count ...
+    sent.stop()                 # the methods as they were (a process that goes on)
 """
 
 from __future__ import annotations
@@ -22,8 +23,16 @@ class Sent:
     def __init__(self, methods: list[tuple[type, str]]) -> None:
         self.count = 0
         self._lock = threading.Lock()
+        self._replaced: list[tuple[type, str, Any]] = []
         for cls, name in methods:
+            self._replaced.append((cls, name, cls.__dict__[name]))
             setattr(cls, name, self._counting(getattr(cls, name)))
+
+    def stop(self) -> None:
+        """Stop counting: the methods as they were before (latest `Sent` first)."""
+        for cls, name, method in reversed(self._replaced):
+            setattr(cls, name, method)
+        self._replaced.clear()
 
     def _counting(self, method: Callable[..., Any]) -> Callable[..., Any]:
         def counted(*args: Any, **kwargs: Any) -> Any:

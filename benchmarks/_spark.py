@@ -1,4 +1,12 @@
-"""The Spark session the Spark benchmarks run in, made one way for all of them."""
+"""The Spark session the Spark benchmarks run in, made one way for all of them.
+
+A benchmark run from the command line starts its session here and stops it with
+`stop_session`. A benchmark whose `main` is called in a process that has a session
+already (the smoke run, tests/test_benchmarks_smoke.py: every Spark benchmark in one
+session) is lent that session: its runtime settings are applied for the run and put back
+by `stop_session`, which leaves the session running; settings fixed at the session's
+start (`spark.jars`, `spark.ui.enabled`, ...) stay the lender's.
+"""
 
 from __future__ import annotations
 
@@ -15,21 +23,45 @@ SETTINGS = {
     "spark.python.worker.reuse": "true",
 }
 
+#: Sessions lent to a benchmark (by id): the runtime settings to put back when it is done.
+_LENT: dict[int, dict[str, str | None]] = {}
+
 
 def local_session(app: str, conf: Mapping[str, str] | None = None,
                   sources: Iterable[type] = ()) -> Any:
     """A `local[2]` session named `app`, with `SETTINGS`, then `conf`, Spark's log at
     ERROR, and the Python data sources `sources` registered. This interpreter runs the
-    Python workers unless `PYSPARK_PYTHON` says otherwise."""
+    Python workers unless `PYSPARK_PYTHON` says otherwise. Where this process has a
+    session already, that one (lent: see the module's docstring)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    settings = {**SETTINGS, **(conf or {})}
+    existing = SparkSession.getActiveSession()
+    if existing is not None:
+        before = {k: existing.conf.get(k, None) for k in settings
+                  if existing.conf.isModifiable(k)}
+        _LENT.setdefault(id(existing), before)
     builder = SparkSession.builder.master("local[2]").appName(app)
-    for key, value in {**SETTINGS, **(conf or {})}.items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     for source in sources:
         spark.dataSource.register(source)
     return spark
+
+
+def stop_session(spark: Any) -> None:
+    """Stop a session `local_session` started; a lent one gets its runtime settings back
+    and goes on running."""
+    before = _LENT.pop(id(spark), None)
+    if before is None:
+        spark.stop()
+        return
+    for key, value in before.items():
+        if value is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, value)

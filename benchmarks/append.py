@@ -25,12 +25,12 @@ from s2_spark.wire.appends import encode_append_batches
 RECORD = 100
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=500_000)
     add_pin_option(ap)
     add_server_option(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     n = args.records
     placement = placed(args)
     data = random_bodies(n, RECORD)

@@ -72,7 +72,7 @@ def wire_bytes(url: str, basin: str, streams: list[str], records: int, coding: s
     return total
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--streams", type=int, default=300)
     ap.add_argument("--records", type=int, default=10, help="records per stream")
@@ -81,7 +81,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="measurements per coding (best)")
     add_pin_option(ap)
     add_server_option(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     placement = placed(args)
     basin = f"bench-cz-{uuid.uuid4().hex[:8]}"
     names = [f"s{k:05d}" for k in range(args.streams)]

@@ -6,11 +6,13 @@ message (one Arrow record batch each). s2-sdk: the path its read sessions run pe
 `read_batch_from_proto` into `SequencedRecord` objects), on exactly the same bytes.
 Best of several runs, one core. MB/s counts decompressed protobuf payload bytes.
 
-Run: python benchmarks/decode.py   (last line: `decode: N records/s, Rx s2-sdk`)
+Run: python benchmarks/decode.py [--records N --big-records M --budget S]
+(last line: `decode: N records/s, Rx s2-sdk`)
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import sys
@@ -95,12 +97,13 @@ def sdk(parts: list[bytes]) -> int:
     return asyncio.run(run())
 
 
-def best_rate(fn: Callable[[list[bytes]], int], parts: list[bytes], expect: int) -> float:
+def best_rate(fn: Callable[[list[bytes]], int], parts: list[bytes], expect: int,
+              budget: float = BUDGET_S) -> float:
     """Best records/s over repeated runs within the time budget (at least 2 runs)."""
     best = float("inf")
     runs = 0
     start = time.perf_counter()
-    while runs < 2 or (time.perf_counter() - start < BUDGET_S and runs < 20):
+    while runs < 2 or (time.perf_counter() - start < budget and runs < 20):
         t0 = time.perf_counter()
         got = fn(parts)
         best = min(best, time.perf_counter() - t0)
@@ -109,12 +112,18 @@ def best_rate(fn: Callable[[list[bytes]], int], parts: list[bytes], expect: int)
     return expect / best
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=200_000, help="records of 100 B a case")
+    ap.add_argument("--big-records", type=int, default=4_000, help="records of 16 KiB a case")
+    ap.add_argument("--budget", type=float, default=BUDGET_S,
+                    help="seconds of runs a measurement, about (at least 2 runs)")
+    args = ap.parse_args(argv)
     cases = [
-        (100, 200_000, Compression.NONE),
-        (100, 200_000, Compression.ZSTD),
-        (16 * 1024, 4_000, Compression.NONE),
-        (16 * 1024, 4_000, Compression.ZSTD),
+        (100, args.records, Compression.NONE),
+        (100, args.records, Compression.ZSTD),
+        (16 * 1024, args.big_records, Compression.NONE),
+        (16 * 1024, args.big_records, Compression.ZSTD),
     ]
     print(f"decoder implementation: {records.IMPLEMENTATION}; python {sys.version.split()[0]}")
     header = (
@@ -127,8 +136,8 @@ def main() -> None:
     for body_size, n, compression in cases:
         frames, payload_bytes = make_frames(body_size, n, compression)
         parts = chunks(frames)
-        mine = best_rate(ours, parts, n)
-        theirs = best_rate(sdk, parts, n)
+        mine = best_rate(ours, parts, n, args.budget)
+        theirs = best_rate(sdk, parts, n, args.budget)
         mb = payload_bytes / n / 1e6
         ratio = mine / theirs
         print(

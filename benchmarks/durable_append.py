@@ -59,7 +59,7 @@ def count(client: DurableStreamsClient, path: str) -> int:
     return sum(c.batch().num_rows for c in client.stream(path).read("-1"))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--threads", type=int, default=64, help="peer's concurrent callers")
@@ -71,7 +71,7 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=2, help="best of N for each writer")
     add_pin_option(parser)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     require_peer()
     placement = placed(args)
     n = args.messages

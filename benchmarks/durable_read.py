@@ -69,12 +69,12 @@ def peer(url: str, identity: bool = True) -> tuple[float, int]:
     return time.perf_counter() - t0, count
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3, help="best of N for each reader")
     add_pin_option(parser)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     require_peer()
     placement = placed(args)
     n = args.messages

@@ -41,7 +41,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 import pyarrow as pa
 from _durable import DurableServer, messages  # benchmarks/ is on sys.path
 from _pinning import CpuMeter, add_pin_option, cpu_seconds, placed
-from _spark import local_session
+from _spark import local_session, stop_session
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from spark_read import run
@@ -138,12 +138,15 @@ def plain_read_cpu(url: str, pid: int | None, n: int) -> float:
     return cpu * 1e6 / n
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=2, help="runs of each query (best counts)")
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="leave out the unmeasured warm-up runs (a smoke run's figures are "
+                         "then start-up's)")
     add_pin_option(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     n = args.messages
     placement = placed(args)
 
@@ -157,8 +160,9 @@ def main() -> None:
         ours_df = spark.readStream.format("durable-streams").option(
             "url", server.url + STREAM).load()
         memory = spark.readStream.format("durable_bench_memory").option("rows", str(n)).load()
-        run(spark.readStream.format("durable_bench_memory").option("rows", "10000").load(),
-            "warm-up in-memory", 10_000, "triggerExecution")
+        if not args.no_warmup:
+            run(spark.readStream.format("durable_bench_memory").option("rows", "10000").load(),
+                "warm-up in-memory", 10_000, "triggerExecution")
         ceiling = ours = 0.0
         server_cpu = plain = float("inf")  # CPU s per 1M messages, the lowest of the runs
         for _ in range(args.repeat):
@@ -176,7 +180,7 @@ def main() -> None:
             server_cpu, plain = min(server_cpu, per_million), min(plain, plain_now)
         print(f"reference server: {server_cpu:.2f} CPU s per 1M messages read by the query, "
               f"{server_cpu / plain if plain else float('nan'):.2f}x a plain catch-up read")
-    spark.stop()
+    stop_session(spark)
     print(f"durable_spark_read: {ours:.0f} rows/s, {ours / ceiling:.2f}x in-memory Arrow source, "
           f"server {server_cpu:.2f} CPU s per 1M messages ({placement.mode})")
 

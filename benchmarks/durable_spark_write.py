@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from _durable import DurableServer, messages, require_peer  # benchmarks/ is on sys.path
 from _pinning import CpuMeter, add_pin_option, placed
-from _spark import local_session
+from _spark import local_session, stop_session
 from durable_append import count, peer
 
 from s2_spark.durable import DurableStreamsClient
@@ -77,11 +78,12 @@ def spark_write(url: str, path: str, folder: str, rows: int, per_batch: int, cpu
     first_s = batches[0]["durationMs"]["triggerExecution"] / 1000.0
     first_file = sorted(Path(folder).iterdir())[0]
     parts = spark.read.format("text").load(str(first_file)).rdd.getNumPartitions()
-    spark.stop()
+    stop_session(spark)
+    shutil.rmtree(ckpt, ignore_errors=True)
     return exec_s * rows / written, wall, first_s, parts
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rows", type=int, default=1_000_000, help="rows after the warm-up")
     ap.add_argument("--rows-per-batch", type=int, default=250_000)
@@ -89,7 +91,7 @@ def main() -> None:
     ap.add_argument("--peer-messages", type=int, default=20_000,
                     help="the peer sends the first N messages (it is much slower)")
     add_pin_option(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     require_peer()
     placement = placed(args)
     n, per_batch = args.rows, args.rows_per_batch
@@ -119,6 +121,7 @@ def main() -> None:
         print(f"  CPU s, the peer: {cpu.format(cpu.since(before))}")
         assert count(client, peer_path) == n_peer
         client.close()
+    shutil.rmtree(folder, ignore_errors=True)
     ours, theirs = n / spark_s, n_peer / peer_s
     print(f"durable-streams (PyPI) append, {args.threads} threads: {theirs:,.0f} msgs/s "
           f"({n_peer} messages in {peer_s:.2f}s)")

@@ -43,7 +43,7 @@ from typing import Any
 
 from _pinning import CpuMeter, add_pin_option, placed  # benchmarks/ is on sys.path
 from _servers import S2Server, add_server_option, s2_server
-from _spark import local_session
+from _spark import local_session, stop_session
 from pyspark.sql import functions as F
 
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
@@ -202,7 +202,7 @@ def _counted(r: Run, server: S2Server) -> str:
             "requests")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--users", type=_ints, default=[1000, 10000],
                     help="streams to fan out to (comma-separated cases)")
@@ -215,12 +215,14 @@ def main() -> None:
     ap.add_argument("--rtt-ms", type=float, default=0.0,
                     help="round trip the queries see (s2_spark.testing.DelayProxy)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each query (best counts)")
+    ap.add_argument("--warmup-events", type=int, default=2000,
+                    help="events of the unmeasured warm-up fan-out (0: none)")
     ap.add_argument("--http-stack", default="auto", choices=["auto", "granian", "hypercorn"],
                     help="the local server's HTTP stack (see docs/local-server.md; "
                          "--server local only)")
     add_pin_option(ap)
     add_server_option(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.http_stack != "auto" and args.server != "local":
         ap.error(f"--http-stack is the local server's: it does not apply to --server "
                  f"{args.server}")
@@ -236,17 +238,19 @@ def main() -> None:
             url = stack.enter_context(DelayProxy(server.url, rtt_ms=args.rtt_ms)).url
             print(f"queries through a proxy adding {args.rtt_ms:g} ms of round trip")
         # Warm-up (JVM, Python workers): a small fan-out, not measured.
-        warm = argparse.Namespace(**{**vars(args), "events": 2000, "rows_per_batch": 1000})
-        src = f"fan-warm-{uuid.uuid4().hex[:8]}"
-        with S2Client(S2Config(endpoint=server.url)) as client:
-            fill_events(client, src, warm.events, 50)
-        run_query(spark, server, cpu, url, src, warm, 50, single=False)
+        if args.warmup_events:
+            warm = argparse.Namespace(**{**vars(args), "events": args.warmup_events,
+                                         "rows_per_batch": max(1, args.warmup_events // 2)})
+            src = f"fan-warm-{uuid.uuid4().hex[:8]}"
+            with S2Client(S2Config(endpoint=server.url)) as client:
+                fill_events(client, src, warm.events, 50)
+            run_query(spark, server, cpu, url, src, warm, 50, single=False)
         for users in args.users:
             ratio, steady, per_pair = bench(spark, server, cpu, url, users, args)
             appends = "n/a" if per_pair is None else f"{per_pair:.2f}"
             out.append(f"{ratio:.2f}x one stream at {users:,} users ({steady:.2f}s a "
                        f"micro-batch, {appends} appends per task and stream)")
-    spark.stop()
+    stop_session(spark)
     shape = (f"{args.events:,} events, {args.rows_per_batch:,} a micro-batch, "
              f"{args.partitions} partitions{', repartitioned' if args.repartition else ''}"
              f"{f', {args.rtt_ms:g} ms round trip' if args.rtt_ms else ''}")

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import gc
 import random
-import statistics
 import sys
 import threading
 import time
@@ -113,7 +112,7 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--streams", type=int, default=100_000)
     ap.add_argument("--settle", type=float, default=90.0,
@@ -124,7 +123,7 @@ def main() -> None:
     ap.add_argument("--tracemalloc", action="store_true")
     add_pin_option(ap)
     add_server_option(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     placement = placed(args)
     with s2_server(args, placement) as server, \
@@ -171,8 +170,8 @@ def main() -> None:
                 per_stream = f"{sum(delta.values()) / span / args.streams:.4f}"
                 requests = f"{delta} ({per_stream}/s per stream)"
             server_cpu = "n/a (not started here)" if server.pid is None else f"{srv:.2f}"
-            print(f"idle {span:.0f}s: {plans} plans (median {statistics.median(took_s):.2f}s, "
-                  f"max {max(took_s):.2f}s); CPU s: reader {mine:.2f} "
+            print(f"idle {span:.0f}s: {plans} plans (median {pct(took_s, 0.5):.2f}s, "
+                  f"max {max(took_s, default=float('nan')):.2f}s); CPU s: reader {mine:.2f} "
                   f"({1000 * mine / max(plans, 1):.1f} ms a plan), server {server_cpu}; "
                   f"requests {requests}")
             print(f"memory: {rss:,.0f} MiB resident, {rss - rss0:,.0f} MiB over the "
@@ -201,6 +200,7 @@ def main() -> None:
         finally:
             planning.stop()
             reader.stop()
+            sent.stop()
         lat = [planning.planned[s] - t for s, t in acked.items() if s in planning.planned]
         missed = len(acked) - len(lat)
         print(f"{len(acked)} records appended, {len(lat)} planned ({missed} not in 30 s): "

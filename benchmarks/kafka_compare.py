@@ -29,10 +29,17 @@ and the workloads run on each system in turn:
   source record's copies counted (lost: none; duplicated: more than one).
 
 Ends with a table of each figure, its ratio against Kafka's (higher is better for the
-connector: rates, and Kafka's latency over ours), and a chart of the ratios (`--chart`,
-PNG, matplotlib from the `dev` extra). `--parts` runs some of the workloads.
+connector: rates, and Kafka's latency over ours), a chart of the ratios (`--chart`,
+PNG, matplotlib from the `dev` extra) and one line: `kafka_compare: <system> <g>x Kafka
+(geometric mean of <k> ratios), ...`. `--parts` runs some of the workloads.
 
     python benchmarks/kafka_compare.py --servers local,s2-lite --chart docs/img/kafka.png
+
+`--no-kafka` runs the S2 side of every workload without Kafka (no broker, no Spark Kafka
+connector, no ratios): what runs where Spark's Kafka connector does not exist for the
+PySpark in use. With the sizes made small (`--records`, `--fan-events`, `--eos-records`,
+`--latency-seconds`, `--latency-settle`, ...), a smoke run
+(tests/test_benchmarks_smoke.py).
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import random
 import signal
@@ -245,10 +253,11 @@ def bench_write(spark: Any, cpu: CpuMeter, systems: list[System], args: argparse
                   best(args.repeat, copy_once, spark, cpu, system, src, n, args.per_trigger))
 
 
-def fan_once(spark: Any, cpu: CpuMeter, system: System, src: str, users: int) -> Figure:
+def fan_once(spark: Any, cpu: CpuMeter, system: System, src: str, users: int, events: int,
+             per_trigger: int) -> Figure:
     from pyspark.sql import functions as F
 
-    df = system.reader(spark, src, parts=2, per_trigger=FAN_PER_TRIGGER)
+    df = system.reader(spark, src, parts=2, per_trigger=per_trigger)
     basin = ""
     body = F.col(system.body())
     user = F.substring(body.cast("string"), 1, 5)
@@ -263,7 +272,7 @@ def fan_once(spark: Any, cpu: CpuMeter, system: System, src: str, users: int) ->
         cpu, lambda ckpt: system.writer(out, name, ckpt, basin=basin))
     times = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
     steady = statistics.median(times[1:] or times)
-    rate = FAN_EVENTS / sum(times)
+    rate = events / sum(times)
     print(f"  {system.name}: {rate:,.0f} rows/s, micro-batch p50 {steady:.2f} s (steady), "
           f"first {times[0]:.2f} s; CPU s {cpu.format(spent)}")
     return Figure(rate, f"{steady:.2f} s a micro-batch")
@@ -273,17 +282,19 @@ def bench_fanout(spark: Any, cpu: CpuMeter, systems: list[System], args: argpars
                  table: Table) -> None:
     from pyspark.sql import functions as F
 
+    events = args.fan_events
     for users in args.users:
-        print(f"fanout: {FAN_EVENTS:,} events to {users:,} users")
+        print(f"fanout: {events:,} events to {users:,} users")
         for system in systems:
             src = system.new("events", partitions=2)
             user = F.lpad(((F.col("id") * 7919) % users).cast("string"), 5, "0")
-            rows = spark.range(FAN_EVENTS).select(F.rpad(F.concat(
+            rows = spark.range(events).select(F.rpad(F.concat(
                 user, F.lit(":"), F.col("id").cast("string")), 100, ".").cast("binary")
                 .alias(system.body()))
             system.fill(spark, src, rows)
             table.add(f"key / stream per user, {users:,} users", system.name,
-                      best(args.repeat, fan_once, spark, cpu, system, src, users))
+                      best(args.repeat, fan_once, spark, cpu, system, src, users, events,
+                           args.fan_per_trigger))
 
 
 # -- latency
@@ -368,10 +379,13 @@ def latency_once(spark: Any, system: System, interval_ms: float, args: argparse.
         q = (system.reader(spark, name).writeStream.foreachBatch(batch)
              .option("checkpointLocation", ckpt).start())
         try:
-            time.sleep(5)  # the query's first micro-batch
+            time.sleep(args.latency_settle)  # the query's first micro-batch
             with Producer(system, name, interval_ms / 1000):
                 time.sleep(args.latency_seconds)
-            time.sleep(3)
+            time.sleep(args.latency_drain)
+            more = time.monotonic() + 120  # a loaded machine: the first records, at least
+            while not seen and q.exception() is None and time.monotonic() < more:
+                time.sleep(0.1)
             if q.exception() is not None:
                 raise RuntimeError(f"{system.name}: {q.exception()}")
             progress = [p for p in q.recentProgress if p["numInputRows"]]
@@ -406,15 +420,17 @@ def bench_eos(spark: Any, cpu: CpuMeter, systems: list[System], args: argparse.N
               table: Table) -> None:
     from pyspark.sql import functions as F
 
-    print(f"eos: a copy of {EOS_RECORDS:,} records, SIGKILLed {args.kills} times at random")
+    n = args.eos_records
+    print(f"eos: a copy of {n:,} records, SIGKILLed {args.kills} times at random")
     rng = random.Random(args.seed)
     for system in systems:
         src, dst = system.new("eossrc", 2), system.new("eosdst", 2)
-        system.fill(spark, src, records(spark, system, EOS_RECORDS, Shape(100, False)))
+        system.fill(spark, src, records(spark, system, n, Shape(100, False)))
         with tempfile.TemporaryDirectory(prefix="kc-eos-") as ckpt:
             spec = {"name": system.name, "bootstrap": system.bootstrap, "url": system.url,
                     "basin": system.basin, "src": src, "dst": dst, "ckpt": ckpt,
-                    "jars": spark.conf.get("spark.jars")}
+                    "jars": spark.conf.get("spark.jars", ""),
+                    "per_trigger": str(args.eos_per_trigger)}
             killed = sum(_run_child(spec, rng.uniform(0.0, 2.0)) for _ in range(args.kills))
             _run_child(spec, None)
         got = (spark.read.format("kafka").option("kafka.bootstrap.servers", system.bootstrap)
@@ -424,9 +440,9 @@ def bench_eos(spark: Any, cpu: CpuMeter, systems: list[System], args: argparse.N
         counts = got.groupBy(system.body()).count()
         distinct = counts.count()
         extra = counts.where(F.col("count") > 1).agg(F.sum(F.col("count") - 1)).first()[0] or 0
-        lost = EOS_RECORDS - distinct
+        lost = n - distinct
         print(f"  {system.name}: {killed} runs killed mid-way; {lost:,} lost, {extra:,} "
-              f"duplicated of {EOS_RECORDS:,}")
+              f"duplicated of {n:,}")
         table.add("exactly-once copy under SIGKILL: duplicates + losses", system.name,
                   Figure(float(lost + extra), f"{lost} lost, {extra} duplicated",
                          lower_is_better=True, ratio=False))
@@ -468,10 +484,12 @@ def _watch_child(child: subprocess.Popen[bytes], commits: str, done: int,
 
 def child_copy(spec: dict[str, str]) -> None:
     """The copy of `bench_eos`, run by the child process."""
-    spark = local_session("kafka_compare-eos", {"spark.jars": spec["jars"]})
+    jars = {"spark.jars": spec["jars"]} if spec["jars"] else {}  # none: --no-kafka
+    spark = local_session("kafka_compare-eos", jars)
     system = System(spec["name"], bootstrap=spec["bootstrap"], url=spec["url"],
                     basin=spec["basin"])
-    df = system.reader(spark, spec["src"], parts=2, per_trigger=EOS_PER_TRIGGER)
+    per_trigger = int(spec.get("per_trigger", EOS_PER_TRIGGER))
+    df = system.reader(spark, spec["src"], parts=2, per_trigger=per_trigger)
     run_available_now(system.writer(df.select(system.body()), spec["dst"], spec["ckpt"])
                       .trigger(availableNow=True).start())
 
@@ -512,6 +530,16 @@ class Table:
         if ours is None or kafka is None or not ours.ratio or ours.value == 0:
             return None
         return kafka.value / ours.value if ours.lower_is_better else ours.value / kafka.value
+
+    def summary(self, systems: list[str]) -> str:
+        """Each system's geometric mean of its ratios against Kafka (higher is better)."""
+        out = []
+        for name in systems:
+            ratios = [r for w in self.rows if (r := self.ratio(w, name)) is not None and r > 0]
+            mean = (f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x"
+                    if ratios else "n/a")
+            out.append(f"{name} {mean} Kafka (geometric mean of {len(ratios)} ratios)")
+        return ", ".join(out)
 
     def print(self, systems: list[str]) -> None:
         print("\n| figure | " + " | ".join(systems) + " |")
@@ -575,11 +603,14 @@ def started(args: argparse.Namespace) -> Iterator[tuple[list[System], CpuMeter, 
     """Kafka and the S2 servers, pinned; the CPU meter over them; the placement's mode."""
     placement = placed(args)
     with contextlib.ExitStack() as stack:
-        kafka = stack.enter_context(Kafka())
-        placement.pin_server(kafka.pid)
-        print(f"server: kafka {KAFKA.version} at {kafka.bootstrap} (pid {kafka.pid})")
-        systems = [System("kafka", bootstrap=kafka.bootstrap, kafka=kafka)]
-        pids: dict[str, int | None] = {"kafka": kafka.pid}
+        systems: list[System] = []
+        pids: dict[str, int | None] = {}
+        if not args.no_kafka:
+            kafka = stack.enter_context(Kafka())
+            placement.pin_server(kafka.pid)
+            print(f"server: kafka {KAFKA.version} at {kafka.bootstrap} (pid {kafka.pid})")
+            systems.append(System("kafka", bootstrap=kafka.bootstrap, kafka=kafka))
+            pids["kafka"] = kafka.pid
         for choice in args.servers:
             root = stack.enter_context(tempfile.TemporaryDirectory(prefix="kc-s2-lite-"))
             server = stack.enter_context(s2_server(argparse.Namespace(server=choice),
@@ -593,7 +624,7 @@ def started(args: argparse.Namespace) -> Iterator[tuple[list[System], CpuMeter, 
         yield systems, CpuMeter(others=pids), placement.mode
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--servers", type=lambda s: s.split(","), default=["local", "s2-lite"])
     ap.add_argument("--parts", type=lambda s: s.split(","), default=list(PARTS))
@@ -604,28 +635,39 @@ def main() -> None:
     ap.add_argument("--intervals", type=lambda s: [float(x) for x in s.split(",")],
                     default=[50.0, 5.0], help="ms between records (latency)")
     ap.add_argument("--latency-seconds", type=float, default=30.0)
+    ap.add_argument("--latency-settle", type=float, default=5.0,
+                    help="seconds a latency query runs before the producer starts")
+    ap.add_argument("--latency-drain", type=float, default=3.0,
+                    help="seconds a latency query runs after the producer stops (and on, "
+                         "up to 120 s, until it has seen a record)")
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--per-trigger", type=int, default=250_000)
     ap.add_argument("--users", type=lambda s: [int(x) for x in s.split(",")],
                     default=[1000, 10000])
+    ap.add_argument("--fan-events", type=int, default=FAN_EVENTS)
+    ap.add_argument("--fan-per-trigger", type=int, default=FAN_PER_TRIGGER)
+    ap.add_argument("--eos-records", type=int, default=EOS_RECORDS)
+    ap.add_argument("--eos-per-trigger", type=int, default=EOS_PER_TRIGGER)
     ap.add_argument("--kills", type=int, default=3)
     ap.add_argument("--seed", type=int, default=46)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--chart", default=None, help="write the ratios' chart here (PNG)")
+    ap.add_argument("--no-kafka", action="store_true",
+                    help="the S2 side only: no Kafka broker, no Kafka connector, no ratios")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     add_pin_option(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.child is not None:
         return child_copy(json.loads(args.child))
     if unknown := set(args.parts) - set(PARTS):
         ap.error(f"--parts takes {','.join(PARTS)}, not {','.join(sorted(unknown))}")
-    jars = spark_jars()
+    jars = [] if args.no_kafka else spark_jars()
     with started(args) as (systems, cpu, mode):
-        spark = local_session("kafka_compare", {"spark.jars": ",".join(jars)})
+        spark = local_session("kafka_compare", {"spark.jars": ",".join(jars)} if jars else {})
         import pyspark
 
-        versions = (f"PySpark {pyspark.__version__}, Kafka {KAFKA.version}, "
-                    f"{os.cpu_count()} CPUs, {mode}")
+        kafka = "no Kafka (--no-kafka)" if args.no_kafka else f"Kafka {KAFKA.version}"
+        versions = f"PySpark {pyspark.__version__}, {kafka}, {os.cpu_count()} CPUs, {mode}"
         print(f"{versions}, load {os.getloadavg()[0]:.1f}")
         table = Table()
         benches = {"read": bench_read, "latency": bench_latency, "write": bench_write,
@@ -638,6 +680,7 @@ def main() -> None:
         if args.chart:
             table.chart(args.chart, [n for n in names if n != "kafka"],
                         f"s2-spark against Spark's Kafka source and sink ({versions})")
+    print(f"kafka_compare: {table.summary([n for n in names if n != 'kafka'])} ({mode})")
 
 
 if __name__ == "__main__":

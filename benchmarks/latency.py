@@ -56,7 +56,7 @@ import pyarrow as pa
 from _durable import DurableServer  # benchmarks/ is on sys.path
 from _pinning import CpuMeter, Placement, add_pin_option, placed
 from _servers import add_server_option, s2_server
-from _spark import local_session
+from _spark import local_session, stop_session
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
@@ -290,11 +290,13 @@ class Run:
 
 def measure(df: Any, duration: float, warmup: float, run: Run, cpu: CpuMeter,
             acks: list[tuple[int, str, int]] | None = None,
-            acked: Callable[[], list[tuple[int, str, int]]] | None = None) -> None:
+            acked: Callable[[], list[tuple[int, str, int]]] | None = None,
+            at_least: int = 0) -> None:
     """Run `df` (default trigger; column `ns`: each row's stamp) into foreachBatch for
     `duration` s; add to `run` the latencies (ms) of the rows stamped after `warmup` s,
     the CPU spent, and (with `acked`: the appends acknowledged so far) the micro-batches
-    that left acknowledged records behind."""
+    that left acknowledged records behind. `at_least`: go on past `duration` (up to
+    `MORE_S`) until that many latencies are in (a short run on a loaded machine)."""
     started = time.time_ns() + int(warmup * 1e9)
 
     def sink(batch: Any, _batch_id: int) -> None:
@@ -304,9 +306,13 @@ def measure(df: Any, duration: float, warmup: float, run: Run, cpu: CpuMeter,
 
     before = cpu.sample()
     with tempfile.TemporaryDirectory() as ckpt:
+        wanted = len(run.latencies) + at_least
         q = df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
         try:
             stopped = q.awaitTermination(warmup + duration)
+            more = time.monotonic() + MORE_S
+            while not stopped and len(run.latencies) < wanted and time.monotonic() < more:
+                stopped = q.awaitTermination(0.1)
             if stopped or q.exception() is not None:
                 raise RuntimeError(f"the query stopped early: {q.exception()}")
         finally:
@@ -322,6 +328,9 @@ def measure(df: Any, duration: float, warmup: float, run: Run, cpu: CpuMeter,
 def _epoch_ns(timestamp: str) -> int:
     return int(datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1e9)
 
+
+#: Seconds a query may run past its duration for `--min-records`.
+MORE_S = 120.0
 
 #: An append acknowledged this long before a trigger began must be in its plan (the
 #: progress timestamp has millisecond precision; a long-poll's answer takes a moment).
@@ -389,8 +398,9 @@ def run_rounds(queries: dict[str, Callable[[], Any]], args: Any, cpu: CpuMeter,
                acks: Acks | None) -> dict[str, tuple[float, float]]:
     """Each query for `--duration` s in all, split over `--rounds` rounds whose order
     alternates, so drifting load falls on all alike; first each runs once unmeasured (a
-    cold JVM and new Python workers stall the first query for seconds)."""
-    for label, make in queries.items():
+    cold JVM and new Python workers stall the first query for seconds), unless
+    `--warmup` is 0."""
+    for label, make in queries.items() if args.warmup > 0 else ():
         print(f"warm-up: {label} for {2 * args.warmup:.0f}s, not measured")
         measure(make(), 0, 2 * args.warmup, Run(), cpu)
     runs = {label: Run() for label in queries}
@@ -402,7 +412,8 @@ def run_rounds(queries: dict[str, Callable[[], Any]], args: Any, cpu: CpuMeter,
             print(f"round {i + 1}: {label} for {part:.0f}s (+{warmup:.0f}s warm-up)")
             checked = acks is not None and label in acks.by_label
             measure(queries[label](), part, warmup, runs[label], cpu,
-                    acked=(lambda label=label: acks.of(label)) if checked else None)
+                    acked=(lambda label=label: acks.of(label)) if checked else None,
+                    at_least=args.min_records)
     results = {}
     for label, run in runs.items():
         if label == RATE:  # it makes new rows once a second: only its durationMs compare
@@ -419,13 +430,19 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--duration", type=float, default=60.0, help="seconds per query, all rounds")
     ap.add_argument("--interval", type=float, default=50.0, help="ms between records")
-    ap.add_argument("--warmup", type=float, default=5.0, help="seconds left out per query")
+    ap.add_argument("--warmup", type=float, default=5.0,
+                    help="seconds left out per query (0: none, and no unmeasured run of each "
+                         "query first)")
     ap.add_argument("--rounds", type=int, default=2, help="alternating runs of each query")
     ap.add_argument("--rate", action="store_true", help="also Spark's JVM rate source")
+    ap.add_argument("--min-records", type=int, default=0,
+                    help="a measured run goes on past its share of --duration (up to "
+                         f"{MORE_S:.0f} s more) until it has read this many records stamped "
+                         "after its warm-up (a smoke run: 1)")
     ap.add_argument("--service", choices=sorted(SERVICES), default="s2",
                     help="the reader measured: format s2 or durable-streams")
     ap.add_argument("--streams", type=_ints, default=[1],
@@ -435,7 +452,7 @@ def main() -> None:
                          "resolves and watches every stream)")
     add_pin_option(ap)
     add_server_option(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.service != "s2" and args.server != "local":
         ap.error(f"--server is the S2 server's: --service {args.service} runs its own")
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
@@ -466,7 +483,7 @@ def main() -> None:
             results = run_rounds(queries, args, cpu, service.acks)
         finally:
             producer.stop()
-    spark.stop()
+    stop_session(spark)
     f50, f99 = results[FLOOR]
     mode = service.mode
     for label, (p50, p99) in results.items():

@@ -50,7 +50,8 @@ the CPU seconds of each side (`_pinning`; `--no-pin` for the old behaviour). End
 `many_streams: read <r>x single at <N>x<R>, ...; write <w>x single at <N>x<R>, ...; idle
 <q> req/s per stream, p50 <x>x single (<pinned|unpinned>)`.
 For a smoke run: `--streams 100,200 --records 10,5 --idle-streams 100 --window 5
---duration 5 --repeat 1`; `--skip read,write,idle` leaves parts out (printed as n/a).
+--duration 5 --repeat 1` (`--no-warmup`: without the warm-up reads); `--skip
+read,write,idle` leaves parts out (printed as n/a).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ from typing import Any
 import pyarrow as pa
 from _pinning import CpuMeter, add_pin_option, placed, resident
 from _servers import S2Server, add_server_option, s2_server
-from _spark import local_session
+from _spark import local_session, stop_session
 from _streams import fill  # benchmarks/ is on sys.path
 from latency import Producer, report
 from pyspark.sql.streaming import StreamingQueryListener
@@ -482,7 +483,7 @@ def leave_open_files_to_the_server() -> None:
         print(f"open files: {hard - SERVER_FILES:,} for Spark's side, {hard:,} the server's")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--streams", type=_ints, default=[1000, 10000],
                     help="read cases: streams (comma-separated); the first is also the write's")
@@ -500,6 +501,9 @@ def main() -> None:
                     help="seconds of appends before those measured")
     ap.add_argument("--interval", type=float, default=50.0, help="ms between appends")
     ap.add_argument("--workers", type=int, default=16, help="requests at a time when filling")
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="leave out the unmeasured warm-up reads (a smoke run's figures are "
+                         "then start-up's)")
     ap.add_argument("--skip", type=lambda s: set(s.split(",")), default=set(),
                     help=f"parts to leave out, comma-separated: {','.join(PARTS)}")
     ap.add_argument("--rtt-ms", type=float, default=0.0,
@@ -507,7 +511,7 @@ def main() -> None:
                          "through s2_spark.testing.DelayProxy (filling and checks do not)")
     add_pin_option(ap)
     add_server_option(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if len(args.streams) != len(args.records):
         ap.error("--streams and --records need as many values each")
     if args.skip - set(PARTS):
@@ -528,7 +532,7 @@ def main() -> None:
         if args.rtt_ms:
             url = stack.enter_context(DelayProxy(server.url, rtt_ms=args.rtt_ms)).url
             print(f"reads and writes through a proxy adding {args.rtt_ms:g} ms of round trip")
-        if "read" not in args.skip:
+        if "read" not in args.skip and not args.no_warmup:
             # Warm up Python workers and the JVM on small reads of each kind.
             basin = f"bench-many-warm-{tag}"
             create_streams(client, basin, names("s-", 10), 10, args.workers)
@@ -543,7 +547,7 @@ def main() -> None:
                 writes.append(bench_write(spark, client, url, tag, n, r, args, cpu))
         if "idle" not in args.skip:
             idle = bench_idle(spark, client, server, tag, args.idle_streams, args, cpu)
-    spark.stop()
+    stop_session(spark)
 
     def each(ratios: list[float]) -> str:
         return ", ".join(f"{_n(x)}x single at {n}x{r}" for x, n, r in

@@ -33,7 +33,7 @@ from typing import Any
 import pyarrow as pa
 from _pinning import CpuMeter, add_pin_option, placed
 from _servers import add_server_option, s2_server
-from _spark import local_session
+from _spark import local_session, stop_session
 from _streams import fill  # benchmarks/ is on sys.path
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -103,13 +103,16 @@ def run(spark: Any, make: Any, enabled: bool, expected: tuple[int, int]) -> tupl
     return took, scanned_rows(df)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3, help="rounds (best counts)")
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="leave out the unmeasured warm-up runs (a smoke run's figures are "
+                         "then start-up's)")
     add_pin_option(ap)
     add_server_option(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     n = args.records
     first = n - n // 100  # the last 1%
     placement = placed(args)
@@ -145,8 +148,8 @@ def main() -> None:
             "with pushdown": (query, True),
             "in-memory floor": (floor, False),
         }
-        for make, enabled in cases.values():  # warm-up: JVM, Python workers, connections
-            run(spark, make, enabled, expected)
+        for make, enabled in () if args.no_warmup else cases.values():
+            run(spark, make, enabled, expected)  # warm-up: JVM, Python workers, connections
         best = dict.fromkeys(cases, float("inf"))
         read = dict.fromkeys(cases, 0)
         spent: dict[str, dict[str, float]] = {label: {} for label in cases}
@@ -162,7 +165,7 @@ def main() -> None:
             print(f"{label:16}: {best[label]:.3f}s, {read[label]:,} records read; CPU s over "
                   f"{args.repeat} runs: {cpu.format(spent[label])}")
         spark.conf.unset(CONF)
-    spark.stop()
+    stop_session(spark)
     without, pushed = best["without pushdown"], best["with pushdown"]
     print(f"reachable: {without / best['in-memory floor']:.1f}x (without pushdown / in-memory "
           f"floor); with pushdown is {pushed / best['in-memory floor']:.2f}x the floor")

@@ -90,12 +90,12 @@ def sdk(url: str, basin: str, stream: str, n: int) -> float:
     return asyncio.run(run())
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1_000_000)
     add_pin_option(ap)
     add_server_option(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     n = args.records
     placement = placed(args)
     basin, stream = f"bench-{uuid.uuid4().hex[:8]}", "catchup"

@@ -53,13 +53,15 @@ def cpu_per_call(fn: Callable[[], object], n: int) -> float:
     return (time.process_time() - t0) / n * 1e6
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=3000, help="requests per round")
     ap.add_argument("--repeat", type=int, default=5, help="rounds (the best counts)")
+    ap.add_argument("--warmup", type=int, default=300,
+                    help="unmeasured requests of each kind and client first")
     add_pin_option(ap)
     add_server_option(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     placement = placed(args)
     basin, stream = f"bench-req-{uuid.uuid4().hex[:8]}", "s"
     with s2_server(args, placement) as server, \
@@ -116,7 +118,7 @@ def main() -> None:
             ("connector", ours[op]), ("httpx Client", via_httpx(op)),
             ("http.client", via_http_client(op)))}
         for fn in runs.values():
-            cpu_per_call(fn, 300)  # warm-up: connections, caches
+            cpu_per_call(fn, args.warmup)  # warm-up: connections, caches
         best = dict.fromkeys(runs, float("inf"))
         with cpu.printed(f"all measured rounds ({args.repeat * len(runs) * args.requests} "
                          "requests)"):

@@ -37,6 +37,7 @@ import httpx
 import pyarrow as pa
 from _pinning import add_pin_option, cpu_seconds, placed
 
+from s2_spark._long_poll._limits import watch_limit
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.s2._encode import encode_append_records
 from s2_spark.testing import ServerProcess
@@ -91,12 +92,13 @@ def long_polls(url: str, pid: int, basin: str, streams: list[str], args: argpars
                *, h2: bool) -> float:
     """Server CPU ms per long-poll answered, the tail watch polling every stream."""
     # HTTP/2 for every stream (no connection of its own), or HTTP/1.1 for all (as many
-    # as the open-files limit allows, more than `--streams`).
-    own = 0 if h2 else None
+    # as the open-files limit allows, more than `--streams`). The watch's default is none
+    # of its own now (HTTP/2 wherever the origin speaks it): HTTP/1.1 is asked for.
+    own = 0 if h2 else watch_limit()
     with S2Client(S2Config(endpoint=url)) as client, \
             client.basin(basin).watch_tails(wait=args.wait, own_connections=own) as watch:
         watch.watch(dict.fromkeys(streams, 0))
-        time.sleep(2.0)
+        time.sleep(args.settle)
         used = watch.connections()
         assert (used["http/1.1"] == 0) == h2, used  # the side it claims to measure
         polls0 = fetch_request_counts(url, timeout=60).get("read_wait", 0)
@@ -153,7 +155,7 @@ def set_up(server: ServerProcess, basin: str, args: argparse.Namespace,
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--stacks", default="granian,hypercorn",
                     help="the stacks to compare, the first against the others")
@@ -162,11 +164,13 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=1000, help="streams the watch polls")
     ap.add_argument("--wait", type=int, default=2, help="seconds each poll waits at most")
     ap.add_argument("--poll-seconds", type=float, default=8.0)
+    ap.add_argument("--settle", type=float, default=2.0,
+                    help="seconds the watch polls before the long-polls are counted")
     ap.add_argument("--records", type=int, default=1_000_000, help="records the S2S read reads")
     ap.add_argument("--repeat", type=int, default=2, help="turns per stack and kind")
     ap.add_argument("--skip", default="", help="kinds to skip, comma-separated")
     add_pin_option(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     placement = placed(args)
     stacks = args.stacks.split(",")
     skip = set(filter(None, args.skip.split(",")))

@@ -37,7 +37,7 @@ from typing import Any
 import pyarrow as pa
 from _pinning import CpuMeter, add_pin_option, placed, python_workers
 from _servers import add_server_option, s2_server
-from _spark import local_session
+from _spark import local_session, stop_session
 from _streams import fill  # benchmarks/ is on sys.path
 from pyspark.sql.datasource import (
     DataSource,
@@ -209,7 +209,7 @@ def measured(df: Any, label: str, rows: int, cpu: CpuMeter, rss: PeakRss,
     return rss.peak_mib()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=2_000_000)
     ap.add_argument("--repeat", type=int, default=2, help="runs of each query (best counts)")
@@ -217,9 +217,12 @@ def main() -> None:
                     help="rows per batch of the in-memory source (default: the reader's)")
     ap.add_argument("--rss", action="store_true",
                     help="also read a stream of 4x the records, to compare worker peak RSS")
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="leave out the unmeasured warm-up runs (a smoke run's figures are "
+                         "then start-up's)")
     add_pin_option(ap)
     add_server_option(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     n = args.records
     placement = placed(args)
 
@@ -232,10 +235,11 @@ def main() -> None:
         print(f"filled {n:,} records of {RECORD} B in {took:.1f}s")
         if args.rss:
             fill(server.url, basin, "bench-4x", 4 * n, RECORD)
-        warm = n // 10
-        fill(server.url, basin, "warm", warm, RECORD)
+        warm = 0 if args.no_warmup else n // 10
+        if warm:
+            fill(server.url, basin, "warm", warm, RECORD)
         # Warm up Python workers and the JVM's JIT on a run of each, at both widths.
-        for parts in PARTITIONS:
+        for parts in PARTITIONS if warm else ():
             run(memory_query(spark, warm, parts, args.ceiling_batch), "warm-up", warm)
             run(s2_query(spark, server.url, basin, "warm", parts), "warm-up", warm)
         cpu = CpuMeter(server=server.pid)
@@ -254,7 +258,7 @@ def main() -> None:
         if args.rss:
             peak4 = measured(s2_query(spark, server.url, basin, "bench-4x", PARTITIONS[-1]),
                              "s2 reader, 4x records", 4 * n, cpu, rss, Best())
-    spark.stop()
+    stop_session(spark)
     if args.rss:
         print(f"peak Python worker RSS in the s2 runs: {peak:.0f} MiB reading {n:,} records, "
               f"{peak4:.0f} MiB reading {4 * n:,} ({peak4 / peak:.2f}x)")

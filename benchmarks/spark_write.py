@@ -17,6 +17,7 @@ its own, and the CPU seconds of each side are printed for each query and for the
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 import time
 import uuid
@@ -26,7 +27,7 @@ from typing import Any
 from _peers import random_bodies, sdk_producer  # benchmarks/ is on sys.path
 from _pinning import CpuMeter, add_pin_option, placed
 from _servers import add_server_option, s2_server
-from _spark import local_session
+from _spark import local_session, stop_session
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamArrowWriter,
@@ -100,6 +101,7 @@ def run_query(spark: Any, cpu: CpuMeter, fmt: str, options: dict[str, str], rows
         spark.sparkContext.setLogLevel("OFF")
         q.stop()
         spark.sparkContext.setLogLevel("ERROR")
+        shutil.rmtree(ckpt, ignore_errors=True)
     batches = [p for p in progress if p["numInputRows"]]
     for p in batches:
         d = p["durationMs"]
@@ -112,14 +114,14 @@ def run_query(spark: Any, cpu: CpuMeter, fmt: str, options: dict[str, str], rows
     return exec_s * rows / written, wall, first_s
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--rows-per-batch", type=int, default=250_000)
     ap.add_argument("--partitions", type=int, default=2)
     add_pin_option(ap)
     add_server_option(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     n = args.rows
     placement = placed(args)
     basin = f"bench-{uuid.uuid4().hex[:8]}"
@@ -134,7 +136,7 @@ def main() -> None:
             discard_s, _, _ = run_query(spark, cpu, "discard-bench", {}, *shape)
             s2_opts = {"endpoint": server.url, "basin": basin, "stream": "spark"}
             spark_s, wall, first_s = run_query(spark, cpu, "s2", s2_opts, *shape)
-            spark.stop()
+            stop_session(spark)
             tail = client.basin(basin).stream("spark").check_tail().seq_num
         total = n + args.rows_per_batch
         print(f"spark writeStream s2: {n / spark_s:,.0f} rows/s over {n} rows after a warm-up "

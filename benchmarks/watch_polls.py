@@ -64,7 +64,7 @@ def run(server: S2Server, basin: str, streams: list[str], args: argparse.Namespa
     return 1000 * mine / max(1, n), 1000 * theirs / max(1, n), n
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--streams", type=int, default=2000)
     ap.add_argument("--wait", type=int, default=2, help="seconds each poll waits at most")
@@ -73,7 +73,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     add_pin_option(ap)
     add_server_option(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     placement = placed(args)
     with s2_server(args, placement) as server:
         sent = None if server.has_counts else Sent([(TailWatch, "_request")])
@@ -93,6 +93,8 @@ def main() -> None:
                       f"server {got[1]:.3f} ms/poll")
                 if h2 not in best or got[0] < best[h2][0]:
                     best[h2] = got
+        if sent is not None:
+            sent.stop()
     h2c, h2s, _ = best[True]
     h1c, h1s, _ = best[False]
     theirs = "n/a (not started here)" if server.pid is None else (

@@ -16,7 +16,7 @@ Arrow through FrameDecoder and decode_read_batch, 100 B and 16 KiB bodies, uncom
 `json` is a Durable Streams JSON-mode body (1,000 messages of ~100 B) split by
 `split_json_array`.
 
-Run: python benchmarks/wire_builds.py [--rounds N]
+Run: python benchmarks/wire_builds.py [--rounds N] [--records N --big-records N --messages N]
 (last line: `wire builds: limited API Nx the full API (decode), pure Python Mx`)
 """
 
@@ -130,16 +130,22 @@ def cpu_seconds(fn: Callable[[], int], reps: int) -> float:
     return (time.thread_time() - t0) / reps
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
-    args = ap.parse_args()
+    ap.add_argument("--records", type=int, default=100_000,
+                    help="records of 100 B a call (decode, encode)")
+    ap.add_argument("--big-records", type=int, default=2_000,
+                    help="records of 16 KiB a call (decode)")
+    ap.add_argument("--messages", type=int, default=1_000, help="JSON messages a call")
+    args = ap.parse_args(argv)
+    n, big, msgs = args.records, args.big_records, args.messages
     workloads: dict[str, tuple[Callable[[], int], int, int]] = {
         # name: (function, records per call, calls per measurement)
-        "decode 100 B": (decode_workload(100, 100_000), 100_000, 3),
-        "decode 16 KiB": (decode_workload(16 * 1024, 2_000), 2_000, 3),
-        "encode 100 B": (encode_workload(100_000), 100_000, 3),
-        "json 100 B": (json_workload(1_000), 1_000, 200),
+        "decode 100 B": (decode_workload(100, n), n, 3),
+        "decode 16 KiB": (decode_workload(16 * 1024, big), big, 3),
+        "encode 100 B": (encode_workload(n), n, 3),
+        "json 100 B": (json_workload(msgs), msgs, 200),
     }
     with tempfile.TemporaryDirectory() as tmp:
         builds: dict[str, dict[str, ModuleType] | None] = {

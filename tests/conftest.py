@@ -52,7 +52,7 @@ os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 LONGEST_FIRST = (
     "test_spark_fanout.py", "test_deploy_cluster.py", "test_spark_many_streams.py",
     "test_deploy_pipelines.py", "test_deploy_connect.py", "test_spark_writer.py",
-    "test_spark_writer_reorder.py",
+    "test_spark_writer_reorder.py", "test_benchmarks_smoke.py",
     "test_durable_spark_writer.py", "test_spark_reader.py", "test_durable_spark_reader.py",
     "test_spark_encryption.py", "test_durable_example.py", "test_s2_lite_pipelines.py",
 )
