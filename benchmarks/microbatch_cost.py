@@ -38,7 +38,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 from _pinning import CpuMeter, add_pin_option, placed  # benchmarks/ is on sys.path
 from _servers import add_server_option, s2_server
-from _spark import local_session
+from _spark import local_session, stop_session
 from _trivial import TrivialSink, TrivialSource
 
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
             producer.stop()
         floor_source = measure(spark, cpu, args, "trivial-source",
                                source("trivial-source", rows_per_second=str(args.rate)))
-        spark.stop()
+        stop_session(spark)
 
     def ratio(ours: dict[str, float], floor: dict[str, float], side: str) -> str:
         return f"{ours.get(side, 0.0) / max(floor.get(side, 0.0), 1e-9):.2f}x"

@@ -153,7 +153,7 @@ def _top(modules: list[str]) -> list[str]:
     return sorted({m.split(".")[0] for m in modules})
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="runs per step (median)")
     parser.add_argument("--format", choices=("s2", "durable-streams"), action="append",
@@ -162,7 +162,7 @@ def main() -> None:
                         help="list every module each step adds")
     parser.add_argument("--compile", action="store_true",
                         help="no bytecode cache: every run compiles the modules it imports")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="planner-imports-") as tmp:
         pycache = None if args.compile else str(Path(tmp, "pycache"))
         print(f"bytecode: {'none, compiled every run' if pycache is None else 'cached'}")

@@ -141,6 +141,13 @@ SMOKE: dict[str, Smoke] = {
                           r"many_streams: read [\d.]+x single at 20x5; write [\d.]+x single "
                           rf"at 20x5; idle .* req/s per stream, p50 .*x single {MODE}",
                           spark=True, server=True),
+    "planner_imports": Smoke(("--runs", "1"),
+                             r"planner_imports durable-streams: source \+\d+ ms .*peer\)"),
+    "microbatch_cost": Smoke(("--batches", "2", "--warm-up", "1", "--trigger-ms", "200",
+                              *NO_PIN),
+                             r"microbatch_cost: sink Python CPU [\d.]+x trivial-sink, JVM "
+                             r"[\d.]+x; source Python CPU [\d.]+x trivial-source, JVM [\d.]+x "
+                             + MODE, spark=True, server=True),
     # `--servers` (the module's server is added) and no Kafka; every part but eos
     # (KAFKA_COMPARE_EOS says why).
     "kafka_compare": Smoke(("--no-kafka", "--parts", "read,write,fanout,latency",
