@@ -17,57 +17,32 @@ its own, and the CPU seconds of each side are printed for each query and for the
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
+
+# Python workers unpickle the discarding sink, which lives in benchmarks/_trivial.py.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    filter(None, [os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH")])
+)
 
 from _peers import random_bodies, sdk_producer  # benchmarks/ is on sys.path
 from _pinning import CpuMeter, add_pin_option, placed
 from _servers import add_server_option, s2_server
 from _spark import local_session, stop_session
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceStreamArrowWriter,
-    DataSourceStreamWriter,
-    WriterCommitMessage,
-)
+from _trivial import TrivialSink
 
 from s2_spark.s2 import S2Client, S2Config
 
 RECORD = 100
 
 
-class DiscardSource(DataSource):
-    """The ceiling: a Python Arrow stream writer that consumes every batch and keeps
-    nothing, so the figure is Spark's own cost (source, JVM-to-Python Arrow transfer)."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "discard-bench"
-
-    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
-        return DiscardWriter()
-
-
-class DiscardWriter(DataSourceStreamArrowWriter):
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        for batch in iterator:
-            batch.num_rows  # noqa: B018 - consume, like a writer that encodes and sends
-        return WriterCommitMessage()
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        pass
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        pass
-
-
 def session() -> Any:
     return local_session("s2-spark-write-bench", {"spark.sql.shuffle.partitions": "2"},
-                         sources=[DiscardSource])
+                         sources=[TrivialSink])
 
 
 def run_query(spark: Any, cpu: CpuMeter, fmt: str, options: dict[str, str], rows: int,
@@ -133,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
             client.basin(basin).create_stream("sdk")
             spark = session()
             shape = (n, args.rows_per_batch, args.partitions)
-            discard_s, _, _ = run_query(spark, cpu, "discard-bench", {}, *shape)
+            discard_s, _, _ = run_query(spark, cpu, "trivial-sink", {}, *shape)
             s2_opts = {"endpoint": server.url, "basin": basin, "stream": "spark"}
             spark_s, wall, first_s = run_query(spark, cpu, "s2", s2_opts, *shape)
             stop_session(spark)
