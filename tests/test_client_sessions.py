@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from _s2_target import EXTERNAL, LOCAL_ONLY, s2_config, token
+from _s2_target import LOCAL_ONLY, is_local, s2_config, token
 
 from s2_spark.errors import NotFoundError, ReadPastTailError, UnavailableError
 from s2_spark.s2 import AppendRecord, RetryPolicy, S2Client, S2Config, StreamClient
@@ -212,8 +212,8 @@ def stream(client: S2Client, names: tuple[str, str]) -> StreamClient:
 
 @pytest.fixture
 def proxy(s2_server: Any) -> Iterator[FaultProxy]:
-    if EXTERNAL:
-        pytest.skip(f"{LOCAL_ONLY} (a fault proxy in front)")
+    if not is_local(s2_server):
+        pytest.fail(f"{LOCAL_ONLY} (a fault proxy in front)")
     p = FaultProxy(server_port(s2_server))
     yield p
     p.close()
