@@ -4,14 +4,15 @@
   each test session (each pytest worker) starts one, in memory, when a test first needs it.
 * `S2_TEST_SERVER=local`: the local server instead (no cargo needed).
 * `S2_TEST_ENDPOINT`: one URL serving account and basin operations (a running s2-lite, or
-  S2 itself; the basin goes in the `S2-Basin` header), in place of s2-lite.
+  S2 itself; the basin goes in the `S2-Basin` header). Only the S2-facing tests run,
+  against it: tests that never meet `s2_server` are deselected, `local_server` ones skip.
 * `S2_TEST_TOKEN`: the access token for the endpoint (s2-lite ignores tokens; S2 needs one).
 
 Tests that need the local server's own features (request counters, fault hooks, proxies in
-front, a token of their choosing, ...) are marked `@pytest.mark.local_server` and always
-run against the local server (one per worker, started when first needed), whichever S2 the
-others meet. Names are unique per test (a random suffix), and the basins a run creates
-through `unique` on an endpoint are deleted when the run ends.
+front, a token of their choosing, ...) are marked `@pytest.mark.local_server` and run
+against the local server (one per worker, started when first needed) while the others meet
+s2-lite. Names are unique per test (a random suffix), and the basins a run creates through
+`unique` on an endpoint are deleted when the run ends.
 """
 
 from __future__ import annotations

@@ -62,7 +62,9 @@ LONGEST_FIRST = (
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The modules of `LONGEST_FIRST` first, in that order; the rest, and the tests within
     every module, keep their order. A `local_server` test must not use a fixture built on
-    `target_s2` (a module's shared one, say): it would meet s2-lite, not the local server."""
+    `target_s2` (a module's shared one, say): it would meet s2-lite, not the local server.
+    Against `S2_TEST_ENDPOINT` only the tests that meet it run (the others are deselected,
+    and `local_server` ones skip): that run proves the connector against another S2."""
     rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
     for item in items:
@@ -70,6 +72,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 and "target_s2" in getattr(item, "fixturenames", ())):
             raise pytest.UsageError(
                 f"{item.nodeid} is marked local_server but uses target_s2, the suite's S2")
+    if ENDPOINT is None:
+        return
+    facing = [item for item in items
+              if {"s2_server", "target_s2"} & set(getattr(item, "fixturenames", ()))]
+    config.hook.pytest_deselected(items=[item for item in items if item not in facing])
+    items[:] = facing
+    for item in facing:
+        if item.get_closest_marker("local_server") is not None:
+            item.add_marker(pytest.mark.skip(reason="needs the local S2 server's own features; "
+                                                    "the run is against S2_TEST_ENDPOINT"))
 
 
 @pytest.fixture

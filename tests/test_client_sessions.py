@@ -237,6 +237,7 @@ def fill(stream: StreamClient, n: int, start: int = 0, size: int = 100) -> None:
     stream.append_many(recs)
 
 
+@pytest.mark.local_server  # a fault proxy in front of the local server
 def test_sessions_reuse_a_kept_connection_and_replace_a_dead_one(
     stream: StreamClient, names: tuple[str, str], proxy: FaultProxy
 ) -> None:
@@ -339,6 +340,7 @@ def test_close_ends_session(stream: StreamClient) -> None:
         next(session)
 
 
+@pytest.mark.local_server  # a fault proxy in front of the local server
 def test_reconnect_after_sever_adjusts_count(
     client: S2Client, stream: StreamClient, proxy: FaultProxy
 ) -> None:
@@ -364,6 +366,7 @@ def test_reconnect_after_sever_adjusts_count(
     assert "count=15" in resumed[0] and f"bytes={108 * 14}" in resumed[0]
 
 
+@pytest.mark.local_server  # a fault proxy in front of the local server
 def test_dead_session_detected_and_resumed(stream: StreamClient, proxy: FaultProxy) -> None:
     fill(stream, 5)
     cfg = S2Config(
@@ -408,6 +411,7 @@ def bodies(stream: StreamClient) -> list[bytes]:
     return out
 
 
+@pytest.mark.local_server  # a fault proxy in front of the local server
 def test_lost_append_response_with_match_seq_num_is_verified(
     stream: StreamClient, proxy: FaultProxy
 ) -> None:
@@ -421,6 +425,7 @@ def test_lost_append_response_with_match_seq_num_is_verified(
     assert bodies(stream) == [b"first", b"a", b"b"]
 
 
+@pytest.mark.local_server  # a fault proxy in front of the local server
 def test_lost_append_response_without_condition_is_not_retried(
     stream: StreamClient, proxy: FaultProxy
 ) -> None:
@@ -434,6 +439,7 @@ def test_lost_append_response_without_condition_is_not_retried(
     assert bodies(stream) == [b"first", b"once"]  # landed exactly once
 
 
+@pytest.mark.local_server  # a fault proxy in front of the local server
 def test_append_many_resumes_after_lost_session_response(
     stream: StreamClient, proxy: FaultProxy
 ) -> None:
@@ -454,6 +460,7 @@ def test_append_many_resumes_after_lost_session_response(
     assert got in (expected, expected + [r.body for r in records[:1500]])
 
 
+@pytest.mark.local_server  # a fault proxy in front of the local server
 def test_reconnect_advised_is_honoured_without_costing_a_retry(
     stream: StreamClient, proxy: FaultProxy
 ) -> None:
