@@ -6,11 +6,12 @@ gzip), except SSE and S2S bodies, and decompresses request bodies (tower-http's 
 each read path meets such answers, asked for on loopback through `S2Config.compression`
 or option `compression`: unary reads (protobuf, JSON), `read_many`, check_tail and the list
 calls, the tail watch over HTTP/1.1 and HTTP/2, a batch read of 300 streams and a
-streaming query of several streams a micro-batch through Spark. The local server counts
-the answers it compressed, so there each test also proves that compression took place;
-against s2-lite (the suite's default S2) the same tests meet s2-lite's own compression,
-and the raw-socket cases show it compresses. A broken compressed body is a clear typed
-error, not a protobuf or JSON parse error.
+streaming query of several streams a micro-batch through Spark. Against s2-lite (the
+suite's S2) the tests meet s2-lite's own compression, and the raw-socket cases show it
+compresses; the local server counts the answers it compressed, so there (the tail watch's
+test, marked `local_server`, and every test with `S2_TEST_SERVER=local`) each test also
+proves that compression took place. A broken compressed body is a clear typed error, not
+a protobuf or JSON parse error.
 """
 
 from __future__ import annotations
