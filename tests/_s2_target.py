@@ -1,19 +1,18 @@
-"""Which S2 the service-facing tests talk to: the local server (default), or any S2
-endpoint named in the environment, so the same tests prove the connector against s2-lite
-or S2 itself.
+"""Which S2 the service-facing tests talk to. Each test runs once, against one server:
 
-* `S2_TEST_SERVER=s2-lite`: each test session (each pytest worker) starts its own s2-lite,
-  the pinned build (`s2_spark.testing.external`), in memory.
-* `S2_TEST_ENDPOINT`: one URL serving account and basin operations (a running s2-lite; the
-  basin goes in the `S2-Basin` header).
-* Neither: every test runs against the local server.
+* By default, s2-lite, S2's own server (the pinned build, `s2_spark.testing.external`):
+  each test session (each pytest worker) starts one, in memory, when a test first needs it.
+* `S2_TEST_SERVER=local`: the local server instead (no cargo needed).
+* `S2_TEST_ENDPOINT`: one URL serving account and basin operations (a running s2-lite, or
+  S2 itself; the basin goes in the `S2-Basin` header). Only the S2-facing tests run,
+  against it: tests that never meet `s2_server` are deselected, `local_server` ones skip.
 * `S2_TEST_TOKEN`: the access token for the endpoint (s2-lite ignores tokens; S2 needs one).
 
-Against another S2, tests that need the local server's own features (request counters,
-fault hooks, proxies in front, a token of their choosing) are skipped, marked
-`@pytest.mark.local_server`, and tests that never meet the `s2_server` fixture are
-deselected: they would only repeat the local run. Names are unique per test (a random
-suffix), and the basins a run creates through `unique` are deleted when the run ends.
+Tests that need the local server's own features (request counters, fault hooks, proxies in
+front, a token of their choosing, ...) are marked `@pytest.mark.local_server` and run
+against the local server (one per worker, started when first needed) while the others meet
+s2-lite. Names are unique per test (a random suffix), and the basins a run creates through
+`unique` on an endpoint are deleted when the run ends.
 """
 
 from __future__ import annotations
@@ -24,14 +23,15 @@ from typing import Any
 
 ENDPOINT: str | None = os.environ.get("S2_TEST_ENDPOINT") or None
 TOKEN: str | None = os.environ.get("S2_TEST_TOKEN") or None
-SERVER: str = os.environ.get("S2_TEST_SERVER") or "local"
+SERVER: str = os.environ.get("S2_TEST_SERVER") or "s2-lite"
 if SERVER not in ("local", "s2-lite"):
     raise ValueError(f"S2_TEST_SERVER must be local or s2-lite (got {SERVER!r})")
 LITE = SERVER == "s2-lite" and ENDPOINT is None
 EXTERNAL = ENDPOINT is not None or LITE
 
-#: Why a `local_server` test is skipped against an external endpoint.
-LOCAL_ONLY = "needs the local S2 server's own features; the suite runs against another S2"
+#: Why a test that is not marked `local_server` fails when it reaches for the local server's
+#: own features on another S2.
+LOCAL_ONLY = "needs the local S2 server's own features: mark the test local_server"
 
 
 #: Names `unique_name` made in this run: against an external S2, the basins named so (or
@@ -66,8 +66,9 @@ def s2_config(url: str, **kw: Any) -> Any:
 
 
 class ExternalS2:
-    """The external endpoint, in place of the local server in the `s2_server` fixture.
-    What only the local server has skips the calling test."""
+    """s2-lite or the external endpoint, in place of the local server in the `s2_server`
+    fixture. What only the local server has fails the calling test: it belongs among the
+    `local_server` ones."""
 
     def __init__(self, url: str, token: str | None) -> None:
         self.url = url.rstrip("/")
@@ -79,7 +80,7 @@ class ExternalS2:
     def _local_only(self, what: str) -> Any:
         import pytest
 
-        pytest.skip(f"{LOCAL_ONLY} ({what})")
+        pytest.fail(f"{LOCAL_ONLY} ({what})")
 
     def request_counts(self) -> dict[str, int]:
         return self._local_only("request counts")  # type: ignore[no-any-return]
@@ -99,3 +100,9 @@ class ExternalS2:
     @property
     def store(self) -> Any:
         return self._local_only("its store")
+
+
+def is_local(server: Any) -> bool:
+    """Whether `server` (what `s2_server` gave) is the local server: its own features
+    (request counts, compression counts, faults) are there to check."""
+    return not isinstance(server, ExternalS2)

@@ -1,10 +1,12 @@
-"""Shared fixtures: one local S2 server, one Durable Streams reference server and one
-SparkSession per test session.
+"""Shared fixtures: the S2 servers (one s2-lite and one local server, each started when a
+test first needs it), one Durable Streams reference server and one SparkSession per test
+session (per pytest worker).
 
-Spark workers run `sys.executable`, the interpreter that has s2_spark installed. With
-`S2_TEST_ENDPOINT` set, `s2_server` is that S2 instead of the local server (see
-`_s2_target`): tests marked `local_server` are skipped, and Spark's S2 source and sink
-find the endpoint's token in S2_ACCESS_TOKEN.
+`s2_server` is the S2 a test talks to: s2-lite (or the local server with
+`S2_TEST_SERVER=local`, or the S2 of `S2_TEST_ENDPOINT`; see `_s2_target`), and the local
+server for tests marked `local_server`. Each test runs once. Spark workers run
+`sys.executable`, the interpreter that has s2_spark installed; with an endpoint, Spark's S2
+source and sink find its token in S2_ACCESS_TOKEN.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from _s2_target import (
     ENDPOINT,
     EXTERNAL,
     LITE,
-    LOCAL_ONLY,
     TOKEN,
     ExternalS2,
     made_here,
@@ -60,26 +61,42 @@ LONGEST_FIRST = (
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The modules of `LONGEST_FIRST` first, in that order; the rest, and the tests within
-    every module, keep their order. Against another S2, `local_server` tests skip and tests
-    that never meet `s2_server` are deselected (the local run has them)."""
+    every module, keep their order. A `local_server` test must not use a fixture built on
+    `target_s2` (a module's shared one, say): it would meet s2-lite, not the local server.
+    Against `S2_TEST_ENDPOINT` only the tests that meet it run (the others are deselected,
+    and `local_server` ones skip): that run proves the connector against another S2."""
     rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
-    if not EXTERNAL:
+    for item in items:
+        if (item.get_closest_marker("local_server") is not None
+                and "target_s2" in getattr(item, "fixturenames", ())):
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked local_server but uses target_s2, the suite's S2")
+    if ENDPOINT is None:
         return
-    facing = [item for item in items if "s2_server" in getattr(item, "fixturenames", ())]
-    config.hook.pytest_deselected(
-        items=[item for item in items if "s2_server" not in getattr(item, "fixturenames", ())])
+    facing = [item for item in items
+              if {"s2_server", "target_s2"} & set(getattr(item, "fixturenames", ()))]
+    config.hook.pytest_deselected(items=[item for item in items if item not in facing])
     items[:] = facing
     for item in facing:
         if item.get_closest_marker("local_server") is not None:
-            item.add_marker(pytest.mark.skip(reason=LOCAL_ONLY))
+            item.add_marker(pytest.mark.skip(reason="needs the local S2 server's own features; "
+                                                    "the run is against S2_TEST_ENDPOINT"))
+
+
+@pytest.fixture
+def s2_server(request: pytest.FixtureRequest) -> Any:
+    """The S2 this test talks to: `local_s2` for a test marked `local_server`, else
+    `target_s2`. Fixtures shared by a module take `target_s2` itself."""
+    local = request.node.get_closest_marker("local_server") is not None
+    return request.getfixturevalue("local_s2" if local else "target_s2")
 
 
 @pytest.fixture(scope="session")
-def s2_server() -> Iterator[Any]:
-    """An in-memory local S2 server on a free port, shared by the whole test session
-    (heartbeats every 0.5 s, so tests see them soon); or a fresh s2-lite
-    (`S2_TEST_SERVER=s2-lite`), or the S2 of `S2_TEST_ENDPOINT`."""
+def target_s2(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The S2 the suite tests against, shared by the whole test session: a fresh in-memory
+    s2-lite by default, the local server with `S2_TEST_SERVER=local`, or the S2 of
+    `S2_TEST_ENDPOINT`."""
     if LITE:
         from s2_spark.testing.external import S2Lite
 
@@ -90,6 +107,13 @@ def s2_server() -> Iterator[Any]:
         yield ExternalS2(ENDPOINT, TOKEN)
         _delete_made_basins(ENDPOINT)
         return
+    yield request.getfixturevalue("local_s2")
+
+
+@pytest.fixture(scope="session")
+def local_s2() -> Iterator[Any]:
+    """An in-memory local S2 server on a free port, shared by the whole test session
+    (heartbeats every 0.5 s, so tests see them soon)."""
     from s2_spark.testing import LocalS2Server
 
     with LocalS2Server(heartbeat_interval=0.5) as server:
@@ -124,7 +148,7 @@ def unique() -> Callable[[str], str]:
 
 @pytest.fixture
 def basin(s2_server: Any, unique: Callable[[str], str]) -> Iterator[Any]:
-    """A new, empty basin on the shared local S2 server (its BasinClient); modules that
+    """A new, empty basin on `s2_server` (its BasinClient); modules that
     need another kind of basin define their own `basin`."""
     from s2_spark.s2 import S2Client
 

@@ -53,6 +53,7 @@ def test_tails_of_many_streams_at_once_and_none_for_a_missing_one(
         assert isinstance(got["s07"], Position)
 
 
+@pytest.mark.local_server  # counts what the local server compressed
 @pytest.mark.parametrize("compression", ["none", "zstd", "gzip"])
 def test_many_small_reads_give_what_single_reads_give(
     s2_server: Any, streams: tuple[str, dict[str, int]], compression: Any

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from _s2_target import EXTERNAL, LOCAL_ONLY, s2_config, token
+from _s2_target import LOCAL_ONLY, is_local, s2_config, token
 
 from s2_spark.errors import NotFoundError, ReadPastTailError, UnavailableError
 from s2_spark.s2 import AppendRecord, RetryPolicy, S2Client, S2Config, StreamClient
@@ -212,8 +212,8 @@ def stream(client: S2Client, names: tuple[str, str]) -> StreamClient:
 
 @pytest.fixture
 def proxy(s2_server: Any) -> Iterator[FaultProxy]:
-    if EXTERNAL:
-        pytest.skip(f"{LOCAL_ONLY} (a fault proxy in front)")
+    if not is_local(s2_server):
+        pytest.fail(f"{LOCAL_ONLY} (a fault proxy in front)")
     p = FaultProxy(server_port(s2_server))
     yield p
     p.close()
@@ -237,6 +237,7 @@ def fill(stream: StreamClient, n: int, start: int = 0, size: int = 100) -> None:
     stream.append_many(recs)
 
 
+@pytest.mark.local_server  # a fault proxy in front of the local server
 def test_sessions_reuse_a_kept_connection_and_replace_a_dead_one(
     stream: StreamClient, names: tuple[str, str], proxy: FaultProxy
 ) -> None:
@@ -339,6 +340,7 @@ def test_close_ends_session(stream: StreamClient) -> None:
         next(session)
 
 
+@pytest.mark.local_server  # a fault proxy in front of the local server
 def test_reconnect_after_sever_adjusts_count(
     client: S2Client, stream: StreamClient, proxy: FaultProxy
 ) -> None:
@@ -364,6 +366,7 @@ def test_reconnect_after_sever_adjusts_count(
     assert "count=15" in resumed[0] and f"bytes={108 * 14}" in resumed[0]
 
 
+@pytest.mark.local_server  # a fault proxy in front of the local server
 def test_dead_session_detected_and_resumed(stream: StreamClient, proxy: FaultProxy) -> None:
     fill(stream, 5)
     cfg = S2Config(
@@ -408,6 +411,7 @@ def bodies(stream: StreamClient) -> list[bytes]:
     return out
 
 
+@pytest.mark.local_server  # a fault proxy in front of the local server
 def test_lost_append_response_with_match_seq_num_is_verified(
     stream: StreamClient, proxy: FaultProxy
 ) -> None:
@@ -421,6 +425,7 @@ def test_lost_append_response_with_match_seq_num_is_verified(
     assert bodies(stream) == [b"first", b"a", b"b"]
 
 
+@pytest.mark.local_server  # a fault proxy in front of the local server
 def test_lost_append_response_without_condition_is_not_retried(
     stream: StreamClient, proxy: FaultProxy
 ) -> None:
@@ -434,6 +439,7 @@ def test_lost_append_response_without_condition_is_not_retried(
     assert bodies(stream) == [b"first", b"once"]  # landed exactly once
 
 
+@pytest.mark.local_server  # a fault proxy in front of the local server
 def test_append_many_resumes_after_lost_session_response(
     stream: StreamClient, proxy: FaultProxy
 ) -> None:
@@ -454,6 +460,7 @@ def test_append_many_resumes_after_lost_session_response(
     assert got in (expected, expected + [r.body for r in records[:1500]])
 
 
+@pytest.mark.local_server  # a fault proxy in front of the local server
 def test_reconnect_advised_is_honoured_without_costing_a_retry(
     stream: StreamClient, proxy: FaultProxy
 ) -> None:

@@ -6,11 +6,12 @@ gzip), except SSE and S2S bodies, and decompresses request bodies (tower-http's 
 each read path meets such answers, asked for on loopback through `S2Config.compression`
 or option `compression`: unary reads (protobuf, JSON), `read_many`, check_tail and the list
 calls, the tail watch over HTTP/1.1 and HTTP/2, a batch read of 300 streams and a
-streaming query of several streams a micro-batch through Spark. The local server counts
-the answers it compressed, so there each test also proves that compression took place;
-against s2-lite (`S2_TEST_SERVER=s2-lite`) the same tests meet s2-lite's own compression,
-and the raw-socket cases show it compresses. A broken compressed body is a clear typed
-error, not a protobuf or JSON parse error.
+streaming query of several streams a micro-batch through Spark. Against s2-lite (the
+suite's S2) the tests meet s2-lite's own compression, and the raw-socket cases show it
+compresses; the local server counts the answers it compressed, so there (the tail watch's
+test, marked `local_server`, and every test with `S2_TEST_SERVER=local`) each test also
+proves that compression took place. A broken compressed body is a clear typed error, not
+a protobuf or JSON parse error.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import zstandard
-from _s2_target import EXTERNAL
+from _s2_target import is_local
 from _waiting import wait_for as until
 
 from s2_spark._http import BodyDecodingError, Response
@@ -45,9 +46,9 @@ CODINGS = ["zstd", "gzip"]
 BIG = 2048  # a record body: one record's answer is past the 1 KiB threshold
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def server(s2_server: Any) -> Any:
-    """The suite's S2: the local server (which counts what it compressed) or s2-lite."""
+    """The test's S2: s2-lite, or the local server (which counts what it compressed)."""
     return s2_server
 
 
@@ -64,7 +65,7 @@ def body(stream: str, i: int, size: int = BIG) -> bytes:
 
 def compressed(server: Any, coding: str) -> int | None:
     """Answers the server compressed in `coding` so far; None where it counts nothing."""
-    return None if EXTERNAL else server.compressed_counts().get(coding, 0)
+    return server.compressed_counts().get(coding, 0) if is_local(server) else None
 
 
 def grew(server: Any, coding: str, before: int | None, by: int) -> bool:
@@ -498,7 +499,7 @@ def test_a_batch_read_of_300_streams_through_spark(
     copy = f"cz-copy-{uuid.uuid4().hex[:8]}"
     with S2Client(S2Config(endpoint=server.url)) as plain:
         plain.create_basin(copy)
-        sent = None if EXTERNAL else server.decompressed_counts().get(coding, 0)
+        sent = server.decompressed_counts().get(coding, 0) if is_local(server) else None
         df.select("stream", "body").write.format("s2").mode("append").options(
             endpoint=server.url, basin=copy, createStreams="true", compression=coding).save()
         if sent is not None:

@@ -20,6 +20,10 @@ from s2_spark._proto import s2_pb2
 from s2_spark.testing import LocalS2Server, ServerProcess
 from s2_spark.wire.frames import FrameDecoder, Message, Terminal
 
+#: The local server is what these tests test (s2-lite's answers are the reference they
+#: follow; tests/test_s2_differential.py compares the two): each meets it.
+pytestmark = pytest.mark.local_server
+
 MIB = 1024 * 1024
 
 

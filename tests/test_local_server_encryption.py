@@ -36,6 +36,10 @@ from s2_spark._proto import s2_pb2
 from s2_spark.testing import LocalS2Server
 from s2_spark.wire.frames import FrameDecoder, Message, Terminal, encode_message
 
+#: The local server is what these tests test (s2-lite's answers are the reference they
+#: follow; tests/test_s2_differential.py compares the two): each meets it.
+pytestmark = pytest.mark.local_server
+
 KEY = base64.b64encode(bytes([0x42] * 32)).decode()  # records.rs `aegis_key(0x42)`
 WRONG = base64.b64encode(bytes([0x24] * 32)).decode()  # records.rs `aegis_key(0x24)`
 CIPHERS = ("aegis-256", "aes-256-gcm")

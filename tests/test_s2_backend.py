@@ -23,11 +23,11 @@ T0 = (int(time.time()) - 3600) * 1000
 
 
 @pytest.fixture(scope="module")
-def basin(s2_server: Any) -> Iterator[tuple[S2Client, str, S2Backend]]:
-    client = S2Client(s2_config(s2_server.url))
+def basin(target_s2: Any) -> Iterator[tuple[S2Client, str, S2Backend]]:
+    client = S2Client(s2_config(target_s2.url))
     name = unique_name("backend")
     client.create_basin(name)
-    yield client, name, S2Backend(S2Settings(basin=name, endpoint=s2_server.url))
+    yield client, name, S2Backend(S2Settings(basin=name, endpoint=target_s2.url))
     client.close()
 
 

@@ -172,6 +172,7 @@ def count(server: Any, kind: str) -> int:
     return int(server.request_counts().get(kind, 0))
 
 
+@pytest.mark.local_server  # the local server's fault hook
 def test_an_unconditioned_append_answered_unavailable_is_outcome_unknown(env: Any) -> None:
     """503 `unavailable` guarantees nothing: the append may have landed (here it did), so
     it is raised as outcome unknown and not sent again (`sdk/src/api.rs`
@@ -187,6 +188,7 @@ def test_an_unconditioned_append_answered_unavailable_is_outcome_unknown(env: An
     assert [b for b in stream.read(seq_num=0).batch.column("body").to_pylist()] == [b"once"]
 
 
+@pytest.mark.local_server  # the local server's fault hook
 def test_an_append_session_answered_unavailable_is_outcome_unknown(env: Any) -> None:
     server, client, basin = env
     stream = client.basin(basin).stream("s")
@@ -204,6 +206,7 @@ def test_an_append_session_answered_unavailable_is_outcome_unknown(env: Any) -> 
     assert stream.check_tail().seq_num == 0
 
 
+@pytest.mark.local_server  # the local server's fault hook
 @pytest.mark.parametrize(("status", "code"), [(503, "server_draining"),
                                               (409, "transaction_conflict"),
                                               (429, "rate_limited"), (502, "hot_server")])
@@ -221,6 +224,7 @@ def test_side_effect_free_answers_are_retried_even_for_a_blind_append(
     assert (ack.start.seq_num, ack.end.seq_num) == (1, 1501)
 
 
+@pytest.mark.local_server  # the local server's fault hook
 def test_retry_after_ms_is_waited_for(env: Any) -> None:
     """`sdk/src/api.rs`: the pause is at least `retry-after-ms` (here far above the
     policy's backoff, 10-30 ms); the server's own clock shows the gaps."""
@@ -232,6 +236,7 @@ def test_retry_after_ms_is_waited_for(env: Any) -> None:
     assert gap >= 0.3
 
 
+@pytest.mark.local_server  # the local server's fault hook
 def test_retry_after_ms_past_the_deadline_ends_the_retries(env: Any) -> None:
     server, client, basin = env
     fault = server.inject_fault("check_tail", 503, "server_draining", basin=basin,
@@ -242,6 +247,7 @@ def test_retry_after_ms_past_the_deadline_ends_the_retries(env: Any) -> None:
     assert len(fault.fired) == 1
 
 
+@pytest.mark.local_server  # the local server's fault hook
 def test_not_implemented_and_other_final_answers_fail_at_once(env: Any) -> None:
     server, client, basin = env
     stream = client.basin(basin).stream("s")
@@ -256,6 +262,7 @@ def test_not_implemented_and_other_final_answers_fail_at_once(env: Any) -> None:
         assert count(server, "check_tail") - before == 1, code
 
 
+@pytest.mark.local_server  # the local server's fault hook
 def test_an_unknown_code_is_retried_by_its_status(env: Any) -> None:
     server, client, basin = env
     stream = client.basin(basin).stream("s")
@@ -266,6 +273,7 @@ def test_an_unknown_code_is_retried_by_its_status(env: Any) -> None:
         stream.append([AppendRecord(b"blind")])
 
 
+@pytest.mark.local_server  # the local server's fault hook
 def test_a_read_session_resumes_after_a_retryable_terminal_frame(env: Any) -> None:
     server, client, basin = env
     stream = client.basin(basin).stream("s")

@@ -1,5 +1,5 @@
-"""Pipelines against s2-lite processes of their own: what the shared server of the
-s2-lite run (`S2_TEST_SERVER=s2-lite`) cannot show, because each test kills its server.
+"""Pipelines against s2-lite processes of their own: what the s2-lite the suite shares
+(one a worker) cannot show, because each test kills its server.
 
 s2-lite runs on a local folder (`--local-root`), so what it acknowledged survives SIGKILL;
 killed at random under a streaming copy and started again on the same port and folder, the

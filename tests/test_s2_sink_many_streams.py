@@ -290,6 +290,7 @@ def _check_partitions(basin: Any, plans: list[Plan]) -> None:
             assert [got[i] for i in at] == want, (stream, p)
 
 
+@pytest.mark.local_server  # counts the local server's requests
 def test_partitions_share_streams_at_once(
     s2_server: Any, basin: Any, unique: Callable[[str], str]
 ) -> None:
@@ -493,6 +494,7 @@ def test_two_attempts_racing_over_many_streams(basin: Any, unique: Callable[[str
     _check_partitions(basin, plans)
 
 
+@pytest.mark.local_server  # counts the local server's requests
 def test_basin_creating_streams_on_append(s2_server: Any, unique: Callable[[str], str]) -> None:
     """In a basin with S2's `create_stream_on_append`, two partitions writing 30 missing
     streams (10 shared) with createStreams: no create request (no append was answered
@@ -514,6 +516,7 @@ def test_basin_creating_streams_on_append(s2_server: Any, unique: Callable[[str]
         assert sorted(s.name for s in basin.list_streams()) == sorted(names)
 
 
+@pytest.mark.local_server  # counts the local server's requests
 def test_a_write_creating_many_streams_creates_each_once(
     s2_server: Any, basin: Any, unique: Callable[[str], str]
 ) -> None:

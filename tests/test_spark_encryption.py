@@ -211,8 +211,8 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(s2_server: Any, spark: Any) -> Iterator[Env]:
-    e = Env(s2_server.url, spark)
+def env(target_s2: Any, spark: Any) -> Iterator[Env]:
+    e = Env(target_s2.url, spark)
     yield e
     e.client.close()
 

@@ -95,6 +95,7 @@ def basins(s2_server: Any) -> Iterator[tuple[str, str]]:
     yield f"fan-src-{tag}", f"fan-dst-{tag}"
 
 
+@pytest.mark.local_server  # counts the local server's appends
 @needs_admission_control
 def test_each_task_appends_once_per_stream(
     spark: Any, s2_server: Any, basins: tuple[str, str], tmp_path: Path

@@ -58,10 +58,21 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(s2_server: Any) -> Iterator[Env]:
-    e = Env(s2_server.url)
-    yield e
-    e.client.close()
+def envs() -> Iterator[dict[str, Env]]:
+    """The module's Envs, one a server (s2-lite's; the local server's for the tests marked
+    `local_server`, which count its requests), each made when a test first needs it."""
+    made: dict[str, Env] = {}
+    yield made
+    for e in made.values():
+        e.client.close()
+
+
+@pytest.fixture
+def env(s2_server: Any, envs: dict[str, Env]) -> Env:
+    """The module's Env on the test's server."""
+    if s2_server.url not in envs:
+        envs[s2_server.url] = Env(s2_server.url)
+    return envs[s2_server.url]
 
 
 def _reader_options(env: Env, **extra: str) -> Any:
@@ -102,6 +113,7 @@ def test_a_batch_read_of_many_streams_packs_them_into_few_tasks(env: Env, spark:
     assert got == [(s, i, b) for s, bodies in sorted(data.items()) for i, b in enumerate(bodies)]
 
 
+@pytest.mark.local_server  # counts the local server's requests
 def test_idle_plans_wait_on_the_watch_and_see_an_append_to_any_stream(
     env: Env, s2_server: Any
 ) -> None:
@@ -142,6 +154,7 @@ def test_idle_plans_wait_on_the_watch_and_see_an_append_to_any_stream(
         reader.stop()
 
 
+@pytest.mark.local_server  # counts the local server's requests
 def test_idle_plans_ask_nothing_of_empty_streams_and_see_their_first_record(
     env: Env, s2_server: Any
 ) -> None:
@@ -177,6 +190,7 @@ def test_idle_plans_ask_nothing_of_empty_streams_and_see_their_first_record(
         reader.stop()
 
 
+@pytest.mark.local_server  # counts the local server's requests
 def test_streams_the_watch_cannot_hold_are_looked_up_in_turn(
     env: Env, s2_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -301,6 +315,7 @@ def test_a_plan_that_finds_nothing_new_lists_the_prefix_again(env: Env) -> None:
         reader.stop()
 
 
+@pytest.mark.local_server  # counts the local server's requests
 def test_an_idle_plan_leaves_a_long_listing_to_the_background(
     env: Env, s2_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

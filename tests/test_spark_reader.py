@@ -131,10 +131,10 @@ def no_headers(rows: list[Row]) -> list[Any]:
 
 
 @pytest.fixture(scope="module")
-def env(s2_server: Any, spark: Any) -> Iterator[Env]:
+def env(target_s2: Any, spark: Any) -> Iterator[Env]:
     # No register(): installing s2-spark registers format s2 (and on PySpark 4.0 a
     # second registration under the same name is an error).
-    e = Env(s2_server.url, spark)
+    e = Env(target_s2.url, spark)
     yield e
     e.client.close()
 

@@ -18,12 +18,24 @@ from s2_spark.spark.partitions import RangePartition
 
 
 @pytest.fixture(scope="module")
-def env(s2_server: Any, spark: Any) -> Iterator[Env]:
-    e = Env(s2_server.url, spark)
-    yield e
-    e.client.close()
+def envs() -> Iterator[dict[str, Env]]:
+    """The module's Envs, one a server (s2-lite's; the local server's for the test marked
+    `local_server`, which counts its requests), each made when a test first needs it."""
+    made: dict[str, Env] = {}
+    yield made
+    for e in made.values():
+        e.client.close()
 
 
+@pytest.fixture
+def env(s2_server: Any, spark: Any, envs: dict[str, Env]) -> Env:
+    """The module's Env on the test's server."""
+    if s2_server.url not in envs:
+        envs[s2_server.url] = Env(s2_server.url, spark)
+    return envs[s2_server.url]
+
+
+@pytest.mark.local_server  # counts the local server's requests
 def test_initial_offset_is_resolved_once(env: Env, s2_server: Any) -> None:
     """Spark asks for the initial offset again when it plans the first batch: `latest`
     must not move between the two calls, or the batch would start after its end. The

@@ -139,8 +139,8 @@ def s2_rows(stream: str, first: int, end: int) -> list[tuple[str, int]]:
 
 
 @pytest.fixture(scope="module")
-def s2(s2_server: Any, spark: Any) -> Iterator[S2Env]:
-    e = S2Env(s2_server.url, spark)
+def s2(target_s2: Any, spark: Any) -> Iterator[S2Env]:
+    e = S2Env(target_s2.url, spark)
     yield e
     e.client.close()
     shutil.rmtree(e.tmp, ignore_errors=True)
