@@ -53,6 +53,9 @@ from s2_sdk import (
     metered_bytes,
 )
 
+#: What this proves is that the local server speaks S2 as S2's own client expects.
+pytestmark = pytest.mark.local_server
+
 R = TypeVar("R")
 TOKEN = "conformance-token"
 DEADLINE = 15.0  # seconds any single wait may take before the test fails
