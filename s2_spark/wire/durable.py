@@ -94,12 +94,7 @@ def split_json_array(body: bytes) -> tuple[np.ndarray[Any, Any], np.ndarray[Any,
 def split_json_array_numpy(body: bytes) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """The numpy path of `split_json_array` (used without the C accelerator)."""
     data = np.frombuffer(body, dtype=np.uint8)
-    cls = _CLASSES[data]
-    pos = np.flatnonzero(cls)
-    c = cls[pos]
-    real_quote = (c == _QUOTE) & ~_escaped(pos, c)
-    quotes_before = np.cumsum(real_quote, dtype=np.int64) - real_quote
-    outside = (quotes_before & 1) == 0
+    pos, c, real_quote, outside = _scanned(data)
     if real_quote.sum() % 2:
         raise _bad("unterminated string")
     if np.any(outside & (c == _BAD)) or np.any(outside & (c == _BACKSLASH)):
@@ -130,6 +125,17 @@ def split_json_array_numpy(body: bytes) -> tuple[np.ndarray[Any, Any], np.ndarra
     offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
     return offsets, data[keep]
+
+
+def _scanned(data: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], ...]:
+    """The structural bytes of a body: their positions, classes, which are unescaped
+    quotes, and which lie outside strings."""
+    cls = _CLASSES[data]
+    pos = np.flatnonzero(cls)
+    c = cls[pos]
+    real_quote = (c == _QUOTE) & ~_escaped(pos, c)
+    outside = ((np.cumsum(real_quote, dtype=np.int64) - real_quote) & 1) == 0
+    return pos, c, real_quote, outside
 
 
 def _escaped(pos: np.ndarray[Any, Any], c: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -276,11 +282,8 @@ def _split_prefix_numpy(body: bytes, continued: bool
 def _complete_prefix(array: bytes) -> tuple[int, bool]:
     """Where the complete elements of an array's received prefix end: the position of its
     closing bracket (True) or of its last top-level comma (False); -1 when neither came."""
-    data = np.frombuffer(array, dtype=np.uint8)
-    pos = np.flatnonzero(_CLASSES[data])
-    c = _CLASSES[data][pos]
-    real_quote = (c == _QUOTE) & ~_escaped(pos, c)
-    structural = ((np.cumsum(real_quote, dtype=np.int64) - real_quote) & 1 == 0) & ~real_quote
+    pos, c, real_quote, outside = _scanned(np.frombuffer(array, dtype=np.uint8))
+    structural = outside & ~real_quote
     delta = (np.where(structural & (c == _OPEN), 1, 0)
              - np.where(structural & (c == _CLOSE), 1, 0))
     depth_after = np.cumsum(delta, dtype=np.int64)
