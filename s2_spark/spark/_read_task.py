@@ -13,6 +13,7 @@ from s2_spark.backends._batches import coalesced
 from s2_spark.backends.base import DataLossHandler, RangeRead, ReadSettings
 from s2_spark.errors import DataLossError
 from s2_spark.spark._planner import Backend, Position
+from s2_spark.spark._worker_heap import settled_after
 from s2_spark.spark.options import ReadOptions
 from s2_spark.spark.partitions import PackedPartition, RangePartition
 
@@ -48,15 +49,17 @@ def read_partition(
 
     A packed partition's ranges are read in their planned order (`read_ranges`: the
     backend reads small ones ahead), and their rows go out in batches of about
-    `COALESCE_ROWS`."""
+    `COALESCE_ROWS`. Once they are out, a reused worker's heap is settled
+    (`_worker_heap`)."""
     on_data_loss = loss_handler(backend, options)
     settings = ReadSettings(
         include_headers=options.include_headers,
         include_command_records=options.include_command_records,
     )
     if isinstance(partition, RangePartition):
-        return backend.read(partition.stream, partition.start, partition.end, settings,
-                            on_data_loss, leading_gap_ok=partition.from_origin)
+        return settled_after(backend.read(partition.stream, partition.start, partition.end,
+                                          settings, on_data_loss,
+                                          leading_gap_ok=partition.from_origin))
     assert isinstance(partition, PackedPartition)
     ranges = [RangeRead(r.stream, r.start, r.end, r.from_origin) for r in partition.ranges]
-    return coalesced(backend.read_ranges(ranges, settings, on_data_loss))
+    return settled_after(coalesced(backend.read_ranges(ranges, settings, on_data_loss)))

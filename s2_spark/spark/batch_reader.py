@@ -13,6 +13,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from s2_spark.spark._compat import PushFiltersSlot
 from s2_spark.spark._planner import Backend, Planner, Position, plan_partitions
 from s2_spark.spark._read_task import read_partition
+from s2_spark.spark._worker_heap import settled
 from s2_spark.spark.options import BoundSpec, OptionError, ReadOptions
 from s2_spark.spark.partitions import RangePartition
 
@@ -58,6 +59,7 @@ class RangeBatchReader(DataSourceReader):
             log.info("Batch read narrowed by pushed filters: %s", narrowing.describe())
         return keep
 
+    @settled
     def partitions(self) -> Sequence[InputPartition]:
         backend, options = self._backend, self._options
         planner = Planner(backend, options)

@@ -9,6 +9,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
+from s2_spark.spark._worker_heap import settled
 from s2_spark.spark.options import (
     RECORDS,
     OptionError,
@@ -59,6 +60,7 @@ class RangeDataSource(DataSource):
             )
         return expected
 
+    @settled
     def reader(self, schema: StructType) -> DataSourceReader:
         options = self._read_options(streaming=False)
         self._check_schema(schema, options)
@@ -66,6 +68,7 @@ class RangeDataSource(DataSource):
 
         return RangeBatchReader(self._backend(options), options)
 
+    @settled
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = self._read_options(streaming=True)
         self._check_schema(schema, options)

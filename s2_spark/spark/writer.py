@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
@@ -38,6 +39,7 @@ from s2_spark.backends.sink import (
 )
 from s2_spark.errors import OptionError
 from s2_spark.spark._compat import HAS_STREAM_ARROW_WRITER
+from s2_spark.spark._worker_heap import settled
 from s2_spark.spark._write_common import fault_hook
 
 if TYPE_CHECKING:  # the writers only pass Arrow batches on: no pyarrow to unpickle one
@@ -156,6 +158,7 @@ class _Writer(Generic[OptionsT, LayoutT]):
         return TaskAttempt(self.job, ctx.partitionId(), ctx.attemptNumber(), query, int(batch),
                            query_run_id(ctx.getLocalProperty, query))
 
+    @settled
     def write_batches(self, batches: Iterator[pa.RecordBatch]) -> WriteCommitMessage:
         me = self._attempt()
         hook = fault_hook(self.options.test_fault, me.batch if me.batch is not None else 0)
@@ -255,11 +258,41 @@ def batch_writer(fmt: WriteFormat[Any, Any], options: Mapping[str, str], schema:
     return BatchWriter(fmt, opts, layout, plan, WriteJob.plan(streaming=False))
 
 
+#: Seconds an interpreter trusts a stream writer's checks (options, columns, target) that
+#: passed. Spark asks for a new stream writer twice a micro-batch (to plan its tasks, then
+#: to commit it), in interpreters that live as long as the session and are not told which
+#: query or run asks: checking the target each time was a request a call. A query
+#: started again later is checked again; one started sooner in the same session (its
+#: target deleted meanwhile, say) meets the problem in its tasks, which fail with the
+#: service's typed error instead.
+CHECKS_TRUSTED_FOR = 60.0
+_passed: dict[tuple[str, frozenset[tuple[str, str]], str, bool],
+              tuple[float, tuple[Any, Any, SinkPlan]]] = {}
+
+
+def _checked_recently(fmt: WriteFormat[OptionsT, LayoutT], options: Mapping[str, str],
+                      schema: StructType, overwrite: bool
+                      ) -> tuple[OptionsT, LayoutT, SinkPlan]:
+    """`_checked` for a stream writer, done again only `CHECKS_TRUSTED_FOR` seconds after
+    it last passed for the same format, options and input (kept in this interpreter
+    only)."""
+    key = (fmt.name, frozenset(options.items()), schema.json(), overwrite)
+    now = time.monotonic()
+    passed = _passed.get(key)
+    if passed is not None and now - passed[0] < CHECKS_TRUSTED_FOR:
+        return passed[1]
+    checked = _checked(fmt, options, schema, overwrite, streaming=True)
+    for stale in [k for k, (at, _) in _passed.items() if now - at >= CHECKS_TRUSTED_FOR]:
+        del _passed[stale]
+    _passed[key] = (now, checked)
+    return checked
+
+
 def stream_writer(fmt: WriteFormat[Any, Any], options: Mapping[str, str], schema: StructType,
                   overwrite: bool) -> DataSourceStreamWriter:
     """The writer for `df.writeStream.format(...)`; checks options, columns and target
-    first."""
-    opts, layout, plan = _checked(fmt, options, schema, overwrite, streaming=True)
+    first (`_checked_recently`)."""
+    opts, layout, plan = _checked_recently(fmt, options, schema, overwrite)
     cls = StreamArrowWriter if HAS_STREAM_ARROW_WRITER else StreamRowWriter
     return cls(fmt, opts, layout, plan, WriteJob.plan(streaming=True))
 
@@ -271,11 +304,13 @@ class WritingDataSource(DataSource):
 
     write_format: ClassVar[WriteFormat[Any, Any]]
 
+    @settled
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """`df.write`: exactly-once appends (with `mode("append")`)."""
         self.write_format.options.check(self.options, "write")
         return batch_writer(self.write_format, self.options, schema, overwrite)
 
+    @settled
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """`df.writeStream`: exactly-once across task retries and query restarts."""
         self.write_format.options.check(self.options, "write")

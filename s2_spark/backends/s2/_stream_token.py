@@ -25,6 +25,7 @@ import threading
 from typing import TYPE_CHECKING, Literal
 
 from s2_spark.backends.s2._history import History, Landed, StreamMarks
+from s2_spark.backends.s2.plan import being_deleted
 from s2_spark.backends.s2.tokens import ForeignFenceError, Seen, WriterId, fence_entry
 from s2_spark.errors import (
     AlreadyExistsError,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from s2_spark.backends.s2.settings import AppendBudget, SinkSettings
     from s2_spark.s2 import AppendAck, BasinClient, StreamClient
 
-__all__ = ["StreamToken", "being_deleted", "guessed_token"]
+__all__ = ["StreamToken", "guessed_token"]
 
 #: Tokens this process last saw per stream, the next writer's guess (bounded).
 _SEEN_TOKENS: dict[tuple[str, str, str], str] = {}
@@ -56,23 +57,6 @@ Check = Literal["back", "forward", "takeover"]
 def guessed_token(key: tuple[str, str, str]) -> str | None:
     """The token this process last saw on stream `key` (endpoint, basin, stream)."""
     return _SEEN_TOKENS.get(key)
-
-
-def being_deleted(what: str, err: NotFoundError, create_streams: bool) -> DeletionPendingError:
-    """The error of a writer whose target stream (or its basin) is being deleted: what
-    happened, and what to do."""
-    basin_going = err.code == "basin_deletion_pending"
-    gone = "its basin is being deleted" if basin_going else "it is being deleted"
-    then = ("the basin must be created again, then createStreams=true creates the stream"
-            if basin_going else
-            "then createStreams=true creates it anew" if create_streams else
-            "then create it again (or set the writer option createStreams=true)")
-    return DeletionPendingError(
-        f"cannot write to {what}: {gone} (S2 answered 409 {err.code}), so it can neither "
-        f"be appended to nor created again until S2 has removed it. Write to another "
-        f"stream, or wait until the deletion is done and run again: {then}",
-        status=err.status, code=err.code,
-    )
 
 
 class _Cancelled(S2SparkError):
