@@ -7,12 +7,18 @@ so that a planner interpreter that unpickles them pays only for what Spark itsel
 * `TrivialSource` (`format("trivial-source")`): `rows_per_second` rows a second since the
   query started, as (n bigint, body binary), planned by the clock: one partition a
   micro-batch, rows made from their numbers.
+
+With option `freezeHeap` true, each call Spark makes of them freezes the calling
+interpreter's heap once (`gc.freeze`), as `s2_spark.spark._worker_heap` does for ours:
+the floor of a source or sink whose workers keep their heap out of the `gc.collect()`
+Spark's daemon runs after every call.
 """
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -26,6 +32,19 @@ from pyspark.sql.datasource import (
 
 __all__ = ["TrivialSink", "TrivialSource"]
 
+_frozen = False
+
+
+def _freeze(options: Mapping[str, str]) -> bool:
+    """Freeze this interpreter's heap once if the options say so; whether they do."""
+    global _frozen
+    wanted = options.get("freezeHeap", "false") == "true"
+    if wanted and not _frozen:
+        gc.collect()
+        gc.freeze()
+        _frozen = True
+    return wanted
+
 
 class TrivialSink(DataSource):
     @classmethod
@@ -33,13 +52,18 @@ class TrivialSink(DataSource):
         return "trivial-sink"
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
-        return _Discard()
+        return _Discard(_freeze(self.options))
 
 
 class _Discard(DataSourceStreamArrowWriter):
+    def __init__(self, freeze: bool) -> None:
+        self.freeze = freeze
+
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         for batch in iterator:
             batch.num_rows  # noqa: B018 - consume, like a writer that encodes and sends
+        if self.freeze:
+            _freeze({"freezeHeap": "true"})
         return WriterCommitMessage()
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -58,7 +82,8 @@ class TrivialSource(DataSource):
         return "n bigint, body binary"
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return _ByTheClock(float(self.options.get("rows_per_second", "5")))
+        return _ByTheClock(float(self.options.get("rows_per_second", "5")),
+                           _freeze(self.options))
 
 
 class _Range(InputPartition):
@@ -67,8 +92,9 @@ class _Range(InputPartition):
 
 
 class _ByTheClock(DataSourceStreamReader):
-    def __init__(self, rate: float) -> None:
+    def __init__(self, rate: float, freeze: bool) -> None:
         self.rate = rate
+        self.freeze = freeze
         self.t0 = time.time()
 
     def initialOffset(self) -> dict[str, int]:
@@ -84,6 +110,8 @@ class _ByTheClock(DataSourceStreamReader):
         assert isinstance(partition, _Range)
         for n in range(partition.start, partition.end):
             yield n, b"%100d" % n
+        if self.freeze:
+            _freeze({"freezeHeap": "true"})
 
     def commit(self, end: dict[str, int]) -> None:
         pass

@@ -1,23 +1,31 @@
 """What one micro-batch costs around a low-rate pipeline: our source and sink against the
 floor of Spark's Python Data Source API, in one Spark session.
 
-Five queries, each `--batches` micro-batches of `processingTime` `--trigger-ms` (after
+Seven queries, each `--batches` micro-batches of `processingTime` `--trigger-ms` (after
 `--warm-up` micro-batches, which pay for starting Python workers and imports), each at
-`--rate` rows a second:
+`--rate` rows a second, each in a session of its own (so that no query meets Python
+workers another one left: Spark's daemons are the session's), after a query that warms
+the JVM up:
 
 * sinks: `rate` -> `format("s2")` (one stream); `rate` -> `trivial-sink`, a Python Arrow
   stream writer that discards its input (`_trivial.py`, which imports only pyspark's
-  own); `rate` -> `noop` (no Python at all);
+  own); the same with `freezeHeap` (it freezes its workers' heaps once, as ours do:
+  `s2_spark.spark._worker_heap`); `rate` -> `noop` (no Python at all);
 * sources: `format("s2")` over a stream a producer thread appends to at the same rate ->
-  `noop`; `trivial-source` (rows by the clock) -> `noop`.
+  `noop`; `trivial-source` (rows by the clock) -> `noop`, and the same with `freezeHeap`.
+
+Most of what Spark's Python machinery costs a micro-batch is the `gc.collect()` its
+daemon runs after every call of a reused worker (a full walk of the worker's heap), so
+the trivial source and sink with `freezeHeap` are the floor of a connector that keeps its
+heap out of that walk, as ours does.
 
 For each: CPU seconds a micro-batch of each side (the JVM, Spark's Python planners: the
 data source lookups, `write_into_data_source`, the sink's commit runner and the streaming
 source's runner; the Python workers that run tasks; the server), and the median of each
 phase of `durationMs` in the progress reports. Ends with one line:
-`microbatch_cost: sink Python CPU <r>x trivial-sink, JVM <r>x; source Python CPU <r>x
-trivial-source, JVM <r>x (<pinned|unpinned>)`, where a ratio of 1.00x means our format
-costs a micro-batch what Spark's own Python machinery does.
+`microbatch_cost: sink Python CPU <r>x trivial-sink (<r>x frozen), JVM <r>x; source Python
+CPU <r>x trivial-source (<r>x frozen), JVM <r>x (<pinned|unpinned>)`, where a ratio of
+1.00x means our format costs a micro-batch what Spark's own Python machinery does.
 """
 
 from __future__ import annotations
@@ -132,41 +140,53 @@ def main(argv: list[str] | None = None) -> None:
             client.create_basin(basin)
             for name in ("sink", "source"):
                 client.basin(basin).create_stream(name)
-        spark = local_session("s2-microbatch-cost", sources=[TrivialSink, TrivialSource])
         s2 = {"endpoint": server.url, "basin": basin}
+        frozen = {"freezeHeap": "true"}
+        rate = {"rows_per_second": str(args.rate)}
+
+        def run(label: str, start: Any) -> dict[str, float]:
+            spark = local_session("s2-microbatch-cost", sources=[TrivialSink, TrivialSource])
+            try:
+                return measure(spark, cpu, args, label, lambda ckpt: start(spark, ckpt))
+            finally:
+                stop_session(spark)
 
         def sink(fmt: str, **options: str) -> Any:
-            return lambda ckpt: (rate_rows(spark, args.rate).writeStream.format(fmt)
-                                 .options(**options).option("checkpointLocation", ckpt)
-                                 .trigger(processingTime=trigger).start())
+            return lambda spark, ckpt: (
+                rate_rows(spark, args.rate).writeStream.format(fmt).options(**options)
+                .option("checkpointLocation", ckpt).trigger(processingTime=trigger).start())
 
         def source(fmt: str, **options: str) -> Any:
-            return lambda ckpt: (spark.readStream.format(fmt).options(**options).load()
-                                 .writeStream.format("noop").option("checkpointLocation", ckpt)
-                                 .trigger(processingTime=trigger).start())
+            return lambda spark, ckpt: (
+                spark.readStream.format(fmt).options(**options).load()
+                .writeStream.format("noop").option("checkpointLocation", ckpt)
+                .trigger(processingTime=trigger).start())
 
+        run("JVM warm-up (not counted)", sink("noop"))
         print("sinks:", flush=True)
-        ours_sink = measure(spark, cpu, args, "s2 sink", sink("s2", **s2, stream="sink"))
-        floor_sink = measure(spark, cpu, args, "trivial-sink", sink("trivial-sink"))
-        measure(spark, cpu, args, "noop", sink("noop"))
+        ours_sink = run("s2 sink", sink("s2", **s2, stream="sink"))
+        floor_sink = run("trivial-sink", sink("trivial-sink"))
+        frozen_sink = run("trivial-sink, freezeHeap", sink("trivial-sink", **frozen))
+        run("noop", sink("noop"))
         print("sources:", flush=True)
         producer = Producer(server.url, basin, "source", args.rate)
         producer.start()
         try:
-            ours_source = measure(spark, cpu, args, "s2 source",
-                                  source("s2", **s2, stream="source"))
+            ours_source = run("s2 source", source("s2", **s2, stream="source"))
         finally:
             producer.stop()
-        floor_source = measure(spark, cpu, args, "trivial-source",
-                               source("trivial-source", rows_per_second=str(args.rate)))
-        stop_session(spark)
+        floor_source = run("trivial-source", source("trivial-source", **rate))
+        frozen_source = run("trivial-source, freezeHeap",
+                            source("trivial-source", **rate, **frozen))
 
     def ratio(ours: dict[str, float], floor: dict[str, float], side: str) -> str:
         return f"{ours.get(side, 0.0) / max(floor.get(side, 0.0), 1e-9):.2f}x"
 
     print(f"microbatch_cost: sink Python CPU {ratio(ours_sink, floor_sink, 'Python')} "
-          f"trivial-sink, JVM {ratio(ours_sink, floor_sink, 'JVM')}; source Python CPU "
-          f"{ratio(ours_source, floor_source, 'Python')} trivial-source, JVM "
+          f"trivial-sink ({ratio(ours_sink, frozen_sink, 'Python')} frozen), JVM "
+          f"{ratio(ours_sink, floor_sink, 'JVM')}; source Python CPU "
+          f"{ratio(ours_source, floor_source, 'Python')} trivial-source "
+          f"({ratio(ours_source, frozen_source, 'Python')} frozen), JVM "
           f"{ratio(ours_source, floor_source, 'JVM')} ({server.mode})")
 
 

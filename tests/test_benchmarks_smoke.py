@@ -145,8 +145,9 @@ SMOKE: dict[str, Smoke] = {
                              r"planner_imports durable-streams: source \+\d+ ms .*peer\)"),
     "microbatch_cost": Smoke(("--batches", "2", "--warm-up", "1", "--trigger-ms", "200",
                               *NO_PIN),
-                             r"microbatch_cost: sink Python CPU [\d.]+x trivial-sink, JVM "
-                             r"[\d.]+x; source Python CPU [\d.]+x trivial-source, JVM [\d.]+x "
+                             r"microbatch_cost: sink Python CPU [\d.]+x trivial-sink \([\d.]+x "
+                             r"frozen\), JVM [\d.]+x; source Python CPU [\d.]+x trivial-source "
+                             r"\([\d.]+x frozen\), JVM [\d.]+x "
                              + MODE, spark=True, server=True),
     # `--servers` (the module's server is added) and no Kafka; every part but eos
     # (KAFKA_COMPARE_EOS says why).
