@@ -315,3 +315,23 @@ def test_c_encoder_takes_unaligned_and_offset_buffers() -> None:
                     unaligned(_i64(9, 0, 2)), b"vv", unaligned(_i64(7)), None)
     entry, metered = A.encode_record(b"ab", [(b"n", b"vv")], 7)
     assert got == (entry, [len(entry)], [metered])
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=st.lists(st.integers(0, 3000), min_size=1, max_size=60),
+       per_append=st.integers(1, 20), max_bytes=st.integers(4000, 20000))
+def test_batches_as_views_hold_the_bytes_copies_hold(
+        sizes: list[int], per_append: int, max_bytes: int) -> None:
+    """A writer takes each append's records as a view into the rows' encoding
+    (`copy=False`, copied once when its mark and token are added): the same appends,
+    the same bytes, none of them copied."""
+    from s2_spark.wire.appends import encode_entries
+
+    records = encode_entries(pa.array([b"b" * n for n in sizes], pa.binary()))
+    copies = records.batches(per_append, max_bytes)
+    views = records.batches(per_append, max_bytes, copy=False)
+    assert [(b.count, b.metered_bytes, b.first_index) for b in views] == \
+        [(b.count, b.metered_bytes, b.first_index) for b in copies]
+    assert [bytes(b.records_payload) for b in views] == [b.records_payload for b in copies]
+    assert all(isinstance(b.records_payload, memoryview) for b in views)
+    assert all(isinstance(b.records_payload, bytes) for b in copies)

@@ -23,6 +23,7 @@ from s2_spark.wire.frames import (
     Terminal,
     encode_message,
     encode_terminal,
+    message_parts,
 )
 
 
@@ -210,3 +211,22 @@ def test_fuzz_any_flag_and_payload_raise_only_frame_error(
     body = prefix + payload
     with contextlib.suppress(FrameError):
         decode_all((len(body) + 1).to_bytes(3, "big") + bytes((flag,)) + body)
+
+
+@settings(max_examples=200, deadline=None)
+@given(parts=st.lists(st.binary(max_size=700), max_size=4),
+       compression=st.sampled_from(list(Compression)))
+def test_message_parts_join_to_the_message_encode_message_frames(
+        parts: list[bytes], compression: Compression) -> None:
+    """A session's frames built from parts (uncompressed: the frame's head, then the parts
+    themselves, uncopied) are byte for byte the frames of the joined payload."""
+    views: list[bytes | memoryview] = [memoryview(p) for p in parts]
+    framed = message_parts(views, compression)
+    assert b"".join(framed) == encode_message(b"".join(parts), compression)
+    if compression is Compression.NONE or sum(map(len, parts)) < COMPRESSION_THRESHOLD:
+        assert all(a is b for a, b in zip(framed[1:], views, strict=True))
+
+
+def test_message_parts_refuse_a_payload_over_the_frame_limit() -> None:
+    with pytest.raises(FrameError, match="exceeds the"):
+        message_parts([b"x" * MAX_PAYLOAD_BYTES, b"y"])

@@ -25,7 +25,7 @@ import httpx
 from s2_spark._http import BodyDecodingError, Exchange
 from s2_spark._proto import s2_pb2
 from s2_spark.errors import FrameError, Position, S2Error, ServiceError
-from s2_spark.wire.frames import Compression, FrameDecoder, Message, encode_message
+from s2_spark.wire.frames import Compression, FrameDecoder, Message, message_parts
 
 from ._errors import (
     error_from_decoding,
@@ -192,13 +192,13 @@ def _session_body(
             f"for all; got {len(fencing_tokens)} tokens"
             + (" and fencing_token too" if fencing_token is not None else "")
         )
-    frames = []
+    parts: list[bytes | memoryview] = []
     match = match_seq_num
     for b, token in zip(batches, fencing_tokens, strict=True):
-        frames.append(encode_message(b.to_append_input(match, token), compression))
+        parts += message_parts(b.append_input_parts(match, token), compression)
         if match is not None:
             match += b.count
-    return b"".join(frames)
+    return b"".join(parts)  # the records' one copy on the way
 
 
 def _drain(chunks: Iterator[bytes]) -> None:

@@ -49,11 +49,12 @@ IMPLEMENTATION = "c" if _fastwire is not None else "python"
 class AppendBatch:
     """Encoded records for one append: at most 1000 records and 1 MiB metered.
 
-    `records_payload` is the concatenated `records` entries of an AppendInput;
-    `first_index` is the input row of the first record.
+    `records_payload` is the concatenated `records` entries of an AppendInput (a view into
+    the rows' encoding where `EncodedRecords.batches` was asked not to copy); `first_index`
+    is the input row of the first record.
     """
 
-    records_payload: bytes = field(repr=False)
+    records_payload: bytes | memoryview = field(repr=False)
     count: int
     metered_bytes: int
     first_index: int
@@ -62,6 +63,12 @@ class AppendBatch:
         self, match_seq_num: int | None = None, fencing_token: str | None = None
     ) -> bytes:
         """The full AppendInput message: the records plus the optional conditions."""
+        return b"".join(self.append_input_parts(match_seq_num, fencing_token))
+
+    def append_input_parts(
+        self, match_seq_num: int | None = None, fencing_token: str | None = None
+    ) -> list[bytes | memoryview]:
+        """`to_append_input` as the parts it joins (the records not copied)."""
         parts = [self.records_payload]
         if match_seq_num is not None:
             if not 0 <= match_seq_num <= _U64_MAX:
@@ -70,7 +77,7 @@ class AppendBatch:
         if fencing_token is not None:
             token = fencing_token.encode()
             parts.append(b"\x1a" + _varint(len(token)) + token)
-        return b"".join(parts)
+        return parts
 
 
 def metered_size(body: bytes, headers: Sequence[tuple[bytes, bytes]] = ()) -> int:
@@ -134,15 +141,17 @@ class EncodedRecords:
             np.concatenate([p.meters for p in parts]))
 
     def batches(self, max_records: int = MAX_BATCH_RECORDS,
-                max_bytes: int = MAX_BATCH_BYTES) -> list[AppendBatch]:
+                max_bytes: int = MAX_BATCH_BYTES, *, copy: bool = True) -> list[AppendBatch]:
         """The records cut into appends, in order, each within the limits (raises
-        RecordTooLargeError first if one record exceeds 1 MiB)."""
+        RecordTooLargeError first if one record exceeds 1 MiB). `copy` False: each
+        append's records are a view into `payload` (a writer that adds its own entries
+        copies them once, then)."""
         n = len(self)
         if 0 < n <= max_records:  # the common case of a small stream: one append
             total = int(self.meters.sum())
             if total <= max_bytes:
-                return [AppendBatch(bytes(self.payload), n, total, 0)]
-        return _split(self.payload, self.ends, self.meters, max_records, max_bytes)
+                return [AppendBatch(bytes(self.payload) if copy else self.payload, n, total, 0)]
+        return _split(self.payload, self.ends, self.meters, max_records, max_bytes, copy=copy)
 
 
 def encode_entries(
@@ -250,9 +259,11 @@ def encode_record(
 
 
 def _split(
-    payload: bytes | memoryview, ends: Any, meters: Any, max_records: int, max_bytes: int
+    payload: bytes | memoryview, ends: Any, meters: Any, max_records: int, max_bytes: int,
+    *, copy: bool = True,
 ) -> list[AppendBatch]:
-    """Greedy split into batches; checks every record's size first."""
+    """Greedy split into batches; checks every record's size first. `copy` False: views
+    into `payload`."""
     n = len(meters)
     if n == 0:
         return []
@@ -278,7 +289,7 @@ def _split(
         hi = int(ends[stop - 1])
         batches.append(
             AppendBatch(
-                records_payload=bytes(payload[lo:hi]),
+                records_payload=bytes(payload[lo:hi]) if copy else memoryview(payload)[lo:hi],
                 count=stop - start,
                 metered_bytes=int(cum[stop - 1]) - base,
                 first_index=start,

@@ -33,6 +33,7 @@ __all__ = [
     "compress",
     "encode_message",
     "encode_terminal",
+    "message_parts",
 ]
 
 COMPRESSION_THRESHOLD = 1024
@@ -114,6 +115,21 @@ def encode_message(
             compression, payload = Compression.NONE, body
     flag = (compression << _COMPRESSION_SHIFT) | (_RECONNECT_ADVISED if reconnect_advised else 0)
     return (len(payload) + 1).to_bytes(3, "big") + bytes((flag,)) + payload
+
+
+def message_parts(parts: list[bytes | memoryview], compression: Compression = Compression.NONE
+                  ) -> list[bytes | memoryview]:
+    """`encode_message` of the concatenation of `parts`, as parts to join with others:
+    uncompressed, the frame's head and `parts` themselves (a session's body is then copied
+    once, where it is joined); compressed, one frame."""
+    size = sum(len(p) for p in parts)
+    if compression is not Compression.NONE and size >= COMPRESSION_THRESHOLD:
+        return [encode_message(b"".join(parts), compression)]
+    if size > MAX_PAYLOAD_BYTES:
+        raise FrameError(
+            f"S2S payload of {size} bytes exceeds the {MAX_PAYLOAD_BYTES}-byte limit"
+        )
+    return [(size + 1).to_bytes(3, "big") + b"\x00", *parts]
 
 
 def encode_terminal(status: int, error: str | dict[str, Any]) -> bytes:

@@ -216,7 +216,7 @@ class StreamSink(StreamToken):
                 or self._buffered_rows > self.settings.max_records):
             return None
         records, _ = self._buffered()
-        batches = records.batches(self.settings.max_records, DATA_MAX_BYTES)
+        batches = records.batches(self.settings.max_records, DATA_MAX_BYTES, copy=False)
         if len(batches) != 1 or batches[0].metered_bytes > DATA_MAX_BYTES:
             return None
         return self._chain(batches, 0, 1)[0]
@@ -293,7 +293,7 @@ class StreamSink(StreamToken):
         if len(records) == 0:
             return []
         per_append = self.settings.max_records
-        batches = records.batches(per_append, DATA_MAX_BYTES)
+        batches = records.batches(per_append, DATA_MAX_BYTES, copy=False)
         for b in batches:
             if b.metered_bytes > DATA_MAX_BYTES:
                 raise RecordTooLargeError(
@@ -441,7 +441,7 @@ class StreamSink(StreamToken):
             progress += batch.count
             digest = digest.extend(batch.records_payload)
             mark_entry, mark_metered = fence_entry(self._data_marks.encode(progress, digest))
-            payload = AppendBatch(batch.records_payload + mark_entry + sets_entry,
+            payload = AppendBatch(b"".join((batch.records_payload, mark_entry, sets_entry)),
                                   batch.count + 2,
                                   batch.metered_bytes + mark_metered + sets_metered,
                                   batch.first_index)
