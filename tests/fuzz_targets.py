@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import random
+import zlib
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
@@ -330,6 +331,19 @@ def encode_records(data: bytes) -> None:
 
     _agree("encode_records", _outcome(c, (ValueError,)),
            _outcome(lambda: _encode_reference(n, args), (ValueError,)))
+
+
+def crc32(data: bytes) -> None:
+    """`_fastwire.crc32`, the marks' digest, against zlib's: the input's first 4 bytes are
+    the value carried on, the rest the data, taken whole and from each of its first 16
+    offsets (the blocks' loads unaligned), as bytes and as a view."""
+    if appends._fastwire is None or len(data) < 4:
+        return
+    value, rest = int.from_bytes(data[:4], "little"), data[4:]
+    for skip in range(min(16, len(rest) + 1)):
+        view = memoryview(rest)[skip:]
+        _agree("crc32", appends._fastwire.crc32(view, value), zlib.crc32(view, value))
+    _agree("crc32", appends._fastwire.crc32(rest), zlib.crc32(rest))
 
 
 # -- Durable Streams: JSON-mode bodies --------------------------------------------------
@@ -1006,6 +1020,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "read_batch": read_batch,
     "read_batches": read_batches,
     "encode_records": encode_records,
+    "crc32": crc32,
     "json_array": json_array,
     "json_prefix": json_prefix,
     "append_columns": append_columns,
@@ -1015,5 +1030,5 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "h1_streamed": h1_streamed,
     "h2_frames": h2_frames,
 }
-"""Every fuzz target by name; the first five call one C entry point each (the first two
+"""Every fuzz target by name; the first six call one C entry point each (the first two
 the same one, with one payload and with several)."""

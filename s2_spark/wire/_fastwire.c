@@ -761,6 +761,100 @@ done:
     return result;
 }
 
+/*
+ * crc32(data, value=0): zlib's CRC-32 (the gzip polynomial, reflected) of data, carried on
+ * from value, as zlib.crc32(data, value) gives it: the digest of a writer's marks
+ * (backends/s2/_digest.py). zlib's table-driven loop runs at about 1 GB/s, as much
+ * again as encoding the rows; where the CPU multiplies carry-less (x86-64 PCLMULQDQ),
+ * whole 16-byte blocks are folded instead, as Intel's "Fast CRC Computation for Generic
+ * Polynomials Using PCLMULQDQ Instruction" (Gopal et al., 2009) describes, with the
+ * constants it gives for this polynomial; the tail and short inputs go byte by byte.
+ */
+static uint32_t crc_table[256];
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+        crc_table[i] = c;
+    }
+}
+
+/* The CRC register (inverted, as zlib keeps it) after the bytes of p[0..n). */
+static uint32_t crc_bytes(uint32_t c, const uint8_t *p, size_t n) {
+    while (n--) c = crc_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_CLMUL_CRC 1
+
+/* The register after n bytes (n >= 16, a multiple of 16), one 16-byte block folded a
+ * step: each block B_i of the message M = B_0..B_k-1 contributes B_i x^(128(k-1-i)), and
+ * a fold multiplies the running 128 bits by x^128 mod P (split as two 64-bit halves times
+ * the paper's k3 and k4) before the next block is added; the last 128 bits are then
+ * reduced to 64, to 32 (k5), and by Barrett's method (P' and mu). */
+__attribute__((target("pclmul,sse4.1")))
+static uint32_t crc_clmul(uint32_t c, const uint8_t *p, size_t n) {
+    const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
+    const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124LL);
+    const __m128i poly = _mm_set_epi64x(0x1f7011641LL, 0x1db710641LL);
+    const __m128i low32 = _mm_setr_epi32(~0, 0, ~0, 0);
+    __m128i x = _mm_xor_si128(_mm_loadu_si128((const __m128i *)p), _mm_cvtsi32_si128((int)c));
+    for (p += 16, n -= 16; n >= 16; p += 16, n -= 16) {
+        __m128i lo = _mm_clmulepi64_si128(x, k3k4, 0x00);
+        __m128i hi = _mm_clmulepi64_si128(x, k3k4, 0x11);
+        x = _mm_xor_si128(_mm_xor_si128(lo, hi), _mm_loadu_si128((const __m128i *)p));
+    }
+    /* 128 -> 64 bits. */
+    __m128i t = _mm_clmulepi64_si128(x, k3k4, 0x10);
+    x = _mm_xor_si128(_mm_srli_si128(x, 8), t);
+    /* 64 -> 32 bits. */
+    t = _mm_srli_si128(x, 4);
+    x = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x, low32), k5, 0x00), t);
+    /* Barrett reduction. */
+    t = _mm_clmulepi64_si128(_mm_and_si128(x, low32), poly, 0x10);
+    t = _mm_clmulepi64_si128(_mm_and_si128(t, low32), poly, 0x00);
+    return (uint32_t)_mm_extract_epi32(_mm_xor_si128(x, t), 1);
+}
+
+static int clmul_ok = -1; /* whether this CPU has PCLMULQDQ and SSE4.1; -1: not asked */
+#endif
+
+static uint32_t crc_update(uint32_t value, const uint8_t *p, size_t n) {
+    uint32_t c = ~value;
+#ifdef HAVE_CLMUL_CRC
+    if (clmul_ok < 0)
+        clmul_ok = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+    if (clmul_ok && n >= 64) {
+        size_t whole = n & ~(size_t)15;
+        c = crc_clmul(c, p, whole);
+        p += whole;
+        n -= whole;
+    }
+#endif
+    return ~crc_bytes(c, p, n);
+}
+
+static PyObject *fw_crc32(PyObject *self, PyObject *args) {
+    PyObject *data;
+    unsigned long value = 0;
+    if (!PyArg_ParseTuple(args, "O|k", &data, &value)) return NULL;
+    hbuf_t b;
+    if (!get_buf(data, &b)) return NULL;
+    if (!b.held) {
+        PyErr_SetString(PyExc_TypeError, "crc32 takes a bytes-like object");
+        return NULL;
+    }
+    uint32_t crc;
+    Py_BEGIN_ALLOW_THREADS
+    crc = crc_update((uint32_t)value, (const uint8_t *)b.view.buf, (size_t)b.view.len);
+    Py_END_ALLOW_THREADS
+    rel_buf(&b);
+    return PyLong_FromUnsignedLong(crc);
+}
+
 static PyObject *fw_set_error_type(PyObject *self, PyObject *arg) {
     PyObject *old = FrameErrorType;
     Py_XINCREF(arg);
@@ -773,6 +867,7 @@ static PyMethodDef methods[] = {
     {"decode_read_batches", fw_decode_read_batches, METH_VARARGS,
      "Decode ReadBatch messages, read in place, to one set of buffers."},
     {"encode_records", fw_encode_records, METH_VARARGS, "Encode AppendRecord entries."},
+    {"crc32", fw_crc32, METH_VARARGS, "zlib.crc32(data, value), folded where the CPU can."},
     {"_set_error_type", fw_set_error_type, METH_O, "Set the exception type for bad input."},
     {NULL, NULL, 0, NULL},
 };
@@ -782,4 +877,7 @@ static struct PyModuleDef module = {
     "C accelerator for s2_spark.wire (optional).", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__fastwire(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__fastwire(void) {
+    crc_init();
+    return PyModule_Create(&module);
+}

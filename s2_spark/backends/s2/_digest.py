@@ -7,9 +7,10 @@ order; otherwise it finds what landed by content (`_replay`). The digest is zlib
 of the rows' encoded `records` entries (as appended, before S2 stamps anything) and
 their size in bytes, both carried on from one append to the next, so the digest of rows
 [0, k) does not depend on how they were cut into appends. crc32 is the cheapest full
-pass over the bytes the standard library has (about 0.25 ns a byte, as much again as
-encoding them; a second checksum such as adler32 would double it): rows that differ pass
-for the same with a chance of one in four billion. Written in base 64, crc32 first; a
+pass over the bytes the standard library has (zlib's runs at about 1 GB/s, as much again
+as encoding them; the C accelerator's gives the same values 3x faster where the CPU
+multiplies carry-less, `_fastwire.crc32`): rows that differ pass for the same with a
+chance of one in four billion. Written in base 64, crc32 first; a
 mark keeps as many leading characters as its 36 bytes leave room for, at most
 `MARK_CHARS`.
 """
@@ -19,6 +20,10 @@ from __future__ import annotations
 import binascii
 import zlib
 from typing import NamedTuple
+
+from s2_spark.wire._accelerator import fastwire
+
+_crc32 = zlib.crc32 if fastwire is None else fastwire.crc32
 
 __all__ = ["DIGEST_CHARS", "MARK_CHARS", "MIN_CHARS", "NO_ROWS", "RowsDigest"]
 
@@ -40,7 +45,7 @@ class RowsDigest(NamedTuple):
 
     def extend(self, entries: bytes | memoryview) -> RowsDigest:
         """The digest of the rows so far followed by `entries` (encoded records)."""
-        return RowsDigest(zlib.crc32(entries, self.crc), self.size + len(entries))
+        return RowsDigest(_crc32(entries, self.crc), self.size + len(entries))
 
     def text(self) -> str:
         """The digest as 11 base-64 characters (a mark keeps a prefix of them)."""
