@@ -790,10 +790,11 @@ static uint32_t crc_bytes(uint32_t c, const uint8_t *p, size_t n) {
 #include <immintrin.h>
 #define HAVE_CLMUL_CRC 1
 
-/* The register after n bytes (n >= 16, a multiple of 16), one 16-byte block folded a
- * step: each block B_i of the message M = B_0..B_k-1 contributes B_i x^(128(k-1-i)), and
- * a fold multiplies the running 128 bits by x^128 mod P (split as two 64-bit halves times
- * the paper's k3 and k4) before the next block is added; the last 128 bits are then
+/* The register after n bytes (n >= 16, a multiple of 16), 16-byte blocks folded: each
+ * block B_i of the message M = B_0..B_k-1 contributes B_i x^(128(k-1-i)), and a fold
+ * multiplies running 128 bits by x^128 mod P (two 64-bit halves times the paper's k3 and
+ * k4) before the next block is added; long inputs first run four such lanes 64 bytes
+ * apart (x^512: k1, k2), which keeps the multiplier busy. The last 128 bits are then
  * reduced to 64, to 32 (k5), and by Barrett's method (P' and mu). */
 __attribute__((target("pclmul,sse4.1")))
 static uint32_t crc_clmul(uint32_t c, const uint8_t *p, size_t n) {
@@ -802,7 +803,25 @@ static uint32_t crc_clmul(uint32_t c, const uint8_t *p, size_t n) {
     const __m128i poly = _mm_set_epi64x(0x1f7011641LL, 0x1db710641LL);
     const __m128i low32 = _mm_setr_epi32(~0, 0, ~0, 0);
     __m128i x = _mm_xor_si128(_mm_loadu_si128((const __m128i *)p), _mm_cvtsi32_si128((int)c));
-    for (p += 16, n -= 16; n >= 16; p += 16, n -= 16) {
+    p += 16;
+    n -= 16;
+    if (n >= 48) { /* four lanes, each folded by 512 bits (k1, k2), then into one */
+        const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL);
+        __m128i v[4] = {x, _mm_loadu_si128((const __m128i *)p),
+                        _mm_loadu_si128((const __m128i *)(p + 16)),
+                        _mm_loadu_si128((const __m128i *)(p + 32))};
+        for (p += 48, n -= 48; n >= 64; p += 64, n -= 64)
+            for (int i = 0; i < 4; i++)
+                v[i] = _mm_xor_si128(
+                    _mm_xor_si128(_mm_clmulepi64_si128(v[i], k1k2, 0x00),
+                                  _mm_clmulepi64_si128(v[i], k1k2, 0x11)),
+                    _mm_loadu_si128((const __m128i *)(p + 16 * i)));
+        x = v[0];
+        for (int i = 1; i < 4; i++)
+            x = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k3k4, 0x00),
+                                            _mm_clmulepi64_si128(x, k3k4, 0x11)), v[i]);
+    }
+    for (; n >= 16; p += 16, n -= 16) {
         __m128i lo = _mm_clmulepi64_si128(x, k3k4, 0x00);
         __m128i hi = _mm_clmulepi64_si128(x, k3k4, 0x11);
         x = _mm_xor_si128(_mm_xor_si128(lo, hi), _mm_loadu_si128((const __m128i *)p));
