@@ -17,9 +17,12 @@ and the workloads run on each system in turn:
   stream, read by a streaming query (default trigger) into `foreachBatch`: from the
   producer's send (the record's body is the time) to the micro-batch that holds it, p50
   and p99 after `--warmup` s. Kafka's producer is its console producer (a JVM fed on
-  stdin, linger 0), S2's one append per record.
+  stdin, linger 0), S2's one append per record. With each: one micro-batch's profile, the
+  median of each phase and each side's CPU a micro-batch (the JVM, Spark's Python
+  planners and workers, the servers) over the producer's window.
 * write: a copy pipeline, the read's first shape from one topic / stream into a new one,
-  `--per-trigger` records a micro-batch, checkpointed; rows/s over the micro-batches' time.
+  `--per-trigger` records a micro-batch, checkpointed; rows/s over the micro-batches' time,
+  each side's CPU a row, and one micro-batch's profile as for latency.
 * fanout: 200,000 events of `--users` users from one topic / stream: Kafka a key per user
   into one topic of 2 partitions, S2 a stream per user (`createStreams`); rows/s and the
   steady micro-batch p50, 20,000 events a micro-batch.
@@ -172,6 +175,20 @@ def run_available_now(query: Any) -> list[dict[str, Any]]:
     return [p for p in query.recentProgress if p["numInputRows"]]
 
 
+PHASES = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets",
+          "triggerExecution")
+
+
+def micro_batch_profile(progress: list[dict[str, Any]], spent: dict[str, float],
+                        batches: int) -> str:
+    """One micro-batch: the median ms of each phase (`durationMs`) over `progress`, and
+    the CPU ms a micro-batch of each side over `batches` micro-batches."""
+    steps = ", ".join(f"{k} {statistics.median(p['durationMs'].get(k, 0) for p in progress):.0f}"
+                      for k in PHASES) if progress else "-"
+    per = ", ".join(f"{side} {1000 * s / max(1, batches):.0f}" for side, s in spent.items())
+    return f"a micro-batch's median ms: {steps}; CPU ms a micro-batch: {per}"
+
+
 def run_measured(cpu: CpuMeter, writer: Callable[[str], Any]
                  ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Run the stream writer `writer(checkpoint)` gives to its end, AvailableNow, in a
@@ -238,7 +255,9 @@ def copy_once(spark: Any, cpu: CpuMeter, system: System, src: str, n: int,
     rows = sum(p["numInputRows"] for p in progress)
     assert rows == n, f"{system.name}: copied {rows:,} rows, expected {n:,}"
     print(f"  {system.name}: {n / busy:,.0f} rows/s ({len(progress)} micro-batches, {busy:.2f} s); "
-          f"CPU s {cpu.format(spent)}")
+          f"CPU s {cpu.format(spent)}; CPU ns a row: "
+          + ", ".join(f"{side} {1e9 * t / n:.0f}" for side, t in spent.items()))
+    print(f"  {system.name}: {micro_batch_profile(progress, spent, len(progress))}")
     return Figure(n / busy)
 
 
@@ -362,8 +381,8 @@ class Producer:
                 stream.append([AppendRecord(f"{time.time():.6f}".encode())])
 
 
-def latency_once(spark: Any, system: System, interval_ms: float, args: argparse.Namespace
-                 ) -> Figure:
+def latency_once(spark: Any, cpu: CpuMeter, system: System, interval_ms: float,
+                 args: argparse.Namespace) -> Figure:
     name = system.new("lat")
     if not system.is_kafka:
         with S2Client(S2Config(endpoint=system.url)) as client:
@@ -380,9 +399,11 @@ def latency_once(spark: Any, system: System, interval_ms: float, args: argparse.
              .option("checkpointLocation", ckpt).start())
         try:
             time.sleep(args.latency_settle)  # the query's first micro-batch
+            before, first = cpu.sample(), _last_batch(q)
             with Producer(system, name, interval_ms / 1000):
                 time.sleep(args.latency_seconds)
             time.sleep(args.latency_drain)
+            spent, batches = cpu.since(before), _last_batch(q) - first
             more = time.monotonic() + 120  # a loaded machine: the first records, at least
             while not seen and q.exception() is None and time.monotonic() < more:
                 time.sleep(0.1)
@@ -395,12 +416,9 @@ def latency_once(spark: Any, system: System, interval_ms: float, args: argparse.
     lat = sorted(v - s for s, v in seen if s >= since)
     assert lat, f"{system.name}: no record seen"
     p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(0.99 * len(lat)))]
-    steps = {k: statistics.median(p["durationMs"].get(k, 0) for p in progress)
-             for k in ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets",
-                       "triggerExecution")} if progress else {}
     print(f"  {system.name} every {interval_ms:g} ms: p50 {1000 * p50:.0f} ms, "
-          f"p99 {1000 * p99:.0f} ms ({len(lat)} records); a micro-batch's median ms: "
-          + ", ".join(f"{k} {v:.0f}" for k, v in steps.items()))
+          f"p99 {1000 * p99:.0f} ms ({len(lat)} records, {batches} micro-batches); "
+          + micro_batch_profile(progress, spent, batches))
     return Figure(p50, f"p99 {1000 * p99:.0f} ms", lower_is_better=True)
 
 
@@ -410,7 +428,12 @@ def bench_latency(spark: Any, cpu: CpuMeter, systems: list[System], args: argpar
         print(f"latency: a record every {interval:g} ms")
         for system in systems:
             table.add(f"append-to-visible p50, a record every {interval:g} ms", system.name,
-                      latency_once(spark, system, interval, args))
+                      latency_once(spark, cpu, system, interval, args))
+
+
+def _last_batch(q: Any) -> int:
+    """The id of the query's last micro-batch that ended (-1: none yet)."""
+    return int((q.lastProgress or {"batchId": -1})["batchId"])
 
 
 # -- exactly-once under SIGKILL
