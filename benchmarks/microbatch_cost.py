@@ -1,11 +1,12 @@
 """What one micro-batch costs around a low-rate pipeline: our source and sink against the
-floor of Spark's Python Data Source API, in one Spark session.
+floor of Spark's Python Data Source API, in one process.
 
-Seven queries, each `--batches` micro-batches of `processingTime` `--trigger-ms` (after
+Queries of `--batches` micro-batches of `processingTime` `--trigger-ms` (after
 `--warm-up` micro-batches, which pay for starting Python workers and imports), each at
 `--rate` rows a second, each in a session of its own (so that no query meets Python
 workers another one left: Spark's daemons are the session's), after a query that warms
-the JVM up:
+the JVM up; the compared ones `--rounds` times each, in ABC CBA order (the JVM goes on
+warming up over the first few), their means compared:
 
 * sinks: `rate` -> `format("s2")` (one stream); `rate` -> `trivial-sink`, a Python Arrow
   stream writer that discards its input (`_trivial.py`, which imports only pyspark's
@@ -128,6 +129,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warm-up", type=int, default=3, help="micro-batches before measuring")
     ap.add_argument("--trigger-ms", type=int, default=500)
     ap.add_argument("--rate", type=float, default=5.0, help="rows a second")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="runs of each compared query, in ABC CBA order")
     add_pin_option(ap)
     add_server_option(ap)
     args = ap.parse_args(argv)
@@ -162,22 +165,33 @@ def main(argv: list[str] | None = None) -> None:
                 .writeStream.format("noop").option("checkpointLocation", ckpt)
                 .trigger(processingTime=trigger).start())
 
+        def rounds(queries: list[tuple[str, Any]]) -> list[dict[str, float]]:
+            """Each query's mean over `--rounds`, in ABC CBA order (the JVM goes on
+            warming up over the first queries: each side meets it early and late)."""
+            spent: dict[str, list[dict[str, float]]] = {label: [] for label, _ in queries}
+            for r in range(args.rounds):
+                for label, start in queries if r % 2 == 0 else queries[::-1]:
+                    spent[label].append(run(label, start))
+            return [{side: statistics.mean(s.get(side, 0.0) for s in runs) for side in runs[0]}
+                    for runs in spent.values()]
+
         run("JVM warm-up (not counted)", sink("noop"))
         print("sinks:", flush=True)
-        ours_sink = run("s2 sink", sink("s2", **s2, stream="sink"))
-        floor_sink = run("trivial-sink", sink("trivial-sink"))
-        frozen_sink = run("trivial-sink, freezeHeap", sink("trivial-sink", **frozen))
+        ours_sink, floor_sink, frozen_sink = rounds([
+            ("s2 sink", sink("s2", **s2, stream="sink")),
+            ("trivial-sink", sink("trivial-sink")),
+            ("trivial-sink, freezeHeap", sink("trivial-sink", **frozen))])
         run("noop", sink("noop"))
         print("sources:", flush=True)
         producer = Producer(server.url, basin, "source", args.rate)
         producer.start()
         try:
-            ours_source = run("s2 source", source("s2", **s2, stream="source"))
+            ours_source, floor_source, frozen_source = rounds([
+                ("s2 source", source("s2", **s2, stream="source")),
+                ("trivial-source", source("trivial-source", **rate)),
+                ("trivial-source, freezeHeap", source("trivial-source", **rate, **frozen))])
         finally:
             producer.stop()
-        floor_source = run("trivial-source", source("trivial-source", **rate))
-        frozen_source = run("trivial-source, freezeHeap",
-                            source("trivial-source", **rate, **frozen))
 
     def ratio(ours: dict[str, float], floor: dict[str, float], side: str) -> str:
         return f"{ours.get(side, 0.0) / max(floor.get(side, 0.0), 1e-9):.2f}x"
