@@ -143,8 +143,8 @@ SMOKE: dict[str, Smoke] = {
                           spark=True, server=True),
     "planner_imports": Smoke(("--runs", "1"),
                              r"planner_imports durable-streams: source \+\d+ ms .*peer\)"),
-    "microbatch_cost": Smoke(("--batches", "2", "--warm-up", "1", "--trigger-ms", "200", "--rounds", "1",
-                              *NO_PIN),
+    "microbatch_cost": Smoke(("--batches", "2", "--warm-up", "1", "--trigger-ms", "200",
+                              "--rounds", "1", *NO_PIN),
                              r"microbatch_cost: sink Python CPU [\d.]+x trivial-sink \([\d.]+x "
                              r"frozen\), JVM [\d.]+x; source Python CPU [\d.]+x trivial-source "
                              r"\([\d.]+x frozen\), JVM [\d.]+x "
