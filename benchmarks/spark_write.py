@@ -8,8 +8,9 @@ its input (Spark's own cost); and s2-sdk's producer appending the same number of
 records from one process. The Spark figures are rows / time of the micro-batches after the
 warm-up (from the query's progress reports, so JVM start, Python worker start and imports
 are left out; the all-in figure is printed too). By default the server runs on a CPU of
-its own, and the CPU seconds of each side are printed for each query and for the producer
-(`_pinning`; `--no-pin` for the old behaviour). Ends with one line:
+its own, and the CPU seconds of each side are printed for each query (whole, and per row
+after the warm-up micro-batch: what a written row costs once the workers run) and for the
+producer (`_pinning`; `--no-pin` for the old behaviour). Ends with one line:
 `spark_write: <rows/s> rows/s, <r1>x discard writer, <r2>x s2-sdk producer
 (<pinned|unpinned>)`.
 """
@@ -57,11 +58,14 @@ def run_query(spark: Any, cpu: CpuMeter, fmt: str, options: dict[str, str], rows
     t0 = time.perf_counter()
     q = (df.writeStream.format(fmt).options(**options).option("checkpointLocation", ckpt)
          .start())
+    warm: tuple[Any, int] | None = None  # CPU sampled, and rows done, after the warm-up
     try:
         deadline = time.monotonic() + 1800
         while True:
             progress = q.recentProgress
             done = sum(p["numInputRows"] for p in progress)
+            if warm is None and done >= per_batch:
+                warm = cpu.sample(), done
             if done >= rows + per_batch:  # the first micro-batch is a warm-up
                 break
             if q.exception() is not None:
@@ -71,6 +75,10 @@ def run_query(spark: Any, cpu: CpuMeter, fmt: str, options: dict[str, str], rows
             time.sleep(0.2)
         wall = time.perf_counter() - t0
         print(f"  {fmt} CPU s, the whole query: {cpu.format(cpu.since(before))}")
+        if warm is not None and done > warm[1]:
+            after = cpu.since(warm[0])
+            print(f"  {fmt} CPU ns a row after the warm-up micro-batch: " + ", ".join(
+                f"{side} {1e9 * t / (done - warm[1]):.0f}" for side, t in after.items()))
     finally:
         # Stopping interrupts the micro-batch in flight; Spark logs that abort as an error.
         spark.sparkContext.setLogLevel("OFF")
