@@ -31,7 +31,7 @@ from s2_spark.s2 import S2Client, S2Config
 
 pytestmark = [pytest.mark.spark, needs_admission_control]
 
-PER_BATCH, BATCHES, STREAMS = 600, 4, 3
+PER_BATCH, BATCHES, STREAMS = 600, 2, 3  # the second test fails in micro-batch 1
 TOTAL = PER_BATCH * BATCHES
 PREFIX = "o/"
 
