@@ -471,12 +471,11 @@ def test_an_idle_query_over_more_streams_than_open_files_sees_any_append(
     env: Env, tmp_path: Path
 ) -> None:
     """Over HTTP/2 the watch holds every stream whatever the open-files limit: idle plans
-    look nothing up (over HTTP/1.1, with 1,024 open files kept for all else, every one of
-    these streams would be left to lookups in turn), and a record appended to any stream
-    is planned."""
+    look nothing up (over HTTP/1.1, 1,024 of these streams would be left to lookups in
+    turn), and a record appended to any stream is planned."""
     from concurrent.futures import ThreadPoolExecutor
 
-    limit, n = 1024, 1300
+    limit, n = 2048, 2600
     names = [f"fd-{k:05d}" for k in range(n)]
     basin = env.client.basin(env.basin)
     basin.create_streams(names)
@@ -486,7 +485,7 @@ def test_an_idle_query_over_more_streams_than_open_files_sees_any_append(
         list(pool.map(lambda s: basin.stream(s).append([AppendRecord(b"x")]), names))
     script = tmp_path / "child.py"
     script.write_text(IDLE_OVER_FD_CHILD)
-    target = names[1177]
+    target = names[1777]
     done = subprocess.run([sys.executable, str(script), env.url, env.basin, target,
                            str(limit)], capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
