@@ -473,16 +473,20 @@ def test_an_idle_query_over_more_streams_than_open_files_sees_any_append(
     """Over HTTP/2 the watch holds every stream whatever the open-files limit: idle plans
     look nothing up (over HTTP/1.1, 1,024 of these streams would be left to lookups in
     turn), and a record appended to any stream is planned."""
-    from concurrent.futures import ThreadPoolExecutor
+    import pyarrow as pa
+
+    from s2_spark.s2 import SingleAppend
+    from s2_spark.wire.appends import encode_append_batches
 
     limit, n = 2048, 2600
     names = [f"fd-{k:05d}" for k in range(n)]
     basin = env.client.basin(env.basin)
     basin.create_streams(names)
     # Streams with a record: an empty one is not in the offsets, and is looked up by
-    # every plan as a new stream, watch or not.
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda s: basin.stream(s).append([AppendRecord(b"x")]), names))
+    # every plan as a new stream, watch or not. Sent together (`append_each`).
+    record = encode_append_batches(pa.array([b"x"], pa.binary()))[0]
+    acks = basin.append_each([SingleAppend(name, record) for name in names])
+    assert [a.end.seq_num for a in acks] == [1] * n  # type: ignore[union-attr]
     script = tmp_path / "child.py"
     script.write_text(IDLE_OVER_FD_CHILD)
     target = names[1777]
