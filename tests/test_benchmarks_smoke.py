@@ -2,8 +2,8 @@
 here, not unnoticed until someone runs it by hand (issue 52).
 
 Each script's `main(argv)` is called in this process with options that make it small (a
-few hundred records, one round, a second where it measures over time, no warm-up runs,
-no CPU pinning: this process must not stay pinned for the tests after it), so its real
+few hundred records, one round, a second or less where it measures over time, no warm-up
+runs, no CPU pinning: this process must not stay pinned for the tests after it), so its real
 code paths run, and the test checks that it ended with its summary line (its name and the
 shape of its figures, never their values). Nothing here is a measurement.
 
