@@ -101,11 +101,11 @@ def basins(s2_server: Any) -> Iterator[tuple[str, str]]:
 def test_each_task_appends_once_per_stream(
     spark: Any, s2_server: Any, basins: tuple[str, str], tmp_path: Path
 ) -> None:
-    """3 micro-batches of 600 events over 100 users, 2 tasks each: every (micro-batch,
+    """3 micro-batches of 600 events over 200 users, 2 tasks each: every (micro-batch,
     task, stream) with events costs exactly one append; the only refused appends are a
     task's first append to a stream the other task created and wrote a moment before (at
     most one per stream, in micro-batch 0)."""
-    n, users = 3 * PER_TRIGGER, 100
+    n, users = 3 * PER_TRIGGER, 200
     src, dst = basins
     fill(s2_server.url, src, "events", events(n, users))
     with S2Client(S2Config(endpoint=s2_server.url)) as client:
@@ -150,12 +150,12 @@ KILL_CHILD = textwrap.dedent("""
 def test_fanout_survives_random_kills_on_other_cluster_sizes(
     spark: Any, s2_server: Any, basins: tuple[str, str], tmp_path: Path
 ) -> None:
-    """3 micro-batches of 600 events over 100 users, 2 tasks each. Runs are SIGKILLed
+    """5 micro-batches of 600 events over 300 users, 2 tasks each. Runs are SIGKILLed
     (driver, JVM, workers) in turn: on local[1] with a task hung right after a random
     append of a random micro-batch, on local[3] at a random time (both in the suite,
     `soak_rounds()` in a soak); a last run on the session's local[2] finishes. Every
     user's stream holds each of its events once."""
-    batches, users = 3, 100
+    batches, users = 5, 300
     n = batches * PER_TRIGGER
     src, dst = basins
     fill(s2_server.url, src, "events", events(n, users))
