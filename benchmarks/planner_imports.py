@@ -11,8 +11,9 @@ own worker imports cost), then does the step: its CPU, the modules it added (and
 it imported the other format, the HTTP stack or pyarrow) and `-X importtime`'s cumulative
 microseconds of its imports. Medians of `--runs` runs, after one warm-up run per step
 that writes the bytecode (.pyc) of every module imported into a cache of its own, as an
-installed wheel has it (`--compile`: none, every run compiles our modules from source, as
-where PYTHONDONTWRITEBYTECODE is set and the package is a source checkout).
+installed wheel has it (`--no-warmup`: no warm-up run; `--compile`: none, every run
+compiles our modules from source, as where PYTHONDONTWRITEBYTECODE is set and the package
+is a source checkout).
 
 Steps (per format):
   source   unpickle the DataSource
@@ -162,6 +163,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="list every module each step adds")
     parser.add_argument("--compile", action="store_true",
                         help="no bytecode cache: every run compiles the modules it imports")
+    parser.add_argument("--no-warmup", action="store_true",
+                        help="leave out each step's warm-up run (a smoke run's figures then "
+                             "include writing the bytecode)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="planner-imports-") as tmp:
         pycache = None if args.compile else str(Path(tmp, "pycache"))
@@ -178,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
             floors: list[float] = []
             summary = []
             for step in _STEPS:
-                if pycache is not None:
+                if pycache is not None and not args.no_warmup:
                     _run(step, paths, pycache)  # warm-up: writes the bytecode
                 runs = [_run(step, paths, pycache) for _ in range(args.runs)]
                 timed = [_run(step, paths, pycache, importtime=True) for _ in range(args.runs)]

@@ -2,8 +2,8 @@
 here, not unnoticed until someone runs it by hand (issue 52).
 
 Each script's `main(argv)` is called in this process with options that make it small (a
-few hundred records, one round, a second where it measures over time, no warm-up runs,
-no CPU pinning: this process must not stay pinned for the tests after it), so its real
+few hundred records, one round, a second or less where it measures over time, no warm-up
+runs, no CPU pinning: this process must not stay pinned for the tests after it), so its real
 code paths run, and the test checks that it ended with its summary line (its name and the
 shape of its figures, never their values). Nothing here is a measurement.
 
@@ -92,12 +92,12 @@ SMOKE: dict[str, Smoke] = {
                           "0.5", "--repeat", "1", *NO_PIN),
                          r"watch_polls: h2 [\d.]+ ms/poll, http/1\.1 [\d.]+ ms/poll "
                          rf"\([\d.]+x\), server .+ {MODE}", server=True),
-    "idle_reader": Smoke(("--streams", "50", "--settle", "1", "--window", "1",
+    "idle_reader": Smoke(("--streams", "50", "--settle", "0.3", "--window", "0.5",
                           "--duration", "0.5", "--interval", "100", *NO_PIN),
                          rf"idle_reader: 50 streams, .* req/s per stream, .*{MODE}",
                          server=True),
-    "server": Smoke(("--requests", "100", "--connections", "2", "--streams", "10", "--wait",
-                     "1", "--settle", "0.5", "--poll-seconds", "0.5", "--records", N,
+    "server": Smoke(("--requests", "50", "--connections", "2", "--streams", "10", "--wait",
+                     "1", "--settle", "0.2", "--poll-seconds", "0.3", "--records", N,
                      "--repeat", "1", *NO_PIN),
                     r"server: granian append [\d.]+ ms, tail [\d.]+ ms, read [\d.]+ ms, "
                     r"long-poll h1 [\d.]+ ms, long-poll h2 [\d.]+ ms, s2s read 1M [\d.]+ ms; "
@@ -131,19 +131,19 @@ SMOKE: dict[str, Smoke] = {
                                   "--peer-messages", "100", "--threads", "4", *NO_PIN),
                                  r"durable_spark_write: \d+ rows/s, [\d.]+x durable-streams "
                                  rf"\(PyPI\) {MODE}", spark=True),
-    "latency": Smoke(("--duration", "1", "--interval", "50", "--warmup", "0", "--rounds", "1",
+    "latency": Smoke(("--duration", "0.5", "--interval", "50", "--warmup", "0", "--rounds", "1",
                       "--min-records", "1", *NO_PIN),
                      r"latency: p50 \d+ ms, p99 \d+ ms, [\d.]+x floor p50, [\d.]+x floor "
                      rf"p99 {MODE}", spark=True, server=True),
     "many_streams": Smoke(("--streams", "20", "--records", "5", "--idle-streams", "20",
-                           "--repeat", "1", "--no-warmup", "--settle", "0.5", "--window",
-                           "0.5", "--duration", "1", "--warmup", "0.5", *NO_PIN),
+                           "--repeat", "1", "--no-warmup", "--settle", "0.3", "--window",
+                           "0.3", "--duration", "0.5", "--warmup", "0.2", *NO_PIN),
                           r"many_streams: read [\d.]+x single at 20x5; write [\d.]+x single "
                           rf"at 20x5; idle .* req/s per stream, p50 .*x single {MODE}",
                           spark=True, server=True),
-    "planner_imports": Smoke(("--runs", "1"),
+    "planner_imports": Smoke(("--runs", "1", "--no-warmup"),
                              r"planner_imports durable-streams: source \+\d+ ms .*peer\)"),
-    "microbatch_cost": Smoke(("--batches", "2", "--warm-up", "1", "--trigger-ms", "200",
+    "microbatch_cost": Smoke(("--batches", "1", "--warm-up", "1", "--trigger-ms", "100",
                               "--rounds", "1", *NO_PIN),
                              r"microbatch_cost: sink Python CPU [\d.]+x trivial-sink \([\d.]+x "
                              r"frozen\), JVM [\d.]+x; source Python CPU [\d.]+x trivial-source "
@@ -154,8 +154,8 @@ SMOKE: dict[str, Smoke] = {
     "kafka_compare": Smoke(("--no-kafka", "--parts", "read,write,fanout,latency",
                             "--records", "200", "--shapes", "100h", "--per-trigger", "100",
                             "--users", "10", "--fan-events", "200", "--fan-per-trigger",
-                            "100", "--intervals", "50", "--latency-seconds", "1",
-                            "--latency-settle", "1", "--latency-drain", "1", "--warmup", "0",
+                            "100", "--intervals", "50", "--latency-seconds", "0.5",
+                            "--latency-settle", "0", "--latency-drain", "0", "--warmup", "0",
                             *NO_PIN),
                            r"kafka_compare: s2 \(http://127\.0\.0\.1:\d+\) n/a Kafka "
                            rf"\(geometric mean of 0 ratios\) {MODE}", spark=True),

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from _child import kill_after, kill_at_marker
+from _soak import soak_rounds
 from _versions import needs_admission_control
 
 from s2_spark.errors import NotFoundError
@@ -149,11 +150,13 @@ KILL_CHILD = textwrap.dedent("""
 def test_fanout_survives_random_kills_on_other_cluster_sizes(
     spark: Any, s2_server: Any, basins: tuple[str, str], tmp_path: Path
 ) -> None:
-    """5 micro-batches of 600 events over 300 users, 2 tasks each. Two runs are
-    SIGKILLed (driver, JVM, workers): on local[1] with a task hung right after a random
-    append of a random micro-batch, on local[3] at a random time; a last run on the
-    session's local[2] finishes. Every user's stream holds each of its events once."""
-    n, users = 5 * PER_TRIGGER, 300
+    """5 micro-batches of 600 events over 300 users, 2 tasks each. Runs are SIGKILLed
+    (driver, JVM, workers) in turn: on local[1] with a task hung right after a random
+    append of a random micro-batch, on local[3] at a random time (both in the suite,
+    `soak_rounds()` in a soak); a last run on the session's local[2] finishes. Every
+    user's stream holds each of its events once."""
+    batches, users = 5, 300
+    n = batches * PER_TRIGGER
     src, dst = basins
     fill(s2_server.url, src, "events", events(n, users))
     with S2Client(S2Config(endpoint=s2_server.url)) as client:
@@ -161,18 +164,18 @@ def test_fanout_survives_random_kills_on_other_cluster_sizes(
     script, ckpt = tmp_path / "child.py", str(tmp_path / "ckpt")
     script.write_text(KILL_CHILD)
     rng = random.Random(28)
-    for k, kind in enumerate(["hook", "timer"]):
+    for k in range(soak_rounds(2)):
         args = [sys.executable, str(script), str(Path(__file__).parent), s2_server.url,
-                src, dst, ckpt, str(1 + 2 * k)]
-        if kind == "hook":
+                src, dst, ckpt, str(1 + 2 * (k % 2))]
+        if k % 2 == 0:  # a task hung at a fault point
             marker = str(tmp_path / f"killed-{k}")
-            fault = f"hang:{rng.randint(1, 40)}:{rng.randint(0, 4)}:{marker}"
+            fault = f"hang:{rng.randint(1, 40)}:{rng.randint(0, batches - 1)}:{marker}"
             try:
                 kill_at_marker([*args, fault], marker, timeout=480)
             except AssertionError as exc:
                 # The chosen micro-batch had been written before this run: it ends.
                 assert "ended before the fault point" in str(exc), exc
-        else:
+        else:  # a timer
             kill_after([*args, "-"], rng.uniform(6.0, 14.0))
     q = (fanout_frame(spark, s2_server.url, src).writeStream.format("s2")
          .option("endpoint", s2_server.url).option("basin", dst)

@@ -230,36 +230,45 @@ def test_streams_the_watch_cannot_hold_are_looked_up_in_turn(
         reader.stop()
 
 
-REPLAY_CHILD = textwrap.dedent("""
-    import json, os, sys
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+def replay_query(spark: Any, url: str, basin: str, ckpt: str, out: str) -> Any:
+    """The replay test's paced query over streams `rp-*`, started: each micro-batch's
+    (partition, stream, seq_num) rows go to `out/<batch id>.json`."""
     from pyspark.sql.functions import spark_partition_id
-    url, basin, ckpt, out, cores = sys.argv[1:6]
-    spark = (SparkSession.builder.master(f"local[{cores}]")
-             .config("spark.ui.enabled", "false").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+
     df = (spark.readStream.format("s2").option("endpoint", url).option("basin", basin)
           .option("streamPrefix", "rp-").option("maxRecordsPerTrigger", "400")
           .option("maxStreamsPerPartition", "7").load())
 
-    def dump(batch, batch_id):
+    def dump(batch: Any, batch_id: int) -> None:
         rows = batch.select(spark_partition_id().alias("p"), "stream", "seq_num").collect()
-        with open(os.path.join(out, f"{batch_id}.json"), "w") as f:
-            json.dump([[r.p, r.stream, r.seq_num] for r in rows], f)
+        Path(out, f"{batch_id}.json").write_text(
+            json.dumps([[r.p, r.stream, r.seq_num] for r in rows]))
 
-    q = (df.writeStream.foreachBatch(dump).option("checkpointLocation", ckpt)
-         .trigger(availableNow=True).start())
-    q.awaitTermination()
+    return (df.writeStream.foreachBatch(dump).option("checkpointLocation", ckpt)
+            .trigger(availableNow=True).start())
+
+
+REPLAY_CHILD = textwrap.dedent("""
+    import os, sys
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    tests, url, basin, ckpt, out, cores = sys.argv[1:7]
+    sys.path.insert(0, tests)
+    from pyspark.sql import SparkSession
+    from test_spark_many_streams import replay_query
+    spark = (SparkSession.builder.master(f"local[{cores}]")
+             .config("spark.ui.enabled", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    replay_query(spark, url, basin, ckpt, out).awaitTermination()
 """)
 
 
 @needs_admission_control
 def test_packed_micro_batches_replay_identically_on_another_cluster_size(
-    env: Env, tmp_path: Path
+    env: Env, spark: Any, tmp_path: Path
 ) -> None:
-    """Run a paced query over 40 streams on local[1]; forget its last micro-batch's commit;
-    restart it on local[3]: the replayed batch has the same rows in the same partitions."""
+    """Run a paced query over 40 streams in the session (local[2]); forget its last
+    micro-batch's commit; restart it in a process of its own on local[3]: the replayed
+    batch has the same rows in the same partitions."""
     data = env.fill("rp-", [13 + (k * 7) % 31 for k in range(40)])
     script = tmp_path / "child.py"
     script.write_text(REPLAY_CHILD)
@@ -267,12 +276,9 @@ def test_packed_micro_batches_replay_identically_on_another_cluster_size(
     first.mkdir()
     second.mkdir()
 
-    def run(out: Path, cores: int) -> None:
-        done = subprocess.run([sys.executable, str(script), env.url, env.basin, str(ckpt),
-                               str(out), str(cores)], timeout=300, capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr[-3000:]
-
-    run(first, 1)
+    q = replay_query(spark, env.url, env.basin, str(ckpt), str(first))
+    assert q.awaitTermination(300), "the first run did not finish"
+    assert q.exception() is None, str(q.exception())
     batches = sorted(int(p.stem) for p in first.glob("*.json"))
     total = sum(len(v) for v in data.values())
     assert len(batches) == -(-total // 400)
@@ -281,7 +287,10 @@ def test_packed_micro_batches_replay_identically_on_another_cluster_size(
     last = batches[-1]
     for name in (str(last), f".{last}.crc"):
         (ckpt / "commits" / name).unlink(missing_ok=True)
-    run(second, 3)
+    done = subprocess.run([sys.executable, str(script), str(Path(__file__).parent), env.url,
+                           env.basin, str(ckpt), str(second), "3"],
+                          timeout=300, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
     assert [p.name for p in second.glob("*.json")] == [f"{last}.json"]
     before = json.loads((first / f"{last}.json").read_text())
     after = json.loads((second / f"{last}.json").read_text())
@@ -464,16 +473,20 @@ def test_an_idle_query_over_more_streams_than_open_files_sees_any_append(
     """Over HTTP/2 the watch holds every stream whatever the open-files limit: idle plans
     look nothing up (over HTTP/1.1, 1,024 of these streams would be left to lookups in
     turn), and a record appended to any stream is planned."""
-    from concurrent.futures import ThreadPoolExecutor
+    import pyarrow as pa
+
+    from s2_spark.s2 import SingleAppend
+    from s2_spark.wire.appends import encode_append_batches
 
     limit, n = 2048, 2600
     names = [f"fd-{k:05d}" for k in range(n)]
     basin = env.client.basin(env.basin)
     basin.create_streams(names)
     # Streams with a record: an empty one is not in the offsets, and is looked up by
-    # every plan as a new stream, watch or not.
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda s: basin.stream(s).append([AppendRecord(b"x")]), names))
+    # every plan as a new stream, watch or not. Sent together (`append_each`).
+    record = encode_append_batches(pa.array([b"x"], pa.binary()))[0]
+    acks = basin.append_each([SingleAppend(name, record) for name in names])
+    assert [a.end.seq_num for a in acks] == [1] * n  # type: ignore[union-attr]
     script = tmp_path / "child.py"
     script.write_text(IDLE_OVER_FD_CHILD)
     target = names[1777]

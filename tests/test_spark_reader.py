@@ -352,7 +352,9 @@ def test_restart_from_checkpoint_while_appending(env: Env) -> None:
             n = appended[0]
             s.append([record(stream, i) for i in range(n, n + 7)])
             appended[0] = n + 7
-            time.sleep(0.02)  # pacing, so appends span both runs
+            # Pacing: appends span both runs, and the last run catches up in a few dozen
+            # micro-batches of 50 (at 0.02 s, in over a hundred).
+            time.sleep(0.1)
 
     batches: dict[int, list[Row]] = {}
     replays: list[tuple[int, list[Row], list[Row]]] = []

@@ -24,13 +24,14 @@ from typing import Any
 import pytest
 from _child import kill_at_marker
 from _records import data_records
+from _soak import soak_rounds
 from _versions import needs_admission_control
 
 from s2_spark.s2 import S2Client, S2Config
 
 pytestmark = [pytest.mark.spark, needs_admission_control]
 
-PER_BATCH, BATCHES, STREAMS = 600, 4, 3
+PER_BATCH, BATCHES, STREAMS = 600, 2, 3  # the second test fails in micro-batch 1
 TOTAL = PER_BATCH * BATCHES
 PREFIX = "o/"
 
@@ -100,15 +101,17 @@ def child_args(url: str, basin: str, checkpoint: str, cores: int) -> list[str]:
 def test_reordered_replays_after_random_kills_write_each_row_once(
     shuffled: Any, s2_server: Any, target: str, tmp_path: Path
 ) -> None:
-    """Two runs SIGKILLed (driver, JVM, workers) with a task hung right after a random
-    append of a random micro-batch, the first on local[1], the second on local[3]; every
-    restart replays the killed micro-batch in a new order. The last run (local[2])
-    finishes: each stream holds each of its rows exactly once."""
+    """Runs SIGKILLed (driver, JVM, workers) with a task hung right after a random append
+    of a random micro-batch, on local[1] (then local[3], local[1], ...: one run in the
+    suite, `soak_rounds()` in a soak); every restart replays the killed micro-batch in a
+    new order. The last run (the session's local[2]) finishes: each stream holds each of
+    its rows exactly once."""
     from _shuffled_source import expected
 
     ckpt = str(tmp_path / "ckpt")
     rng = random.Random(38)
-    for k, cores in enumerate([1, 3]):
+    for k in range(soak_rounds()):
+        cores = (1, 3)[k % 2]
         marker = str(tmp_path / f"killed-{k}")
         fault = f"hang:{rng.randint(1, 30)}:{rng.randint(0, BATCHES - 1)}:{marker}"
         try:
