@@ -261,10 +261,10 @@ def batch_writer(fmt: WriteFormat[Any, Any], options: Mapping[str, str], schema:
 #: Seconds an interpreter trusts a stream writer's checks (options, columns, target) that
 #: passed. Spark asks for a new stream writer twice a micro-batch (to plan its tasks, then
 #: to commit it), in interpreters that live as long as the session and are not told which
-#: query or run asks: checking the target each time was a request a call. A query
-#: started again later is checked again; one started sooner in the same session (its
-#: target deleted meanwhile, say) meets the problem in its tasks, which fail with the
-#: service's typed error instead.
+#: query or run asks: looking the target up each time cost a client and a request a
+#: call. A query started again later is checked again; one started sooner in the same
+#: session (its target deleted meanwhile, say) meets the problem in its tasks, which fail
+#: with the service's typed error instead.
 CHECKS_TRUSTED_FOR = 60.0
 _passed: dict[tuple[str, frozenset[tuple[str, str]], str, bool],
               tuple[float, tuple[Any, Any, SinkPlan]]] = {}
