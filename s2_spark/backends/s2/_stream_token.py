@@ -24,8 +24,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Literal
 
+from s2_spark.backends.s2._deletion import being_deleted
 from s2_spark.backends.s2._history import History, Landed, StreamMarks
-from s2_spark.backends.s2.plan import being_deleted
 from s2_spark.backends.s2.tokens import ForeignFenceError, Seen, WriterId, fence_entry
 from s2_spark.errors import (
     AlreadyExistsError,

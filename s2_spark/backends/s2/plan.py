@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from s2_spark.backends.s2._deletion import being_deleted
 from s2_spark.backends.s2.settings import InputLayout, SinkSettings
 from s2_spark.errors import AlreadyExistsError, DeletionPendingError, NotFoundError, OptionError
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from s2_spark.backends.sink import AfterAppend, TaskAttempt
     from s2_spark.backends.sink import StreamWriteResult as AnyStreamWriteResult
 
-__all__ = ["InputLayout", "S2SinkPlan", "being_deleted", "check_target"]
+__all__ = ["InputLayout", "S2SinkPlan", "check_target"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,19 +82,3 @@ def check_target(settings: S2Settings, stream: str | None, sink: SinkSettings) -
             except DeletionPendingError as exc:
                 raise being_deleted(what, exc, True) from None
 
-
-def being_deleted(what: str, err: NotFoundError, create_streams: bool) -> DeletionPendingError:
-    """The error of a writer whose target stream (or its basin) is being deleted: what
-    happened, and what to do."""
-    basin_going = err.code == "basin_deletion_pending"
-    gone = "its basin is being deleted" if basin_going else "it is being deleted"
-    then = ("the basin must be created again, then createStreams=true creates the stream"
-            if basin_going else
-            "then createStreams=true creates it anew" if create_streams else
-            "then create it again (or set the writer option createStreams=true)")
-    return DeletionPendingError(
-        f"cannot write to {what}: {gone} (S2 answered 409 {err.code}), so it can neither "
-        f"be appended to nor created again until S2 has removed it. Write to another "
-        f"stream, or wait until the deletion is done and run again: {then}",
-        status=err.status, code=err.code,
-    )
