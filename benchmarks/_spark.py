@@ -11,8 +11,9 @@ start (`spark.jars`, `spark.ui.enabled`, ...) stay the lender's.
 from __future__ import annotations
 
 import os
+import statistics
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 #: Every benchmark's settings: no UI or progress bars (their threads cost CPU on the
@@ -65,3 +66,17 @@ def stop_session(spark: Any) -> None:
             spark.conf.unset(key)
         else:
             spark.conf.set(key, value)
+
+
+#: The phases of a micro-batch's `durationMs`, in the order Spark runs them.
+PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets",
+          "triggerExecution")
+
+
+def phase_medians(progress: Sequence[Mapping[str, Any]]) -> str:
+    """Each phase's median ms over the progress entries, as "latestOffset 3, ..." ("-":
+    no entries)."""
+    if not progress:
+        return "-"
+    return ", ".join(f"{k} {statistics.median(p['durationMs'].get(k, 0) for p in progress):.0f}"
+                     for k in PHASES)

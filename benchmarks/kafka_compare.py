@@ -67,7 +67,7 @@ from typing import Any
 
 from _pinning import CpuMeter, add_pin_option, placed
 from _servers import s2_server
-from _spark import local_session
+from _spark import local_session, phase_medians
 
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
 from s2_spark.testing.external import KAFKA, Kafka
@@ -175,18 +175,12 @@ def run_available_now(query: Any) -> list[dict[str, Any]]:
     return [p for p in query.recentProgress if p["numInputRows"]]
 
 
-PHASES = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets",
-          "triggerExecution")
-
-
 def micro_batch_profile(progress: list[dict[str, Any]], spent: dict[str, float],
                         batches: int) -> str:
     """One micro-batch: the median ms of each phase (`durationMs`) over `progress`, and
     the CPU ms a micro-batch of each side over `batches` micro-batches."""
-    steps = ", ".join(f"{k} {statistics.median(p['durationMs'].get(k, 0) for p in progress):.0f}"
-                      for k in PHASES) if progress else "-"
     per = ", ".join(f"{side} {1000 * s / max(1, batches):.0f}" for side, s in spent.items())
-    return f"a micro-batch's median ms: {steps}; CPU ms a micro-batch: {per}"
+    return f"a micro-batch's median ms: {phase_medians(progress)}; CPU ms a micro-batch: {per}"
 
 
 def run_measured(cpu: CpuMeter, writer: Callable[[str], Any]

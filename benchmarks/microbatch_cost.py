@@ -47,13 +47,11 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 from _pinning import CpuMeter, add_pin_option, placed  # benchmarks/ is on sys.path
 from _servers import add_server_option, s2_server
-from _spark import local_session, stop_session
+from _spark import local_session, phase_medians, stop_session
 from _trivial import TrivialSink, TrivialSource
 
 from s2_spark.s2 import AppendRecord, S2Client, S2Config
 
-PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets",
-          "triggerExecution")
 PYTHON = ("Python planners", "Python workers")
 
 
@@ -75,10 +73,9 @@ def measure(spark: Any, cpu: CpuMeter, args: argparse.Namespace, label: str,
         spark.sparkContext.setLogLevel("ERROR")
     per = {side: s / batches for side, s in spent.items()}
     per["Python"] = sum(per.get(side, 0.0) for side in PYTHON)
-    phases = {k: statistics.median(p["durationMs"].get(k, 0) for p in progress) for k in PHASES}
     print(f"  {label}: CPU ms a micro-batch: "
           + ", ".join(f"{side} {1000 * s:.1f}" for side, s in per.items())
-          + "; median ms: " + ", ".join(f"{k} {v:.0f}" for k, v in phases.items()), flush=True)
+          + f"; median ms: {phase_medians(progress)}", flush=True)
     return per
 
 

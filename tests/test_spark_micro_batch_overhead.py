@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 from _records import data_records
 from _s2_target import s2_config
+from _waiting import wait_for
 
 from s2_spark.s2 import S2Client
 from s2_spark.spark._worker_heap import in_reused_worker
@@ -42,11 +42,11 @@ def _rate_into(spark: Any, url: str, basin: str, stream: str, checkpoint: str,
 
 
 def _until_batches(q: Any, batches: int) -> None:
-    deadline = time.monotonic() + 120
-    while (q.lastProgress or {"batchId": -1})["batchId"] + 1 < batches:
+    def ended() -> bool:
         assert q.exception() is None, str(q.exception())
-        assert time.monotonic() < deadline, f"{batches} micro-batches did not end in 120 s"
-        time.sleep(0.05)
+        return bool((q.lastProgress or {"batchId": -1})["batchId"] + 1 >= batches)
+
+    wait_for(ended, f"{batches} micro-batches to end")
 
 
 def _stop(spark: Any, q: Any) -> None:
