@@ -23,7 +23,10 @@ heap out of that walk, as ours does.
 For each: CPU seconds a micro-batch of each side (the JVM, Spark's Python planners: the
 data source lookups, `write_into_data_source`, the sink's commit runner and the streaming
 source's runner; the Python workers that run tasks; the server), and the median of each
-phase of `durationMs` in the progress reports. Ends with one line:
+phase of `durationMs` in the progress reports; with `--py-spy`, the Python planners' and
+workers' CPU split by sampling (shares of their samples) into s2-spark's code, the
+daemon's `gc.collect()`, imports and the rest of Spark's machinery (`_py_spy.py`). Ends
+with one line:
 `microbatch_cost: sink Python CPU <r>x trivial-sink (<r>x frozen), JVM <r>x; source Python
 CPU <r>x trivial-source (<r>x frozen), JVM <r>x (<pinned|unpinned>)`, where a ratio of
 1.00x means our format costs a micro-batch what Spark's own Python machinery does.
@@ -32,6 +35,7 @@ CPU <r>x trivial-source (<r>x frozen), JVM <r>x (<pinned|unpinned>)`, where a ra
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import tempfile
@@ -46,6 +50,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 
 from _pinning import CpuMeter, add_pin_option, placed  # benchmarks/ is on sys.path
+from _py_spy import PARTS, Sampler
 from _servers import add_server_option, s2_server
 from _spark import local_session, phase_medians, stop_session
 from _trivial import TrivialSink, TrivialSource
@@ -60,11 +65,13 @@ def measure(spark: Any, cpu: CpuMeter, args: argparse.Namespace, label: str,
     """Run the query `start(checkpoint)` starts for the warm-up and measured micro-batches;
     print and return CPU seconds a measured micro-batch by side, and its phases."""
     q = start(tempfile.mkdtemp(prefix="s2-microbatch-"))
+    sampler = Sampler() if args.py_spy else contextlib.nullcontext()
     try:
         first = _until(q, args.warm_up)
-        before = cpu.sample()
-        last = _until(q, first + 1 + args.batches)
-        spent = cpu.since(before)
+        with sampler:
+            before = cpu.sample()
+            last = _until(q, first + 1 + args.batches)
+            spent = cpu.since(before)
         progress = [p for p in q.recentProgress if first < p["batchId"] <= last]
         batches = last - first
     finally:
@@ -76,6 +83,12 @@ def measure(spark: Any, cpu: CpuMeter, args: argparse.Namespace, label: str,
     print(f"  {label}: CPU ms a micro-batch: "
           + ", ".join(f"{side} {1000 * s:.1f}" for side, s in per.items())
           + f"; median ms: {phase_medians(progress)}", flush=True)
+    if isinstance(sampler, Sampler):
+        for side, parts in sorted(sampler.split().items()):
+            total = sum(parts.values()) or 1.0
+            print(f"    {side}: of its {1000 * per.get(side, 0.0):.1f} ms, by py-spy: "
+                  + ", ".join(f"{part} {100 * parts[part] / total:.0f}%" for part in PARTS),
+                  flush=True)
     return per
 
 
@@ -128,6 +141,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rate", type=float, default=5.0, help="rows a second")
     ap.add_argument("--rounds", type=int, default=2,
                     help="runs of each compared query, in ABC CBA order")
+    ap.add_argument("--py-spy", action="store_true",
+                    help="also sample Spark's Python processes over the measured micro-batches "
+                         "with py-spy: their CPU in s2-spark's code, in the daemon's "
+                         "gc.collect(), in imports, and in the rest of Spark's (_py_spy.py)")
     add_pin_option(ap)
     add_server_option(ap)
     args = ap.parse_args(argv)
