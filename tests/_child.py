@@ -1,5 +1,6 @@
 """Run a query in a child process and kill it (SIGKILL, whole process group) once it
-reached a fault point (the test hook created its marker file) or after a while."""
+reached a fault point (the test hook created its marker file) or a while after it started
+its work."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 
 
 def kill_at_marker(cmd: list[str], marker: str, timeout: float = 150.0) -> None:
@@ -26,16 +28,22 @@ def kill_at_marker(cmd: list[str], marker: str, timeout: float = 150.0) -> None:
         _kill(child)
 
 
-def kill_after(cmd: list[str], seconds: float) -> None:
-    """Start `cmd` in its own session and kill the session `seconds` later, unless it
-    ended first; wait until every process of it is gone."""
+def kill_once(cmd: list[str], started: Callable[[], bool], delay: float,
+              timeout: float = 480.0) -> None:
+    """Start `cmd` in its own session; once `started()` holds, kill the session `delay`
+    seconds later (unless it ended first: then it had nothing left to do) and wait until
+    every process of it is gone. A child that ends before `started()` holds is not
+    killed."""
     child = subprocess.Popen(
         cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        child.wait(seconds)
-    except subprocess.TimeoutExpired:
-        pass
+        deadline = time.monotonic() + timeout
+        while not started() and child.poll() is None:
+            assert time.monotonic() < deadline, "the query never started"
+            time.sleep(0.2)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(delay)
     finally:
         _kill(child)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _child import kill_after, kill_at_marker
+from _child import kill_at_marker, kill_once
 from _soak import soak_rounds
 from _versions import needs_admission_control
 
@@ -90,6 +90,13 @@ def fanout_frame(spark: Any, url: str, src_basin: str) -> Any:
     return df.select(F.concat(F.lit("u/"), user).alias("stream"), "body")
 
 
+def micro_batches_planned(checkpoint: str) -> int:
+    """Micro-batches a query's checkpoint has offsets for (Spark logs them as a
+    micro-batch starts, before its tasks)."""
+    offsets = Path(checkpoint) / "offsets"
+    return sum(1 for f in offsets.iterdir() if f.name.isdigit()) if offsets.is_dir() else 0
+
+
 @pytest.fixture
 def basins(s2_server: Any) -> Iterator[tuple[str, str]]:
     tag = uuid.uuid4().hex[:8]
@@ -152,7 +159,8 @@ def test_fanout_survives_random_kills_on_other_cluster_sizes(
 ) -> None:
     """5 micro-batches of 600 events over 300 users, 2 tasks each. Runs are SIGKILLed
     (driver, JVM, workers) in turn: on local[1] with a task hung right after a random
-    append of a random micro-batch, on local[3] at a random time (both in the suite,
+    append of a random micro-batch, on local[3] at a random moment of the first
+    micro-batch it plans (0-3 s after Spark logged its offsets; both in the suite,
     `soak_rounds()` in a soak); a last run on the session's local[2] finishes. Every
     user's stream holds each of its events once."""
     batches, users = 5, 300
@@ -175,8 +183,10 @@ def test_fanout_survives_random_kills_on_other_cluster_sizes(
             except AssertionError as exc:
                 # The chosen micro-batch had been written before this run: it ends.
                 assert "ended before the fault point" in str(exc), exc
-        else:  # a timer
-            kill_after([*args, "-"], rng.uniform(6.0, 14.0))
+        else:  # a random moment of the run's first new micro-batch
+            planned = micro_batches_planned(ckpt)
+            kill_once([*args, "-"], lambda p=planned: micro_batches_planned(ckpt) > p,
+                      rng.uniform(0.0, 3.0))
     q = (fanout_frame(spark, s2_server.url, src).writeStream.format("s2")
          .option("endpoint", s2_server.url).option("basin", dst)
          .option("createStreams", "true").option("checkpointLocation", ckpt)
