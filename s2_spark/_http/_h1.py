@@ -16,8 +16,12 @@ too long to hold (a read session's, `_streamed_get`) as views into what arrived.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 import httpx
+
+from s2_spark.wire._accelerator import fastwire
 
 from ._response import MAX_BODY_BYTES, BodyTooLargeError
 
@@ -36,6 +40,11 @@ _NOT_CONTROL = bytes(b for b in range(256) if (b >= 0x20 and b != 0x7f) or b == 
 _CRLF = b"\r\n"
 _TOKEN = (b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz"
           b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+#: `_fastwire.h1_response` (None without the C decoders): a whole plain answer (a final
+#: status, a Content-Length body or none) read in one call, None for anything else, which
+#: the Python steps below then read (so theirs are the only errors). Fuzzed against them.
+FastAnswer = Callable[[bytearray, int, int, bool], "tuple[Any, ...] | None"]
+fast_answer: FastAnswer | None = None if fastwire is None else fastwire.h1_response
 #: Header fields as sent, by the fields: the same few sets go out thousands of times.
 _FIELDS: dict[tuple[tuple[bytes, bytes], ...], bytes] = {}
 _FIELDS_KEPT = 256
@@ -161,6 +170,14 @@ class ResponseReader:
         return line
 
     def _read_head(self) -> bool:
+        fast = fast_answer
+        if fast is not None and self._head_only is None:
+            got = fast(self._buf, self._left, self._max_body, self._head_request)
+            if got is not None:
+                self.status, self.headers, self.keep_alive, self.body, end = got
+                del self._buf[:end]
+                self.done = True
+                return False
         end = self._buf.find(b"\r\n\r\n")
         if end < 0:
             if len(self._buf) > self._left:
