@@ -31,7 +31,7 @@ from typing import cast
 from s2_spark._closeable import Closeable
 
 from ._async_connection import AsyncTimeouts
-from ._pipeline import Pipeline, ResendError
+from ._pipeline import Flusher, Pipeline, ResendError
 from ._response import MAX_BODY_BYTES, Response
 
 __all__ = ["FANOUT_WIDTH", "Call", "Fanout", "FollowUp"]
@@ -49,7 +49,7 @@ PIPELINE_DEPTH = 16
 _SWEEP = 0.25
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: that costs twice as much to make, thousands a run
 class Call:
     """One request of a fan-out: `target` is the path (and query) under `base_url`;
     `max_body`, the most of its answer's body taken (a run holds every answer until its
@@ -111,6 +111,7 @@ class Fanout(Closeable):
         self._timeouts = timeouts
         self._width = width
         self._depth = depth
+        self._flusher = Flusher()  # loop thread only
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -203,7 +204,8 @@ class Fanout(Closeable):
         task.add_done_callback(self._opening.discard)
 
     async def _connect(self, pool: _Pool, run: _Run, i: int, call: Call) -> None:
-        conn = Pipeline(call.base_url, self._ssl_context, self._answered, self._depth)
+        conn = Pipeline(call.base_url, self._ssl_context, self._answered, self._depth,
+                        self._flusher)
         try:
             await conn.connect(self._timeouts)
         except Exception as exc:

@@ -30,7 +30,7 @@ from ._async_connection import AsyncConnection, AsyncTimeouts
 from ._h1 import ResponseReader
 from ._response import BodyTooLargeError, Response
 
-__all__ = ["Pipeline", "ResendError"]
+__all__ = ["Flusher", "Pipeline", "ResendError"]
 
 Headers = list[tuple[bytes, bytes]]
 Result = Response | Exception
@@ -46,6 +46,26 @@ class ResendError(Exception):
     or HEAD queued behind a request that failed."""
 
 
+class Flusher:
+    """Writes the requests pipelines queued in one turn of the loop, at its end: one
+    callback for all of them, not one per connection (loop thread)."""
+
+    __slots__ = ("_queued",)
+
+    def __init__(self) -> None:
+        self._queued: list[Pipeline] = []
+
+    def add(self, pipeline: Pipeline) -> None:
+        if not self._queued:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._queued.append(pipeline)
+
+    def _flush(self) -> None:
+        queued, self._queued = self._queued, []
+        for pipeline in queued:
+            pipeline.flush()
+
+
 class Pipeline(asyncio.Protocol):
     """Requests to one origin, up to `depth` in flight, answered in order (loop thread).
 
@@ -54,9 +74,10 @@ class Pipeline(asyncio.Protocol):
     loop. `room`: the connection is sound and carries fewer than `depth` requests."""
 
     def __init__(self, base_url: str, ssl_context: Callable[[], ssl.SSLContext],
-                 answered: Answered, depth: int) -> None:
+                 answered: Answered, depth: int, flusher: Flusher) -> None:
         self._conn = AsyncConnection(base_url, ssl_context)
         self._answered = answered
+        self._flusher = flusher
         self.depth = depth
         self._transport: asyncio.Transport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -100,10 +121,11 @@ class Pipeline(asyncio.Protocol):
         if self._reader is None:
             self._reader = ResponseReader(head_request=method == b"HEAD", max_body=max_body)
         if not self._out:
-            loop.call_soon(self._flush)
+            self._flusher.add(self)
         self._out.append(data)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """(The flusher) write the requests queued."""
         out, self._out = self._out, []
         if self._transport is not None and self.sound and out:
             self._transport.write(b"".join(out))
