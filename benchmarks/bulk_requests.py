@@ -14,7 +14,8 @@ CPU seconds of this process (the caller and the fan-out's loop thread) and of th
 client CPU per request / the server's (lower is better; issue 54's goal is at most 20 us a
 request, below s2-lite's own cost per append). By default the server runs on a CPU of its
 own (`_pinning`). Ends with:
-`bulk_requests: tail <c> us (<r>x server), read ..., append ... (<pinned|unpinned>[, s2-lite])`.
+`bulk_requests: tail <c> us, read <c> us, append <c> us a request; tail <r>x server, read
+<r>x server, append <r>x server (<pinned|unpinned>[, s2-lite])`.
 """
 
 from __future__ import annotations
@@ -91,10 +92,11 @@ def main(argv: list[str] | None = None) -> None:
             ratio = f"{c / s:.2f}x server" if s else "server n/a"
             print(f"  {kind:6s} {n} streams: client {c:6.1f} us/request, server "
                   f"{s:6.1f} us/request ({ratio}), {wall:.2f} s")
-    parts = [f"{k} {best[k][0]:.1f} us ({best[k][0] / best[k][1]:.2f}x server)"
-             if best[k][1] else f"{k} {best[k][0]:.1f} us" for k in ("tail", "read", "append")]
-    print(f"bulk_requests: {', '.join(parts)} ({server.mode})")
-
+    kinds = ("tail", "read", "append")
+    client = ", ".join(f"{k} {best[k][0]:.1f} us" for k in kinds)
+    ratios = (", ".join(f"{k} {best[k][0] / best[k][1]:.2f}x server" for k in kinds)
+              if all(best[k][1] for k in kinds) else "server CPU n/a")
+    print(f"bulk_requests: {client} a request; {ratios} ({server.mode})")
 
 if __name__ == "__main__":
     main()
