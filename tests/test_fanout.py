@@ -10,9 +10,11 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
+from _waiting import wait_for
 
 from s2_spark._http import AsyncTimeouts, BodyTooLargeError, Call, Fanout, Response
 
@@ -24,7 +26,8 @@ class SlowServer:
     counts the requests it is working on at once (`most`). `GET /never` is never
     answered, nor anything after it on its connection (HTTP/1.1 answers in order);
     `/bad` gets a malformed answer; `/close-<n>` its answer with `Connection: close`, then
-    the connection ends (the requests after it on the connection never taken)."""
+    the connection ends (the requests after it on the connection never taken);
+    `/hangup-<n>` its answer as if the connection stayed open, then the connection ends."""
 
     def __init__(self, delay: float = 0.02) -> None:
         self.delay = delay
@@ -80,6 +83,13 @@ class SlowServer:
                 if path == "/bad":
                     sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n")
                     continue
+                if path.startswith("/hangup-"):  # answered as if kept, then closed
+                    sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s"
+                                 % (len(body), body))
+                    sock.shutdown(socket.SHUT_WR)
+                    while sock.recv(65536):
+                        pass
+                    return
                 close = path.startswith("/close-")
                 sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n%s\r\n%s"
                              % (len(body), b"connection: close\r\n" if close else b"", body))
@@ -209,3 +219,20 @@ def test_a_malformed_answer_fails_its_call_a_get_behind_it_goes_again_a_post_fai
     assert str(post) == ("the connection was dropped after a malformed answer to an "
                          "earlier request")
     assert isinstance(after, Response) and after.content == b"8"
+
+
+def _sound(fanout: Fanout) -> list[Any]:
+    """The fan-out's connections that may carry requests (its own state, for a test)."""
+    return [c for pool in fanout._pools.values() for c in pool.conns if c.sound]
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced(server: SlowServer) -> None:
+    """At the width, a connection closed while idle still makes room for a new one."""
+    server.delay = 0.0
+    with Fanout(ssl.create_default_context, TIMEOUTS, width=1) as fanout:
+        [first] = fanout.run([get(server.url, "/hangup-1")])
+        wait_for(lambda: not _sound(fanout), "the client to see the close")
+        results = fanout.run([get(server.url, "/2"), get(server.url, "/3")])
+    assert isinstance(first, Response) and first.content == b"hangup-1"
+    assert [r.content for r in results if isinstance(r, Response)] == [b"2", b"3"]
+    assert server.connections == 2

@@ -188,6 +188,9 @@ class Fanout(Closeable):
             if not conn.room:
                 spare.popleft()
                 conn.listed = False
+                if not conn.sound and conn in pool.conns:  # closed while idle
+                    self._deadlines.pop(conn, None)
+                    self._drop(pool, conn)
                 continue
             spare.rotate(-1)
             self._send(conn, run, i, call)
