@@ -5,7 +5,8 @@
  * where they were received) once and fills the flat buffers (offsets + data) of one set
  * of pyarrow arrays, so no Python object is made per record and nothing is copied but
  * the bytes the arrays hold. encode_records: the reverse for AppendRecord entries of an
- * AppendInput.
+ * AppendInput. h1_response: a whole plain HTTP/1.1 answer (the fan-out's tail lookups,
+ * acks and small reads, many to a buffer) read in one call, as _h1.ResponseReader does.
  * The pure-Python code in records.py / appends.py defines the behaviour; this module
  * must produce byte-identical results (the tests compare both).
  *
