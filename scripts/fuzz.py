@@ -162,6 +162,7 @@ def _child(name: str, seconds: int, runs: int, leaks: bool) -> int:
     if ext_dir:  # the sanitized build, not the package's
         for module in (records._fastwire, appends._fastwire, durable._fastjson):
             assert Path(module.__file__).parent == Path(ext_dir), module.__file__
+        _h1.fast_answer = records._fastwire.h1_response  # bound when _h1 was imported
     target = fuzz_targets.TARGETS[name]
     artifacts = WORK / "artifacts" / name
     artifacts.mkdir(parents=True, exist_ok=True)

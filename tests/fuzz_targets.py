@@ -38,6 +38,7 @@ import httpx
 import numpy as np
 import pyarrow as pa
 
+from s2_spark._http import _h1
 from s2_spark._http._h1 import BodyReader, ResponseReader, body_framing
 from s2_spark._http._h2_connection import (
     CONNECTION_WINDOW,
@@ -47,7 +48,7 @@ from s2_spark._http._h2_connection import (
     NotHttp2,
     Unprocessed,
 )
-from s2_spark._http._response import Response
+from s2_spark._http._response import MAX_BODY_BYTES, BodyTooLargeError, Response
 from s2_spark._proto import s2_pb2
 from s2_spark.errors import FrameError, MalformedResponseError
 from s2_spark.wire import appends, durable, frames, records
@@ -541,6 +542,58 @@ def h1_response(data: bytes) -> None:
         _agree("ResponseReader against h11", (status, _as_h11_keeps(headers), content), theirs)
 
 
+def _h1_answers(pieces: list[bytes], flags: int) -> list[Any]:
+    """Up to four answers read off one connection in turn, as a `Pipeline` reads them
+    (each reader handed the bytes after the last: `rest`, `adopt`); flag bit k: answer k
+    is to a HEAD; bit 4: each takes at most 16 bytes of body. The connection closes after
+    the bytes (an answer begun is then read to its end, or refused)."""
+    limit = 16 if flags & 16 else MAX_BODY_BYTES
+    answers: list[Any] = []
+    reader = ResponseReader(head_request=bool(flags & 1), max_body=limit)
+    begun = False
+    for piece in [*(p for p in pieces if p), b""]:
+        if not piece and not begun:
+            break  # closed between answers
+        begun = True
+        reader.feed(piece)
+        while reader.done:
+            answers.append((reader.status, reader.headers, reader.body, reader.keep_alive))
+            if len(answers) == 4 or not reader.keep_alive:
+                return answers
+            rest = reader.rest()
+            begun = bool(rest)
+            reader = ResponseReader(head_request=bool(flags >> len(answers) & 1),
+                                    max_body=limit)
+            reader.adopt(rest)
+    return answers
+
+
+@contextlib.contextmanager
+def _without_fast_answer() -> Iterator[None]:
+    saved, _h1.fast_answer = _h1.fast_answer, None
+    try:
+        yield
+    finally:
+        _h1.fast_answer = saved
+
+
+def h1_pipelined(data: bytes) -> None:
+    """Answers read one after another off one connection (the fan-out's `Pipeline`):
+    `_fastwire.h1_response` (C, each plain answer in one call) against the Python steps of
+    `ResponseReader`, fed in pieces and at once: the same answers and the same error."""
+    if len(data) < 2:
+        return
+    flags, body = data[1], data[2:]
+    bad = (httpx.RemoteProtocolError, BodyTooLargeError)
+    pieces = _cuts(body, data[0])
+    got = _outcome(lambda: _h1_answers(pieces, flags), bad)
+    with _without_fast_answer():
+        _agree("h1 answers, C and Python", got,
+               _outcome(lambda: _h1_answers(pieces, flags), bad))
+    _agree("h1 answers, pieces and at once", got,
+           _outcome(lambda: _h1_answers([body], flags), bad))
+
+
 def _streamed_read(pieces: list[bytes]) -> Any:
     """A GET's answer read as `StreamedGets` reads it: the head by `ResponseReader`, the
     body's pieces by `BodyReader` from views into what arrived, to the close at most."""
@@ -1028,6 +1081,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "sse": sse,
     "h1_response": h1_response,
     "h1_streamed": h1_streamed,
+    "h1_pipelined": h1_pipelined,
     "h2_frames": h2_frames,
 }
 """Every fuzz target by name; the first six call one C entry point each (the first two

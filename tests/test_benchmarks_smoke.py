@@ -81,6 +81,10 @@ SMOKE: dict[str, Smoke] = {
     "requests": Smoke(("--requests", "50", "--warmup", "20", "--repeat", "1", *NO_PIN),
                       r"requests: tail [\d.]+x http\.client, read [\d.]+x, append [\d.]+x "
                       rf"\(httpx Client [\d.]+x\) {MODE}", server=True),
+    "bulk_requests": Smoke(("--streams", "50", "--repeat", "1", *NO_PIN),
+                           r"bulk_requests: tail [\d.]+ us, read [\d.]+ us, append [\d.]+ us a "
+                           r"request; (tail [\d.]+x server, read [\d.]+x server, append "
+                           rf"[\d.]+x server|server CPU n/a) {MODE}", server=True),
     "compression": Smoke(("--streams", "3", "--records", "10", "--rounds", "1", "--repeat",
                           "1", *NO_PIN),
                          r"compression: zstd .*x bytes; gzip .*\(vs none, unpinned"

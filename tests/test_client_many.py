@@ -5,6 +5,7 @@ such a network: tests/test_spark_network.py)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ from _s2_target import s2_config
 
 from s2_spark.errors import NotFoundError, Position, ReadPastTailError
 from s2_spark.s2 import AppendRecord, RetryPolicy, S2Client, S2Config, SmallRead
+from s2_spark.s2._many import _tail_of
 from s2_spark.testing import TcpProxy
 
 
@@ -134,3 +136,21 @@ def test_appends_to_many_streams_create_the_missing_ones_at_once(
                                    create_missing=True)
         assert isinstance(refused, FencingTokenMismatchError)
         assert refused.expected_token == "theirs"
+
+
+@pytest.mark.parametrize("body", [
+    b'{"tail":{"seq_num":0,"timestamp":0}}',
+    b'{"tail":{"seq_num":18446744073709551615,"timestamp":1764363615123}}',
+    b'{"tail":{"seq_num":123456789012345678901,"timestamp":1}}',  # past u64: as JSON reads
+    b'{ "tail": {"timestamp": 5, "seq_num": 7} }',
+    b'{"tail":{"seq_num":7,"timestamp":5},"extra":1}',
+])
+def test_a_tail_answer_reads_as_json_reads_it(body: bytes) -> None:
+    tail = json.loads(body)["tail"]
+    assert _tail_of(body) == Position(tail["seq_num"], tail["timestamp"])
+
+
+@pytest.mark.parametrize("body", [b'{"tail":{"seq_num":07,"timestamp":5}}', b'{"tail":{}}'])
+def test_a_tail_answer_json_refuses_is_refused(body: bytes) -> None:
+    with pytest.raises((json.JSONDecodeError, KeyError)):
+        _tail_of(body)

@@ -10,9 +10,11 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
+from _waiting import wait_for
 
 from s2_spark._http import AsyncTimeouts, BodyTooLargeError, Call, Fanout, Response
 
@@ -22,7 +24,10 @@ TIMEOUTS = AsyncTimeouts(connect=5.0, read=30.0)
 class SlowServer:
     """Answers `GET /<n>` with body `<n>` after `delay` s, one connection per thread, and
     counts the requests it is working on at once (`most`). `GET /never` is never
-    answered."""
+    answered, nor anything after it on its connection (HTTP/1.1 answers in order);
+    `/bad` gets a malformed answer; `/close-<n>` its answer with `Connection: close`, then
+    the connection ends (the requests after it on the connection never taken);
+    `/hangup-<n>` its answer as if the connection stayed open, then the connection ends."""
 
     def __init__(self, delay: float = 0.02) -> None:
         self.delay = delay
@@ -30,6 +35,7 @@ class SlowServer:
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         self._lock = threading.Lock()
         self.busy = self.most = self.connections = 0
+        self.seen: list[str] = []  # paths taken, in order
         self._socks: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -63,16 +69,35 @@ class SlowServer:
                 head, buf = buf.split(b"\r\n\r\n", 1)
                 path = head.split(b" ")[1].decode()
                 if path == "/never":
-                    continue  # no answer, ever
+                    while sock.recv(65536):  # no answer, ever, until the client closes
+                        pass
+                    return
                 with self._lock:
+                    self.seen.append(path)
                     self.busy += 1
                     self.most = max(self.most, self.busy)
                 time.sleep(self.delay)
                 with self._lock:
                     self.busy -= 1
                 body = path.lstrip("/").encode()
-                sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s"
-                             % (len(body), body))
+                if path == "/bad":
+                    sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n")
+                    continue
+                if path.startswith("/hangup-"):  # answered as if kept, then closed
+                    sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s"
+                                 % (len(body), body))
+                    sock.shutdown(socket.SHUT_WR)
+                    while sock.recv(65536):
+                        pass
+                    return
+                close = path.startswith("/close-")
+                sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n%s\r\n%s"
+                             % (len(body), b"connection: close\r\n" if close else b"", body))
+                if close:  # as RFC 9112 9.6 asks: no more sent, what came read and dropped
+                    sock.shutdown(socket.SHUT_WR)
+                    while sock.recv(65536):
+                        pass
+                    return
         except OSError:
             return
 
@@ -152,3 +177,62 @@ def test_a_refused_connection_is_that_call_s_error() -> None:
     with Fanout(ssl.create_default_context, TIMEOUTS) as fanout:
         results = fanout.run([get(url, "/1"), get(url, "/2")])
     assert all(isinstance(r, httpx.ConnectError) for r in results)
+
+
+def test_many_calls_go_pipelined_on_few_connections_each_with_its_own_answer(
+    server: SlowServer,
+) -> None:
+    server.delay = 0.0
+    with Fanout(ssl.create_default_context, TIMEOUTS, width=2, depth=8) as fanout:
+        results = fanout.run([get(server.url, f"/{k}") for k in range(200)])
+    assert [r.content for r in results if isinstance(r, Response)] == [
+        str(k).encode() for k in range(200)]
+    assert server.connections == 2
+
+
+def test_calls_queued_behind_an_answer_that_closes_the_connection_go_again(
+    server: SlowServer,
+) -> None:
+    """The server takes none of the requests after a `Connection: close` answer on its
+    connection: they go again on another, each answered once."""
+    server.delay = 0.0
+    paths = [f"/close-{k}" if k % 5 == 0 else f"/{k}" for k in range(30)]
+    with Fanout(ssl.create_default_context, TIMEOUTS, width=1, depth=8) as fanout:
+        results = fanout.run([get(server.url, p) for p in paths])
+    assert [r.content for r in results if isinstance(r, Response)] == [
+        p.lstrip("/").encode() for p in paths]
+    assert sorted(server.seen) == sorted(paths)  # each taken once
+
+
+def test_a_malformed_answer_fails_its_call_a_get_behind_it_goes_again_a_post_fails(
+    server: SlowServer,
+) -> None:
+    """A POST behind a failed request may have been taken: it fails (its caller knows
+    how to find out); a GET goes again."""
+    server.delay = 0.0
+    with Fanout(ssl.create_default_context, TIMEOUTS, width=1, depth=8) as fanout:
+        bad, post, after = fanout.run([get(server.url, "/bad"),
+                                       Call(b"POST", server.url, "/7", []),
+                                       get(server.url, "/8")])
+    assert isinstance(bad, httpx.RemoteProtocolError)
+    assert isinstance(post, httpx.ReadError)
+    assert str(post) == ("the connection was dropped after a malformed answer to an "
+                         "earlier request")
+    assert isinstance(after, Response) and after.content == b"8"
+
+
+def _sound(fanout: Fanout) -> list[Any]:
+    """The fan-out's connections that may carry requests (its own state, for a test)."""
+    return [c for pool in fanout._pools.values() for c in pool.conns if c.sound]
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced(server: SlowServer) -> None:
+    """At the width, a connection closed while idle still makes room for a new one."""
+    server.delay = 0.0
+    with Fanout(ssl.create_default_context, TIMEOUTS, width=1) as fanout:
+        [first] = fanout.run([get(server.url, "/hangup-1")])
+        wait_for(lambda: not _sound(fanout), "the client to see the close")
+        results = fanout.run([get(server.url, "/2"), get(server.url, "/3")])
+    assert isinstance(first, Response) and first.content == b"hangup-1"
+    assert [r.content for r in results if isinstance(r, Response)] == [b"2", b"3"]
+    assert server.connections == 2

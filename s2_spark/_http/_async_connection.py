@@ -193,7 +193,7 @@ class AsyncConnection:
             self._fail(done, httpx.ReadError("the connection was closed or sent bytes unasked"))
             return
         try:
-            data = self._request_bytes(method, target, headers, content)
+            data = self.request_bytes(method, target, headers, content)
         except ValueError as exc:
             self._fail(done, exc)
             return
@@ -208,6 +208,18 @@ class AsyncConnection:
             wire.transport.write(data)
         except (OSError, ssl.SSLError) as exc:
             self._answered(httpx.ReadError(f"{type(exc).__name__}: {exc}"))
+
+    def detach(self) -> asyncio.Transport:
+        """The open, idle connection's transport, handed over (to a `Pipeline`, which sets
+        its own protocol on it): this object is closed then, the transport not."""
+        wire, self._wire = self._wire, None
+        self._clear()
+        if wire is None or wire.transport is None or wire.lost or wire.stray:
+            if wire is not None and wire.transport is not None:
+                wire.transport.close()
+            raise httpx.ReadError("the connection was closed or sent bytes unasked")
+        wire.reader = wire.done = None
+        return wire.transport
 
     def cancel(self) -> None:
         """Give up the request in flight (closing the connection: its answer would be in
@@ -265,8 +277,9 @@ class AsyncConnection:
             timer.cancel()
         self._reader = self._done = None
 
-    def _request_bytes(self, method: bytes, target: str, headers: Headers,
-                       content: bytes | None) -> bytes:
+    def request_bytes(self, method: bytes, target: str, headers: Headers,
+                      content: bytes | None) -> bytes:
+        """The request as sent on this connection: head (with `host`) and body."""
         head = [(b"host", self._host_header), *headers]
         if content is not None:
             head.append((b"content-length", b"%d" % len(content)))

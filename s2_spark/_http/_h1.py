@@ -16,8 +16,12 @@ too long to hold (a read session's, `_streamed_get`) as views into what arrived.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 import httpx
+
+from s2_spark.wire._accelerator import fastwire
 
 from ._response import MAX_BODY_BYTES, BodyTooLargeError
 
@@ -30,8 +34,17 @@ _MAX_CHUNK_LINE = 4096
 #: A control character in a head, or a CR or LF not in a CRLF: h11 takes a bare LF as a
 #: line's end, where a reader that did not would see one line where h11 sees two.
 _BAD_HEAD_BYTE = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?!\n)|(?<!\r)\n")
+#: Every byte but the control characters: what is left of a sound head without them is
+#: its CRLFs (a check that costs a tenth of the search above).
+_NOT_CONTROL = bytes(b for b in range(256) if (b >= 0x20 and b != 0x7f) or b == 0x09)
+_CRLF = b"\r\n"
 _TOKEN = (b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz"
           b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+#: `_fastwire.h1_response` (None without the C decoders): a whole plain answer (a final
+#: status, a Content-Length body or none) read in one call, None for anything else, which
+#: the Python steps below then read (so theirs are the only errors). Fuzzed against them.
+FastAnswer = Callable[[bytearray, int, int, bool], "tuple[Any, ...] | None"]
+fast_answer: FastAnswer | None = None if fastwire is None else fastwire.h1_response
 #: Header fields as sent, by the fields: the same few sets go out thousands of times.
 _FIELDS: dict[tuple[tuple[bytes, bytes], ...], bytes] = {}
 _FIELDS_KEPT = 256
@@ -75,7 +88,7 @@ class ResponseReader:
 
     __slots__ = ("_buf", "_chunked", "_head_only", "_head_request", "_left", "_max_body",
                  "_parts", "_size", "_state", "body", "done", "headers", "keep_alive",
-                 "leftover", "status")
+                 "status")
 
     def __init__(self, *, head_request: bool = False, head_only: int | None = None,
                  max_body: int = MAX_BODY_BYTES) -> None:
@@ -94,19 +107,36 @@ class ResponseReader:
         self.headers: list[tuple[bytes, bytes]] = []
         self.keep_alive = False
         self.body = b""
-        self.leftover = b""
         self.done = False
+
+    @property
+    def leftover(self) -> bytes:
+        """(Once `done`) the bytes that came after the response."""
+        return bytes(self._buf) if self.done else b""
 
     def feed(self, data: bytes) -> None:
         """Take the next bytes of the connection (b"" when it closed)."""
         if self.done:
-            self.leftover += data
+            self._buf += data
             return
         if not data:
             self._closed()
             return
         self._buf += data
         while not self.done and self._step():
+            pass
+
+    def rest(self) -> bytearray:
+        """(Once `done`) the bytes after the response, handed over, not copied: the next
+        response's on a connection that pipelines (`adopt`)."""
+        buf, self._buf = self._buf, bytearray()
+        return buf
+
+    def adopt(self, buf: bytearray) -> None:
+        """Take `buf` (another reader's `rest`) as the first bytes of this response,
+        without copying them: answers that came together are read in one pass."""
+        self._buf = buf
+        while not self.done and buf and self._step():
             pass
 
     def _closed(self) -> None:
@@ -140,6 +170,14 @@ class ResponseReader:
         return line
 
     def _read_head(self) -> bool:
+        fast = fast_answer
+        if fast is not None and self._head_only is None:
+            got = fast(self._buf, self._left, self._max_body, self._head_request)
+            if got is not None:
+                self.status, self.headers, self.keep_alive, self.body, end = got
+                del self._buf[:end]
+                self.done = True
+                return False
         end = self._buf.find(b"\r\n\r\n")
         if end < 0:
             if len(self._buf) > self._left:
@@ -150,10 +188,11 @@ class ResponseReader:
         self._left -= end + 4
         head = bytes(self._buf[:end])
         del self._buf[:end + 4]
-        bad = _BAD_HEAD_BYTE.search(head)
-        if bad:
-            raise _error(f"byte {bad.group()!r} in the head at {bad.start()}")
         lines = head.split(b"\r\n")
+        if head.translate(None, _NOT_CONTROL) != _CRLF * (len(lines) - 1):
+            bad = _BAD_HEAD_BYTE.search(head)  # which, for the message
+            assert bad is not None
+            raise _error(f"byte {bad.group()!r} in the head at {bad.start()}")
         version, status = _status_line(lines[0])
         headers = [_field(line) for line in lines[1:]]
         if 100 <= status < 200:
@@ -247,9 +286,7 @@ class ResponseReader:
     def _finish(self, keep_alive: bool) -> None:
         self.keep_alive = keep_alive
         self.body = b"".join(self._parts) if len(self._parts) != 1 else self._parts[0]
-        self.leftover = bytes(self._buf)
-        self._buf.clear()
-        self.done = True
+        self.done = True  # what follows stays in `_buf` (`leftover`, `rest`)
 
 
 def body_framing(headers: list[tuple[bytes, bytes]]) -> tuple[str, int]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -105,6 +106,21 @@ def _gets(basin: Basin, targets: Sequence[str], extra: list[tuple[bytes, bytes]]
 TAILS_AT_ONCE = 4096
 
 
+#: A tail answer as S2 writes it: read without a JSON parser (a fifth of its cost); any
+#: other spelling of the same JSON goes through `json.loads`, to the same result.
+_TAIL = re.compile(
+    rb'\{"tail":\{"seq_num":(0|[1-9][0-9]{0,19}),"timestamp":(0|[1-9][0-9]{0,19})\}\}')
+
+
+def _tail_of(body: bytes) -> Position:
+    """The position in a tail lookup's answer."""
+    m = _TAIL.fullmatch(body)
+    if m is not None:
+        return Position(int(m[1]), int(m[2]))
+    tail = json.loads(body)["tail"]
+    return Position(int(tail["seq_num"]), int(tail["timestamp"]))
+
+
 def check_tails(basin: Basin, names: Sequence[str]) -> dict[str, Position | None]:
     """Each stream's tail, None where the stream does not exist or is being deleted."""
     out: dict[str, Position | None] = {}
@@ -118,8 +134,7 @@ def _check_tails(basin: Basin, names: Sequence[str], out: dict[str, Position | N
     results = _gets(basin, [records_path(n) + "/tail" for n in names], [], SMALL_ANSWER)
     for name, result in zip(names, results, strict=True):
         if isinstance(result, Response) and result.status_code == 200:
-            tail = result.json()["tail"]
-            out[name] = Position(int(tail["seq_num"]), int(tail["timestamp"]))
+            out[name] = _tail_of(result.content)
             continue
         if (isinstance(result, Response)
                 and isinstance(error_from_response(result, name), NotFoundError)):

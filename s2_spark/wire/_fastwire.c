@@ -5,7 +5,8 @@
  * where they were received) once and fills the flat buffers (offsets + data) of one set
  * of pyarrow arrays, so no Python object is made per record and nothing is copied but
  * the bytes the arrays hold. encode_records: the reverse for AppendRecord entries of an
- * AppendInput.
+ * AppendInput. h1_response: a whole plain HTTP/1.1 answer (the fan-out's tail lookups,
+ * acks and small reads, many to a buffer) read in one call, as _h1.ResponseReader does.
  * The pure-Python code in records.py / appends.py defines the behaviour; this module
  * must produce byte-identical results (the tests compare both).
  *
@@ -882,11 +883,188 @@ static PyObject *fw_set_error_type(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* ---------------------------------------------------------------- HTTP/1.1 answers */
+
+/* h1_response(buf, head_left, max_body, head_request): a whole HTTP/1.1 answer at the
+ * start of buf, read as _h1.ResponseReader reads it, when it is the plain kind: a final
+ * status (not 1xx), sound head (no control byte but HT, CR and LF only in CRLFs, header
+ * names of token bytes), and no body (HEAD, 204, 304) or a body framed by one
+ * Content-Length of at most max_body bytes, all here. Returns (status, headers,
+ * keep_alive, body, end) with end the offset after the answer; None for anything else
+ * (more to come, another framing, or a fault), which the Python reader then reads, so
+ * its errors stay the only ones. */
+
+static int is_token_byte(uint8_t c) {
+    if (c >= '0' && c <= '9') return 1;
+    if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return 1;
+    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+static int is_sound_byte(uint8_t c) { return (c >= 0x20 && c != 0x7f) || c == '\t'; }
+
+/* The first CRLF CRLF in p[0..n), or -1. */
+static Py_ssize_t find_head_end(const uint8_t *p, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i + 3 < n; i++) {
+        const uint8_t *q = memchr(p + i, '\r', (size_t)(n - 3 - i));
+        if (q == NULL) return -1;
+        i = q - p;
+        if (q[1] == '\n' && q[2] == '\r' && q[3] == '\n') return i;
+    }
+    return -1;
+}
+
+/* Whether the comma-separated value holds the token "close" (any case). */
+static int has_close(const uint8_t *v, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i <= n) {
+        Py_ssize_t j = i;
+        while (j < n && v[j] != ',') j++;
+        Py_ssize_t a = i, b = j;
+        while (a < b && (v[a] == ' ' || v[a] == '\t')) a++;
+        while (b > a && (v[b - 1] == ' ' || v[b - 1] == '\t')) b--;
+        if (b - a == 5) {
+            int same = 1;
+            for (int k = 0; k < 5; k++) same &= ((v[a + k] | 0x20) == "close"[k]);
+            if (same) return 1;
+        }
+        i = j + 1;
+    }
+    return 0;
+}
+
+typedef struct {
+    int version11, status, close, lengths, transfer;
+    const uint8_t *length; /* the first Content-Length value */
+    Py_ssize_t length_len;
+} h1_head_t;
+
+/* Parse the status line p[0..n); 0 where _status_line would refuse it. */
+static int h1_status(const uint8_t *p, Py_ssize_t n, h1_head_t *h) {
+    if (n < 12 || memcmp(p, "HTTP/1.", 7) != 0 || p[8] != ' ') return 0;
+    if (p[7] != '0' && p[7] != '1') return 0;
+    for (int k = 9; k < 12; k++)
+        if (p[k] < '0' || p[k] > '9') return 0;
+    if (n > 12 && p[12] != ' ') return 0;
+    h->version11 = p[7] == '1';
+    h->status = (p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0');
+    return 1;
+}
+
+/* One header field line p[0..n) appended to `headers` as (lower-case name, value without
+ * surrounding SP/HT); 0 where _field would refuse it, -1 on a Python error. */
+static int h1_field(const uint8_t *p, Py_ssize_t n, PyObject *headers, h1_head_t *h) {
+    const uint8_t *colon = memchr(p, ':', (size_t)n);
+    if (colon == NULL || colon == p) return 0;
+    Py_ssize_t nlen = colon - p;
+    char lower[64];
+    if (nlen > (Py_ssize_t)sizeof lower) return 0; /* rare: the Python reader reads it */
+    for (Py_ssize_t k = 0; k < nlen; k++) {
+        if (!is_token_byte(p[k])) return 0;
+        lower[k] = (char)((p[k] >= 'A' && p[k] <= 'Z') ? p[k] | 0x20 : p[k]);
+    }
+    const uint8_t *v = colon + 1, *e = p + n;
+    while (v < e && (*v == ' ' || *v == '\t')) v++;
+    while (e > v && (e[-1] == ' ' || e[-1] == '\t')) e--;
+    if (nlen == 14 && memcmp(lower, "content-length", 14) == 0) {
+        if (h->lengths++ == 0) {
+            h->length = v;
+            h->length_len = e - v;
+        } else if (e - v != h->length_len || memcmp(v, h->length, (size_t)(e - v)) != 0) {
+            return 0; /* lengths that differ: the Python reader refuses them */
+        }
+    } else if (nlen == 17 && memcmp(lower, "transfer-encoding", 17) == 0) {
+        h->transfer = 1;
+    } else if (nlen == 10 && memcmp(lower, "connection", 10) == 0) {
+        h->close |= has_close(v, e - v);
+    }
+    PyObject *pair = Py_BuildValue("(y#y#)", lower, nlen, (const char *)v, (Py_ssize_t)(e - v));
+    if (pair == NULL) return -1;
+    int failed = PyList_Append(headers, pair);
+    Py_DECREF(pair);
+    return failed ? -1 : 1;
+}
+
+/* The head p[0..n) (without its final CRLF CRLF) into h and headers; 1, 0 or -1. */
+static int h1_head(const uint8_t *p, Py_ssize_t n, PyObject *headers, h1_head_t *h) {
+    Py_ssize_t start = 0;
+    int first = 1;
+    while (start <= n) {
+        Py_ssize_t i = start;
+        while (i < n && is_sound_byte(p[i])) i++;
+        if (i < n && !(p[i] == '\r' && i + 1 < n && p[i + 1] == '\n')) return 0;
+        int ok = first ? h1_status(p + start, i - start, h)
+                       : h1_field(p + start, i - start, headers, h);
+        if (ok <= 0) return ok;
+        first = 0;
+        start = i + 2;
+    }
+    return 1;
+}
+
+/* The body's length from a Content-Length value, or -1 where body_framing refuses it. */
+static long long h1_length(const h1_head_t *h) {
+    if (h->length_len == 0 || h->length_len > 18) return -1;
+    long long n = 0;
+    for (Py_ssize_t k = 0; k < h->length_len; k++) {
+        if (h->length[k] < '0' || h->length[k] > '9') return -1;
+        n = n * 10 + (h->length[k] - '0');
+    }
+    return n;
+}
+
+static PyObject *h1_answer(const uint8_t *p, Py_ssize_t n, Py_ssize_t head_left,
+                           long long max_body, int head_request) {
+    Py_ssize_t end = find_head_end(p, n);
+    if (end < 0 || end + 4 > head_left) Py_RETURN_NONE;
+    h1_head_t h = {0};
+    PyObject *headers = PyList_New(0);
+    if (headers == NULL) return NULL;
+    int ok = h1_head(p, end, headers, &h);
+    long long length = 0;
+    if (ok > 0 && h.status >= 100 && h.status < 200) ok = 0;
+    if (ok > 0 && !(head_request || h.status == 204 || h.status == 304)) {
+        if (h.transfer || h.lengths == 0) ok = 0;
+        else if ((length = h1_length(&h)) < 0 || length > max_body) ok = 0;
+        else if (length > n - (end + 4)) ok = 0; /* not all here yet */
+    }
+    if (ok <= 0) {
+        Py_DECREF(headers);
+        if (ok < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t body_at = end + 4;
+    return Py_BuildValue("(iNOy#n)", h.status, headers,
+                         (h.version11 && !h.close) ? Py_True : Py_False,
+                         (const char *)p + body_at, (Py_ssize_t)length,
+                         body_at + (Py_ssize_t)length);
+}
+
+static PyObject *fw_h1_response(PyObject *self, PyObject *args) {
+    PyObject *data;
+    Py_ssize_t head_left;
+    long long max_body;
+    int head_request;
+    if (!PyArg_ParseTuple(args, "OnLp", &data, &head_left, &max_body, &head_request))
+        return NULL;
+    hbuf_t b;
+    if (!get_buf(data, &b)) return NULL;
+    if (!b.held) {
+        PyErr_SetString(PyExc_TypeError, "h1_response takes a bytes-like object");
+        return NULL;
+    }
+    PyObject *out = h1_answer((const uint8_t *)b.view.buf, b.view.len, head_left, max_body,
+                              head_request);
+    rel_buf(&b);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"decode_read_batches", fw_decode_read_batches, METH_VARARGS,
      "Decode ReadBatch messages, read in place, to one set of buffers."},
     {"encode_records", fw_encode_records, METH_VARARGS, "Encode AppendRecord entries."},
     {"crc32", fw_crc32, METH_VARARGS, "zlib.crc32(data, value), folded where the CPU can."},
+    {"h1_response", fw_h1_response, METH_VARARGS,
+     "A whole plain HTTP/1.1 answer at the start of a buffer, or None."},
     {"_set_error_type", fw_set_error_type, METH_O, "Set the exception type for bad input."},
     {NULL, NULL, 0, NULL},
 };
