@@ -29,6 +29,7 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "AppendBatch",
     "EncodedRecords",
+    "chunked_batches",
     "encode_append_batches",
     "encode_entries",
     "encode_record",
@@ -50,14 +51,21 @@ class AppendBatch:
     """Encoded records for one append: at most 1000 records and 1 MiB metered.
 
     `records_payload` is the concatenated `records` entries of an AppendInput (a view into
-    the rows' encoding where `EncodedRecords.batches` was asked not to copy); `first_index`
-    is the input row of the first record.
+    the rows' encoding where `EncodedRecords.batches` was asked not to copy); `more`, the
+    entries that follow them, kept apart so that records from several buffers (and a
+    writer's own trailing entries) are copied only once, where the message is built;
+    `first_index` is the input row of the first record.
     """
 
     records_payload: bytes | memoryview = field(repr=False)
     count: int
     metered_bytes: int
     first_index: int
+    more: tuple[bytes | memoryview, ...] = field(default=(), repr=False)
+
+    def records_parts(self) -> list[bytes | memoryview]:
+        """The `records` entries, in order, as the parts they are kept in."""
+        return [self.records_payload, *self.more]
 
     def to_append_input(
         self, match_seq_num: int | None = None, fencing_token: str | None = None
@@ -69,7 +77,7 @@ class AppendBatch:
         self, match_seq_num: int | None = None, fencing_token: str | None = None
     ) -> list[bytes | memoryview]:
         """`to_append_input` as the parts it joins (the records not copied)."""
-        parts = [self.records_payload]
+        parts = self.records_parts()
         if match_seq_num is not None:
             if not 0 <= match_seq_num <= _U64_MAX:
                 raise ValueError(f"match_seq_num must be a u64, got {match_seq_num}")
@@ -264,6 +272,20 @@ def _split(
 ) -> list[AppendBatch]:
     """Greedy split into batches; checks every record's size first. `copy` False: views
     into `payload`."""
+    view = memoryview(payload)
+    batches = []
+    for start, stop, metered in _cuts(meters, max_records, max_bytes):
+        lo = int(ends[start - 1]) if start else 0
+        hi = int(ends[stop - 1])
+        batches.append(AppendBatch(bytes(view[lo:hi]) if copy else view[lo:hi],
+                                   stop - start, metered, start))
+    return batches
+
+
+def _cuts(meters: Any, max_records: int, max_bytes: int) -> list[tuple[int, int, int]]:
+    """Where the greedy split cuts records into appends: (start, stop, metered bytes) of
+    each, in order, at least one record each; raises RecordTooLargeError first if one
+    record exceeds 1 MiB."""
     n = len(meters)
     if n == 0:
         return []
@@ -278,24 +300,50 @@ def _split(
             limit=MAX_RECORD_BYTES,
         )
     cum = np.cumsum(meters)
-    batches = []
+    cuts = []
     start = 0
     while start < n:
         base = int(cum[start - 1]) if start else 0
         # Last index whose cumulative size fits, at least one record per batch.
         fit = int(np.searchsorted(cum, base + max_bytes, side="right"))
         stop = max(start + 1, min(fit, start + max_records, n))
-        lo = int(ends[start - 1]) if start else 0
-        hi = int(ends[stop - 1])
-        batches.append(
-            AppendBatch(
-                records_payload=bytes(payload[lo:hi]) if copy else memoryview(payload)[lo:hi],
-                count=stop - start,
-                metered_bytes=int(cum[stop - 1]) - base,
-                first_index=start,
-            )
-        )
+        cuts.append((start, stop, int(cum[stop - 1]) - base))
         start = stop
+    return cuts
+
+
+#: Mean size below which an append's pieces from several buffers are joined into one
+#: (copying small pieces costs less than handling each on its way out).
+_JOIN_BELOW = 4096
+
+
+def chunked_batches(chunks: Sequence[EncodedRecords], max_records: int = MAX_BATCH_RECORDS,
+                    max_bytes: int = MAX_BATCH_BYTES) -> list[AppendBatch]:
+    """The appends of `EncodedRecords.concat(chunks).batches(max_records, max_bytes,
+    copy=False)`, the same records cut at the same places, without the concatenation (a
+    copy of every record): an append whose records lie in several chunks holds a view
+    of each (`AppendBatch.more`), or one joined copy of them where they are small."""
+    chunks = [c for c in chunks if len(c)]
+    if len(chunks) <= 1:
+        return chunks[0].batches(max_records, max_bytes, copy=False) if chunks else []
+    cuts = _cuts(np.concatenate([c.meters for c in chunks]), max_records, max_bytes)
+    batches = []
+    k, base = 0, 0  # the chunk holding the next record, and the index of its first
+    for start, stop, metered in cuts:
+        parts: list[bytes | memoryview] = []
+        row = start
+        while row < stop:
+            chunk = chunks[k]
+            end = base + len(chunk)
+            upto = min(stop, end)
+            lo = int(chunk.ends[row - base - 1]) if row > base else 0
+            parts.append(chunk.payload[lo:int(chunk.ends[upto - base - 1])])
+            row = upto
+            if upto == end:
+                k, base = k + 1, end
+        if len(parts) > 1 and sum(len(p) for p in parts) < _JOIN_BELOW * len(parts):
+            parts = [b"".join(parts)]
+        batches.append(AppendBatch(parts[0], stop - start, metered, start, tuple(parts[1:])))
     return batches
 
 
