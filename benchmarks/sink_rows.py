@@ -44,7 +44,8 @@ def input_batches(rows: int, per_batch: int, streams: int) -> list[pa.RecordBatc
     names = pa.array([f"s{i}" for i in range(streams)], pa.string()).take(
         pa.array(np.arange(rows) % streams))
     table = pa.table({"body": bodies, "stream": names})
-    return table.to_batches(max_chunksize=per_batch)
+    batches: list[pa.RecordBatch] = table.to_batches(max_chunksize=per_batch)
+    return batches
 
 
 def write(basin: BasinClient, batches: list[pa.RecordBatch], streams: int, run: int,
@@ -65,16 +66,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--profile", metavar="FILE")
-    ap.add_argument("--flush-records", type=int, default=SinkSettings.flush_records,
+    ap.add_argument("--flush-records", type=int,
                     help="the writer's flush_records (rows buffered per stream before a "
-                         "flush)")
+                         "flush; default: the package's)")
     add_pin_option(ap)
     add_server_option(ap)
     args = ap.parse_args(argv)
     placement = placed(args)
     shapes = {1: input_batches(args.rows, args.batch, 1),
               args.streams: input_batches(args.rows, args.batch, args.streams)}
-    settings = SinkSettings(create_streams=True, flush_records=args.flush_records)
+    flush = {} if args.flush_records is None else {"flush_records": args.flush_records}
+    settings = SinkSettings(create_streams=True, **flush)
     figures: dict[int, tuple[float, float]] = {}
     with s2_server(args, placement) as server:
         cpu = CpuMeter(server=server.pid)
