@@ -379,3 +379,24 @@ def test_chunked_batches_keep_big_pieces_apart_and_join_small_ones() -> None:
     huge = encode_entries(pa.array([b"z" * MAX_RECORD_BYTES], pa.binary()))
     with pytest.raises(RecordTooLargeError):
         chunked_batches([small, huge], 10, MAX_BATCH_BYTES)
+
+
+@settings(max_examples=300, deadline=None)
+@given(meters=st.lists(st.integers(8, 5000), max_size=120),
+       max_records=st.integers(1, 30), max_bytes=st.integers(5000, 40000))
+def test_cuts_are_the_greedy_ones(meters: list[int], max_records: int, max_bytes: int) -> None:
+    """However it finds them (every `max_records` records where they are small, else
+    step by step), the split cuts where the plain greedy rule does: as many records as
+    fit both limits, at least one."""
+    expected = []
+    start = 0
+    while start < len(meters):
+        stop, size = start + 1, meters[start]
+        while (stop < len(meters) and stop - start < max_records
+               and size + meters[stop] <= max_bytes):
+            size += meters[stop]
+            stop += 1
+        expected.append((start, stop, size))
+        start = stop
+    starts, stops, metered = A._cuts(np.asarray(meters, np.int64), max_records, max_bytes)
+    assert list(zip(starts.tolist(), stops.tolist(), metered.tolist(), strict=True)) == expected

@@ -273,24 +273,34 @@ def _split(
     """Greedy split into batches; checks every record's size first. `copy` False: views
     into `payload`."""
     view = memoryview(payload)
-    batches = []
-    for start, stop, metered in _cuts(meters, max_records, max_bytes):
-        lo = int(ends[start - 1]) if start else 0
-        hi = int(ends[stop - 1])
-        batches.append(AppendBatch(bytes(view[lo:hi]) if copy else view[lo:hi],
-                                   stop - start, metered, start))
-    return batches
+    starts, stops, metered = _cuts(meters, max_records, max_bytes)
+    if not len(starts):
+        return []
+    his = ends[stops - 1]
+    los = np.where(starts > 0, ends[starts - 1], 0)
+    return [AppendBatch(bytes(view[lo:hi]) if copy else view[lo:hi], stop - start, m, start)
+            for start, stop, m, lo, hi in zip(starts.tolist(), stops.tolist(),
+                                              metered.tolist(), los.tolist(), his.tolist(),
+                                              strict=True)]
 
 
-def _cuts(meters: Any, max_records: int, max_bytes: int) -> list[tuple[int, int, int]]:
-    """Where the greedy split cuts records into appends: (start, stop, metered bytes) of
-    each, in order, at least one record each; raises RecordTooLargeError first if one
-    record exceeds 1 MiB."""
+def _cuts(meters: Any, max_records: int, max_bytes: int) -> tuple[Any, Any, Any]:
+    """Where the greedy split cuts records into appends: the start, stop and metered
+    bytes of each, in order (int64 arrays), at least one record each; raises
+    RecordTooLargeError first if one record exceeds 1 MiB. Where every `max_records`
+    records in a row fit `max_bytes` (small records), the cuts are every `max_records`
+    records, found without a step per append (or a running sum: numpy's takes 4 ns a
+    record)."""
     n = len(meters)
     if n == 0:
-        return []
-    too_big = np.flatnonzero(meters > MAX_RECORD_BYTES)
-    if too_big.size:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    largest = int(meters.max())
+    if largest * max_records <= max_bytes:
+        starts = np.arange(0, n, max_records, dtype=np.int64)
+        return starts, np.minimum(starts + max_records, n), np.add.reduceat(meters, starts)
+    if largest > MAX_RECORD_BYTES:
+        too_big = np.flatnonzero(meters > MAX_RECORD_BYTES)
         i = int(too_big[0])
         size = int(meters[i])
         raise RecordTooLargeError(
@@ -299,17 +309,23 @@ def _cuts(meters: Any, max_records: int, max_bytes: int) -> list[tuple[int, int,
             metered_bytes=size,
             limit=MAX_RECORD_BYTES,
         )
-    cum = np.cumsum(meters)
-    cuts = []
-    start = 0
-    while start < n:
-        base = int(cum[start - 1]) if start else 0
-        # Last index whose cumulative size fits, at least one record per batch.
-        fit = int(np.searchsorted(cum, base + max_bytes, side="right"))
-        stop = max(start + 1, min(fit, start + max_records, n))
-        cuts.append((start, stop, int(cum[stop - 1]) - base))
-        start = stop
-    return cuts
+    cum = np.cumsum(meters, dtype=np.int64)
+    before = np.concatenate((np.zeros(1, np.int64), cum[:-1]))  # metered before each
+    m = min(max_records, n)
+    if int((cum[m - 1:] - before[:n - m + 1]).max()) <= max_bytes:
+        starts = np.arange(0, n, max_records, dtype=np.int64)
+        stops = np.minimum(starts + max_records, n)
+    else:
+        cut: list[int] = []
+        start = 0
+        while start < n:
+            # Last index whose cumulative size fits, at least one record per batch.
+            fit = int(np.searchsorted(cum, int(before[start]) + max_bytes, side="right"))
+            cut.append(start)
+            start = max(start + 1, min(fit, start + max_records, n))
+        starts = np.asarray(cut, dtype=np.int64)
+        stops = np.append(starts[1:], n)
+    return starts, stops, cum[stops - 1] - before[starts]
 
 
 #: Mean size below which an append's pieces from several buffers are joined into one
@@ -326,24 +342,27 @@ def chunked_batches(chunks: Sequence[EncodedRecords], max_records: int = MAX_BAT
     chunks = [c for c in chunks if len(c)]
     if len(chunks) <= 1:
         return chunks[0].batches(max_records, max_bytes, copy=False) if chunks else []
-    cuts = _cuts(np.concatenate([c.meters for c in chunks]), max_records, max_bytes)
+    starts, stops, metered = _cuts(np.concatenate([c.meters for c in chunks]), max_records,
+                                   max_bytes)
+    sizes = np.array([len(c) for c in chunks], dtype=np.int64)
+    firsts = np.cumsum(sizes) - sizes  # each chunk's first record
+    local_ends = np.concatenate([c.ends for c in chunks])  # in each record's own chunk
+    k_first = np.searchsorted(firsts, starts, side="right") - 1
+    k_last = np.searchsorted(firsts, stops - 1, side="right") - 1
+    los = np.where(starts > firsts[k_first], local_ends[starts - 1], 0)
+    his = local_ends[stops - 1]
+    payloads = [c.payload for c in chunks]
     batches = []
-    k, base = 0, 0  # the chunk holding the next record, and the index of its first
-    for start, stop, metered in cuts:
-        parts: list[bytes | memoryview] = []
-        row = start
-        while row < stop:
-            chunk = chunks[k]
-            end = base + len(chunk)
-            upto = min(stop, end)
-            lo = int(chunk.ends[row - base - 1]) if row > base else 0
-            parts.append(chunk.payload[lo:int(chunk.ends[upto - base - 1])])
-            row = upto
-            if upto == end:
-                k, base = k + 1, end
-        if len(parts) > 1 and sum(len(p) for p in parts) < _JOIN_BELOW * len(parts):
+    for start, stop, m, k, last, lo, hi in zip(
+            starts.tolist(), stops.tolist(), metered.tolist(), k_first.tolist(),
+            k_last.tolist(), los.tolist(), his.tolist(), strict=True):
+        if k == last:
+            batches.append(AppendBatch(payloads[k][lo:hi], stop - start, m, start))
+            continue
+        parts = [payloads[k][lo:], *payloads[k + 1:last], payloads[last][:hi]]
+        if sum(len(p) for p in parts) < _JOIN_BELOW * len(parts):
             parts = [b"".join(parts)]
-        batches.append(AppendBatch(parts[0], stop - start, metered, start, tuple(parts[1:])))
+        batches.append(AppendBatch(parts[0], stop - start, m, start, tuple(parts[1:])))
     return batches
 
 
