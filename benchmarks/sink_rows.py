@@ -9,8 +9,9 @@ default (`_pinning`); this process's CPU (user + system) per row is the figure: 
 worker's cost of a written row. Each shape runs `--repeat` times, each time as a new
 query run (a takeover of the stream, as a new micro-batch of a new run pays); the median
 is printed. `--profile FILE` writes a cProfile of one extra run of the first shape.
-Ends with one line: `sink_rows: <ns> ns a row (one stream), <ns> ns a row (<k> streams),
-<rows/s> rows/s (one stream) (<pinned|unpinned>)`.
+Ends with one line: `sink_rows: <ns> ns a row into one stream, <ns> ns a row into several
+(<k>) streams, <rows/s> rows/s into one stream, <rows/s> rows/s into several
+(<pinned|unpinned>)`.
 """
 
 from __future__ import annotations
@@ -117,8 +118,9 @@ def main(argv: list[str] | None = None) -> None:
                 prof.dump_stats(args.profile)
                 print(f"  profile of one run (one stream) in {args.profile}")
     one, many = figures[1], figures[args.streams]
-    print(f"sink_rows: {one[0]:.0f} ns a row (one stream), {many[0]:.0f} ns a row "
-          f"({args.streams} streams), {one[1]:.0f} rows/s (one stream) ({placement.mode})")
+    print(f"sink_rows: {one[0]:.0f} ns a row into one stream, {many[0]:.0f} ns a row into "
+          f"several ({args.streams}) streams, {one[1]:.0f} rows/s into one stream, "
+          f"{many[1]:.0f} rows/s into several ({placement.mode})")
 
 
 if __name__ == "__main__":
