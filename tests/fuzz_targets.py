@@ -225,6 +225,13 @@ def append_columns(data: bytes) -> None:
                (py[0], py[1].tolist(), py[2].tolist()))
     rows = list(cols.rows())
     batches = _outcome(lambda: appends._split(*py, *limits), (appends.RecordTooLargeError,))
+    if batches[0] == "ok" and rows:  # cut from two buffers: the same appends, bytes
+        whole = appends.EncodedRecords(memoryview(py[0]), py[1], py[2])
+        at = limits[1] // 64 % len(rows)
+        chunked = appends.chunked_batches([whole.slice(0, at), whole.slice(at)], *limits)
+        _agree("chunked_batches",
+               [(b"".join(b.records_parts()), b.count, b.metered_bytes) for b in chunked],
+               [(b.records_payload, b.count, b.metered_bytes) for b in batches[1]])
     if batches[0] == "ok":
         parsed = [
             (rec.body, [(x.name, x.value) for x in rec.headers],

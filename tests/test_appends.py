@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -335,3 +336,67 @@ def test_batches_as_views_hold_the_bytes_copies_hold(
     assert [bytes(b.records_payload) for b in views] == [b.records_payload for b in copies]
     assert all(isinstance(b.records_payload, memoryview) for b in views)
     assert all(isinstance(b.records_payload, bytes) for b in copies)
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(0, 3000), min_size=0, max_size=80),
+       cuts=st.lists(st.integers(0, 80), max_size=8),
+       per_append=st.integers(1, 20), max_bytes=st.integers(4000, 20000))
+def test_chunked_batches_are_the_concatenation_cut(
+        sizes: list[int], cuts: list[int], per_append: int, max_bytes: int) -> None:
+    """A writer cuts appends from its buffers as they are (`chunked_batches`) instead of
+    concatenating them first: the same appends, records and bytes, whatever the chunks
+    (empty ones too), the pieces from several chunks kept apart or joined."""
+    from s2_spark.wire.appends import EncodedRecords, chunked_batches, encode_entries
+
+    rows = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+    records = encode_entries(pa.array(rows, pa.binary()))
+    bounds = sorted({0, len(rows), *(min(c, len(rows)) for c in cuts)})
+    chunks = [records.slice(lo, hi) for lo, hi in itertools.pairwise(bounds)]
+    chunks.insert(len(chunks) // 2, records.slice(0, 0))
+    whole = EncodedRecords.concat(chunks)
+    expected = whole.batches(per_append, max_bytes)
+    got = chunked_batches(chunks, per_append, max_bytes)
+    assert [(b.count, b.metered_bytes, b.first_index) for b in got] == \
+        [(b.count, b.metered_bytes, b.first_index) for b in expected]
+    assert [b"".join(b.records_parts()) for b in got] == [b.records_payload for b in expected]
+    assert [b.to_append_input(3, "t") for b in got] == \
+        [b.to_append_input(3, "t") for b in expected]
+
+
+def test_chunked_batches_keep_big_pieces_apart_and_join_small_ones() -> None:
+    """Pieces of an append from several chunks are views of them (no copy), unless they
+    are small; a record too large is refused first, as a whole buffer's would be."""
+    from s2_spark.wire.appends import chunked_batches, encode_entries
+
+    big = encode_entries(pa.array([b"x" * 5000] * 4, pa.binary()))
+    small = encode_entries(pa.array([b"y" * 10] * 4, pa.binary()))
+    (one,) = chunked_batches([big.slice(0, 2), big.slice(2)], 10, MAX_BATCH_BYTES)
+    assert len(one.records_parts()) == 2
+    assert all(isinstance(p, memoryview) for p in one.records_parts())
+    (joined,) = chunked_batches([small.slice(0, 2), small.slice(2)], 10, MAX_BATCH_BYTES)
+    assert joined.records_parts() == [small.payload.tobytes()]
+    huge = encode_entries(pa.array([b"z" * MAX_RECORD_BYTES], pa.binary()))
+    with pytest.raises(RecordTooLargeError):
+        chunked_batches([small, huge], 10, MAX_BATCH_BYTES)
+
+
+@settings(max_examples=300, deadline=None)
+@given(meters=st.lists(st.integers(8, 5000), max_size=120),
+       max_records=st.integers(1, 30), max_bytes=st.integers(5000, 40000))
+def test_cuts_are_the_greedy_ones(meters: list[int], max_records: int, max_bytes: int) -> None:
+    """However it finds them (every `max_records` records where they are small, else
+    step by step), the split cuts where the plain greedy rule does: as many records as
+    fit both limits, at least one."""
+    expected = []
+    start = 0
+    while start < len(meters):
+        stop, size = start + 1, meters[start]
+        while (stop < len(meters) and stop - start < max_records
+               and size + meters[stop] <= max_bytes):
+            size += meters[stop]
+            stop += 1
+        expected.append((start, stop, size))
+        start = stop
+    starts, stops, metered = A._cuts(np.asarray(meters, np.int64), max_records, max_bytes)
+    assert list(zip(starts.tolist(), stops.tolist(), metered.tolist(), strict=True)) == expected

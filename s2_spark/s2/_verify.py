@@ -27,7 +27,7 @@ __all__ = ["landed_batches"]
 
 
 def _expected(batch: AppendBatch) -> list[tuple[bytes, list[tuple[bytes, bytes]]]]:
-    msg = s2_pb2.AppendInput.FromString(batch.records_payload)
+    msg = s2_pb2.AppendInput.FromString(b"".join(batch.records_parts()))
     return [(r.body, [(h.name, h.value) for h in r.headers]) for r in msg.records]
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "AppendBatch",
     "EncodedRecords",
+    "chunked_batches",
     "encode_append_batches",
     "encode_entries",
     "encode_record",
@@ -50,14 +51,21 @@ class AppendBatch:
     """Encoded records for one append: at most 1000 records and 1 MiB metered.
 
     `records_payload` is the concatenated `records` entries of an AppendInput (a view into
-    the rows' encoding where `EncodedRecords.batches` was asked not to copy); `first_index`
-    is the input row of the first record.
+    the rows' encoding where `EncodedRecords.batches` was asked not to copy); `more`, the
+    entries that follow them, kept apart so that records from several buffers (and a
+    writer's own trailing entries) are copied only once, where the message is built;
+    `first_index` is the input row of the first record.
     """
 
     records_payload: bytes | memoryview = field(repr=False)
     count: int
     metered_bytes: int
     first_index: int
+    more: tuple[bytes | memoryview, ...] = field(default=(), repr=False)
+
+    def records_parts(self) -> list[bytes | memoryview]:
+        """The `records` entries, in order, as the parts they are kept in."""
+        return [self.records_payload, *self.more]
 
     def to_append_input(
         self, match_seq_num: int | None = None, fencing_token: str | None = None
@@ -69,7 +77,7 @@ class AppendBatch:
         self, match_seq_num: int | None = None, fencing_token: str | None = None
     ) -> list[bytes | memoryview]:
         """`to_append_input` as the parts it joins (the records not copied)."""
-        parts = [self.records_payload]
+        parts = self.records_parts()
         if match_seq_num is not None:
             if not 0 <= match_seq_num <= _U64_MAX:
                 raise ValueError(f"match_seq_num must be a u64, got {match_seq_num}")
@@ -264,11 +272,35 @@ def _split(
 ) -> list[AppendBatch]:
     """Greedy split into batches; checks every record's size first. `copy` False: views
     into `payload`."""
+    view = memoryview(payload)
+    starts, stops, metered = _cuts(meters, max_records, max_bytes)
+    if not len(starts):
+        return []
+    his = ends[stops - 1]
+    los = np.where(starts > 0, ends[starts - 1], 0)
+    return [AppendBatch(bytes(view[lo:hi]) if copy else view[lo:hi], stop - start, m, start)
+            for start, stop, m, lo, hi in zip(starts.tolist(), stops.tolist(),
+                                              metered.tolist(), los.tolist(), his.tolist(),
+                                              strict=True)]
+
+
+def _cuts(meters: Any, max_records: int, max_bytes: int) -> tuple[Any, Any, Any]:
+    """Where the greedy split cuts records into appends: the start, stop and metered
+    bytes of each, in order (int64 arrays), at least one record each; raises
+    RecordTooLargeError first if one record exceeds 1 MiB. Where every `max_records`
+    records in a row fit `max_bytes` (small records), the cuts are every `max_records`
+    records, found without a step per append (or a running sum: numpy's takes 4 ns a
+    record)."""
     n = len(meters)
     if n == 0:
-        return []
-    too_big = np.flatnonzero(meters > MAX_RECORD_BYTES)
-    if too_big.size:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    largest = int(meters.max())
+    if largest * max_records <= max_bytes:
+        starts = np.arange(0, n, max_records, dtype=np.int64)
+        return starts, np.minimum(starts + max_records, n), np.add.reduceat(meters, starts)
+    if largest > MAX_RECORD_BYTES:
+        too_big = np.flatnonzero(meters > MAX_RECORD_BYTES)
         i = int(too_big[0])
         size = int(meters[i])
         raise RecordTooLargeError(
@@ -277,25 +309,60 @@ def _split(
             metered_bytes=size,
             limit=MAX_RECORD_BYTES,
         )
-    cum = np.cumsum(meters)
+    cum = np.cumsum(meters, dtype=np.int64)
+    before = np.concatenate((np.zeros(1, np.int64), cum[:-1]))  # metered before each
+    m = min(max_records, n)
+    if int((cum[m - 1:] - before[:n - m + 1]).max()) <= max_bytes:
+        starts = np.arange(0, n, max_records, dtype=np.int64)
+        stops = np.minimum(starts + max_records, n)
+    else:
+        cut: list[int] = []
+        start = 0
+        while start < n:
+            # Last index whose cumulative size fits, at least one record per batch.
+            fit = int(np.searchsorted(cum, int(before[start]) + max_bytes, side="right"))
+            cut.append(start)
+            start = max(start + 1, min(fit, start + max_records, n))
+        starts = np.asarray(cut, dtype=np.int64)
+        stops = np.append(starts[1:], n)
+    return starts, stops, cum[stops - 1] - before[starts]
+
+
+#: Mean size below which an append's pieces from several buffers are joined into one
+#: (copying small pieces costs less than handling each on its way out).
+_JOIN_BELOW = 4096
+
+
+def chunked_batches(chunks: Sequence[EncodedRecords], max_records: int = MAX_BATCH_RECORDS,
+                    max_bytes: int = MAX_BATCH_BYTES) -> list[AppendBatch]:
+    """The appends of `EncodedRecords.concat(chunks).batches(max_records, max_bytes,
+    copy=False)`, the same records cut at the same places, without the concatenation (a
+    copy of every record): an append whose records lie in several chunks holds a view
+    of each (`AppendBatch.more`), or one joined copy of them where they are small."""
+    chunks = [c for c in chunks if len(c)]
+    if len(chunks) <= 1:
+        return chunks[0].batches(max_records, max_bytes, copy=False) if chunks else []
+    starts, stops, metered = _cuts(np.concatenate([c.meters for c in chunks]), max_records,
+                                   max_bytes)
+    sizes = np.array([len(c) for c in chunks], dtype=np.int64)
+    firsts = np.cumsum(sizes) - sizes  # each chunk's first record
+    local_ends = np.concatenate([c.ends for c in chunks])  # in each record's own chunk
+    k_first = np.searchsorted(firsts, starts, side="right") - 1
+    k_last = np.searchsorted(firsts, stops - 1, side="right") - 1
+    los = np.where(starts > firsts[k_first], local_ends[starts - 1], 0)
+    his = local_ends[stops - 1]
+    payloads = [c.payload for c in chunks]
     batches = []
-    start = 0
-    while start < n:
-        base = int(cum[start - 1]) if start else 0
-        # Last index whose cumulative size fits, at least one record per batch.
-        fit = int(np.searchsorted(cum, base + max_bytes, side="right"))
-        stop = max(start + 1, min(fit, start + max_records, n))
-        lo = int(ends[start - 1]) if start else 0
-        hi = int(ends[stop - 1])
-        batches.append(
-            AppendBatch(
-                records_payload=bytes(payload[lo:hi]) if copy else memoryview(payload)[lo:hi],
-                count=stop - start,
-                metered_bytes=int(cum[stop - 1]) - base,
-                first_index=start,
-            )
-        )
-        start = stop
+    for start, stop, m, k, last, lo, hi in zip(
+            starts.tolist(), stops.tolist(), metered.tolist(), k_first.tolist(),
+            k_last.tolist(), los.tolist(), his.tolist(), strict=True):
+        if k == last:
+            batches.append(AppendBatch(payloads[k][lo:hi], stop - start, m, start))
+            continue
+        parts = [payloads[k][lo:], *payloads[k + 1:last], payloads[last][:hi]]
+        if sum(len(p) for p in parts) < _JOIN_BELOW * len(parts):
+            parts = [b"".join(parts)]
+        batches.append(AppendBatch(parts[0], stop - start, m, start, tuple(parts[1:])))
     return batches
 
 

@@ -63,7 +63,11 @@ class AppendBudget:
 class SinkSettings:
     """Tuning and behaviour of the sink.
 
-    `flush_records` / `flush_bytes`: rows buffered before they are encoded and appended.
+    `flush_records` / `flush_bytes`: rows buffered before they are appended. Each flush
+    is one S2S session at least, whose requests cost the client about as much as a few
+    thousand rows: a flush of up to `max_inflight_appends` full appends (64 x 998 rows,
+    or the 4 MiB `flush_bytes` first: about 40,000 rows of 100 B) spreads that over
+    enough rows (the cost of a 100 B row fell by a third against 8 appends a flush).
     `max_inflight_appends`: appends one writer has sent and not yet seen acknowledged,
     in total across its streams (one stream's go out as one session). `max_inflight_bytes`
     (metered): the most one stream sends in one session before reading the acks.
@@ -71,7 +75,7 @@ class SinkSettings:
 
     create_streams: bool = False
     max_records: int = DATA_MAX_RECORDS
-    flush_records: int = 8 * DATA_MAX_RECORDS
+    flush_records: int = DEFAULT_APPENDS_IN_FLIGHT * DATA_MAX_RECORDS
     flush_bytes: int = 4 * 1024 * 1024
     max_inflight_appends: int = DEFAULT_APPENDS_IN_FLIGHT
     max_inflight_bytes: int = 8 * 1024 * 1024

@@ -60,7 +60,7 @@ from s2_spark.errors import (
 )
 from s2_spark.retry import RetryLoop
 from s2_spark.s2._append_session import MAX_INPUTS_PER_SESSION
-from s2_spark.wire.appends import AppendBatch, EncodedRecords, encode_entries
+from s2_spark.wire.appends import AppendBatch, EncodedRecords, chunked_batches, encode_entries
 
 if TYPE_CHECKING:
     from s2_spark.s2 import AppendAck, BasinClient, StreamClient
@@ -215,8 +215,7 @@ class StreamSink(StreamToken):
                 or self._after_append is not None or self._replaying
                 or self._buffered_rows > self.settings.max_records):
             return None
-        records, _ = self._buffered()
-        batches = records.batches(self.settings.max_records, DATA_MAX_BYTES, copy=False)
+        batches = chunked_batches(self._chunks, self.settings.max_records, DATA_MAX_BYTES)
         if len(batches) != 1 or batches[0].metered_bytes > DATA_MAX_BYTES:
             return None
         return self._chain(batches, 0, 1)[0]
@@ -235,7 +234,9 @@ class StreamSink(StreamToken):
     # -- appending ----------------------------------------------------------------------
 
     def _buffered(self) -> tuple[EncodedRecords, int]:
-        """The buffered rows, and the index of the first, without taking them."""
+        """The buffered rows, and the index of the first, without taking them (in one
+        buffer from then on: for a replay's checks; appends are cut from the buffers as
+        they are, `chunked_batches`)."""
         if not self._chunks:
             return _NO_ROWS, self._start
         records = EncodedRecords.concat(self._chunks)
@@ -243,9 +244,19 @@ class StreamSink(StreamToken):
         return records, self._start
 
     def _consume(self, n: int) -> None:
-        """Drop the first `n` buffered rows: they are in the stream."""
-        records, start = self._buffered()
-        self._keep(records.slice(n), start + n)
+        """Drop the first `n` buffered rows: they are in the stream (the rest stay in the
+        buffers they are in: no copy)."""
+        chunks, k, left = self._chunks, 0, n
+        while k < len(chunks) and left >= len(chunks[k]):
+            left -= len(chunks[k])
+            k += 1
+        rest = chunks[k:]
+        if left:
+            rest[0] = rest[0].slice(left)
+        self._chunks = rest
+        self._buffered_rows -= n
+        self._buffered_bytes = sum(c.nbytes for c in rest)
+        self._start += n
 
     def _keep(self, records: EncodedRecords, start: int) -> None:
         """Buffer exactly these rows (from row `start` on) instead."""
@@ -289,11 +300,10 @@ class StreamSink(StreamToken):
         none while it waits for more input)."""
         if not self._settle(final=final):
             return []
-        records, start = self._buffered()
-        if len(records) == 0:
+        if not self._chunks:
             return []
-        per_append = self.settings.max_records
-        batches = records.batches(per_append, DATA_MAX_BYTES, copy=False)
+        start, per_append = self._start, self.settings.max_records
+        batches = chunked_batches(self._chunks, per_append, DATA_MAX_BYTES)
         for b in batches:
             if b.metered_bytes > DATA_MAX_BYTES:
                 raise RecordTooLargeError(
@@ -439,12 +449,12 @@ class StreamSink(StreamToken):
             if links and size + batch.metered_bytes > self.settings.max_inflight_bytes:
                 break
             progress += batch.count
-            digest = digest.extend(batch.records_payload)
+            for part in batch.records_parts():
+                digest = digest.extend(part)
             mark_entry, mark_metered = fence_entry(self._data_marks.encode(progress, digest))
-            payload = AppendBatch(b"".join((batch.records_payload, mark_entry, sets_entry)),
-                                  batch.count + 2,
+            payload = AppendBatch(batch.records_payload, batch.count + 2,
                                   batch.metered_bytes + mark_metered + sets_metered,
-                                  batch.first_index)
+                                  batch.first_index, (*batch.more, mark_entry, sets_entry))
             links.append(_Link(payload, batch.count, condition, progress, digest))
             condition, size = self._sets, size + payload.metered_bytes
         return links
