@@ -8,10 +8,11 @@ routed by a stream column to `--streams` streams. The server runs on a CPU of it
 default (`_pinning`); this process's CPU (user + system) per row is the figure: the
 worker's cost of a written row. Each shape runs `--repeat` times, each time as a new
 query run (a takeover of the stream, as a new micro-batch of a new run pays); the median
-is printed. `--profile FILE` writes a cProfile of one extra run of the first shape.
-Ends with one line: `sink_rows: <ns> ns a row into one stream, <ns> ns a row into several
-(<k>) streams, <rows/s> rows/s into one stream, <rows/s> rows/s into several
-(<pinned|unpinned>)`.
+is printed, beside the server's CPU for the same rows (the named peer: what the service
+spends on what the client sends). `--profile FILE` writes a cProfile of one extra run of
+the first shape. Ends with one line: `sink_rows: <ns> ns a row into one stream (<r>x the
+server's CPU), <ns> ns a row into several (<k>) streams (<r>x the server's), <rows/s>
+rows/s into one stream, <rows/s> rows/s into several (<pinned|unpinned>)`.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
               args.streams: input_batches(args.rows, args.batch, args.streams)}
     flush = {} if args.flush_records is None else {"flush_records": args.flush_records}
     settings = SinkSettings(create_streams=True, **flush)
-    figures: dict[int, tuple[float, float]] = {}
+    figures: dict[int, tuple[float, float, float]] = {}
     with s2_server(args, placement) as server:
         cpu = CpuMeter(server=server.pid)
         basin_name = f"bench-{uuid.uuid4().hex[:8]}"
@@ -100,10 +101,11 @@ def main(argv: list[str] | None = None) -> None:
                     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - minflt)
                     spent = cpu.since(before)
                     here.append(spent["this process"])
-                    srv.append(spent["server"])
+                    srv.append(spent.get("server", float("nan")))  # nan: not ours to measure
                 ns = 1e9 * statistics.median(here) / args.rows
                 wall = statistics.median(walls)
-                figures[streams] = (ns, args.rows / wall)
+                figures[streams] = (ns, args.rows / wall,
+                                    statistics.median(here) / statistics.median(srv))
                 print(f"  {streams} stream(s): this process {ns:.0f} ns a row "
                       f"(runs {', '.join(f'{1e9 * t / args.rows:.0f}' for t in here)}), "
                       f"server {1e9 * statistics.median(srv) / args.rows:.0f} ns a row, "
@@ -118,9 +120,15 @@ def main(argv: list[str] | None = None) -> None:
                 prof.dump_stats(args.profile)
                 print(f"  profile of one run (one stream) in {args.profile}")
     one, many = figures[1], figures[args.streams]
-    print(f"sink_rows: {one[0]:.0f} ns a row into one stream, {many[0]:.0f} ns a row into "
-          f"several ({args.streams}) streams, {one[1]:.0f} rows/s into one stream, "
+    print(f"sink_rows: {one[0]:.0f} ns a row into one stream ({_x(one[2])} the server's "
+          f"CPU), {many[0]:.0f} ns a row into several ({args.streams}) streams "
+          f"({_x(many[2])} the server's), {one[1]:.0f} rows/s into one stream, "
           f"{many[1]:.0f} rows/s into several ({placement.mode})")
+
+
+def _x(ratio: float) -> str:
+    """A ratio, or n/a where the server's CPU was not measured (a server given by URL)."""
+    return "n/a" if ratio != ratio or ratio == float("inf") else f"{ratio:.2f}x"
 
 
 if __name__ == "__main__":

@@ -85,6 +85,13 @@ SMOKE: dict[str, Smoke] = {
                            r"bulk_requests: tail [\d.]+ us, read [\d.]+ us, append [\d.]+ us a "
                            r"request; (tail [\d.]+x server, read [\d.]+x server, append "
                            rf"[\d.]+x server|server CPU n/a) {MODE}", server=True),
+    "sink_rows": Smoke(("--rows", N, "--batch", "100", "--streams", "3", "--repeat", "1",
+                        *NO_PIN),
+                       r"sink_rows: \d+ ns a row into one stream \(([\d.]+x|n/a) the "
+                       r"server's CPU\), \d+ ns a row into several \(3\) streams "
+                       r"\(([\d.]+x|n/a) the server's\), "
+                       rf"\d+ rows/s into one stream, \d+ rows/s into several {MODE}",
+                       server=True),
     "compression": Smoke(("--streams", "3", "--records", "10", "--rounds", "1", "--repeat",
                           "1", *NO_PIN),
                          r"compression: zstd .*x bytes; gzip .*\(vs none, unpinned"
