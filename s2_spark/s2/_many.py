@@ -29,6 +29,7 @@ from s2_spark._http import (
     Response,
     query,
 )
+from s2_spark._http._bulk import BULK_TAILS
 from s2_spark.errors import AlreadyExistsError, NotFoundError, Position, S2Error, ServiceError
 
 from ._append_session import PROTO_ACCEPT, PROTO_HEADERS, ack_of
@@ -131,21 +132,47 @@ def check_tails(basin: Basin, names: Sequence[str]) -> dict[str, Position | None
 
 def _check_tails(basin: Basin, names: Sequence[str], out: dict[str, Position | None]
                  ) -> None:
+    if BULK_TAILS:
+        _bulk_tails(basin, names, out)
+        return
     results = _gets(basin, [records_path(n) + "/tail" for n in names], [], SMALL_ANSWER)
     for name, result in zip(names, results, strict=True):
-        if isinstance(result, Response) and result.status_code == 200:
-            out[name] = _tail_of(result.content)
-            continue
-        if (isinstance(result, Response)
-                and isinstance(error_from_response(result, name), NotFoundError)):
-            out[name] = None
-            continue
-        if (too_large := _too_large(result, f"the tail of {name!r}")) is not None:
-            raise too_large
-        try:
-            out[name] = basin.stream(name).check_tail()
-        except NotFoundError:
-            out[name] = None
+        _tail_result(basin, name, result, out)
+
+
+def _bulk_tails(basin: Basin, names: Sequence[str], out: dict[str, Position | None]
+                ) -> None:
+    """The tails read in bulk (`Fanout.run_tails`): a plain answer's position straight
+    from the run's arrays, any other answer handled as `_tail_result` handles it."""
+    route = basin.transport.route(basin.name)
+    run = basin.transport.fanout().run_tails(
+        route.origin.base_url, [(records_path(n) + "/tail").encode() for n in names],
+        route.headers, SMALL_ANSWER)
+    others = run.others
+    for i, (name, seq, ts) in enumerate(zip(names, run.seqs, run.tss, strict=True)):
+        if i in others:
+            _tail_result(basin, name, others[i], out)
+        else:
+            out[name] = Position(seq, ts)
+
+
+def _tail_result(basin: Basin, name: str, result: Response | Exception,
+                 out: dict[str, Position | None]) -> None:
+    """A tail lookup's answer (or failure) as its position, None for a missing stream,
+    or made again alone."""
+    if isinstance(result, Response) and result.status_code == 200:
+        out[name] = _tail_of(result.content)
+        return
+    if (isinstance(result, Response)
+            and isinstance(error_from_response(result, name), NotFoundError)):
+        out[name] = None
+        return
+    if (too_large := _too_large(result, f"the tail of {name!r}")) is not None:
+        raise too_large
+    try:
+        out[name] = basin.stream(name).check_tail()
+    except NotFoundError:
+        out[name] = None
 
 
 def read_many(basin: Basin, reads: Sequence[SmallRead], *,
