@@ -141,6 +141,29 @@ def read_batches(data: bytes) -> None:
     _read_batches_both(pieces, data[0])
 
 
+def read_many(data: bytes) -> None:
+    """`decode_read_many` (the reads of many small streams: each payload a ReadBatch of
+    its own stream, decoded by C and joined into one Arrow batch, each read's a slice of
+    it) against `decode_read_batch` payload by payload, each by protobuf: the same rows,
+    tails, counts and metered bytes, or the same first `FrameError`. Byte 0 the flags,
+    then each payload a `_Reader.blob`, of stream "s<k>"."""
+    if not data:
+        return
+    r, payloads = _Reader(data[1:]), []
+    while r.left():
+        blob = r.blob()
+        if blob is not None:
+            payloads.append(blob)
+    cmd, hdrs = bool(data[0] & 1), bool(data[0] & 2)
+    streams = [f"s{k}" for k in range(len(payloads))]
+    many = _outcome(lambda: [_batch_view(d) for d in records.decode_read_many(
+        payloads, streams, include_command_records=cmd, include_headers=hdrs)],
+        (FrameError,))
+    each = _outcome(lambda: [_batch_view(records._decode_python([p], s, cmd, hdrs))
+                             for p, s in zip(payloads, streams, strict=True)], (FrameError,))
+    _agree("decode_read_many", many, each)
+
+
 # -- S2: AppendInput encoding -----------------------------------------------------------
 
 
@@ -1139,6 +1162,7 @@ def _run(coroutine: Coroutine[Any, Any, list[Any]]) -> list[Any]:
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "read_batch": read_batch,
     "read_batches": read_batches,
+    "read_many": read_many,
     "encode_records": encode_records,
     "crc32": crc32,
     "json_array": json_array,

@@ -178,20 +178,27 @@ def _tail_result(basin: Basin, name: str, result: Response | Exception,
 def read_many(basin: Basin, reads: Sequence[SmallRead], *,
               include_command_records: bool, include_headers: bool
               ) -> list[DecodedBatch | S2Error]:
-    """Each read's batch (as `StreamClient.read` gives it), or the error it ends with."""
-    from s2_spark.wire.records import decode_read_batch
+    """Each read's batch (as `StreamClient.read` gives it), or the error it ends with.
+    The answers' records are decoded together into one Arrow batch, of which each read's
+    is a slice (`decode_read_many`)."""
+    from s2_spark.wire.records import decode_read_many
 
     targets = []
     for r in reads:
         params = read_params(seq_num=r.seq_num, timestamp=None, tail_offset=None,
                              count=r.count, bytes=None, until=None, clamp=False, wait=None)
         targets.append(records_path(r.stream) + query(params))
+    results = _gets(basin, targets, PROTO_ACCEPT)
+    plain = [i for i, result in enumerate(results)
+             if isinstance(result, Response) and result.status_code == 200]
+    decoded = iter(decode_read_many(
+        [results[i].content for i in plain],  # type: ignore[union-attr]
+        [reads[i].stream for i in plain], include_command_records=include_command_records,
+        include_headers=include_headers))
     out: list[DecodedBatch | S2Error] = []
-    for r, result in zip(reads, _gets(basin, targets, PROTO_ACCEPT), strict=True):
+    for r, result in zip(reads, results, strict=True):
         if isinstance(result, Response) and result.status_code == 200:
-            out.append(decode_read_batch(result.content, r.stream,
-                                         include_command_records=include_command_records,
-                                         include_headers=include_headers))
+            out.append(next(decoded))
             continue
         if (too_large := _too_large(result, f"a read of {r.stream!r}")) is not None:
             out.append(too_large)
