@@ -141,6 +141,29 @@ def read_batches(data: bytes) -> None:
     _read_batches_both(pieces, data[0])
 
 
+def read_many(data: bytes) -> None:
+    """`decode_read_many` (the reads of many small streams: each payload a ReadBatch of
+    its own stream, decoded by C and joined into one Arrow batch, each read's a slice of
+    it) against `decode_read_batch` payload by payload, each by protobuf: the same rows,
+    tails, counts and metered bytes, or the same first `FrameError`. Byte 0 the flags,
+    then each payload a `_Reader.blob`, of stream "s<k>"."""
+    if not data:
+        return
+    r, payloads = _Reader(data[1:]), []
+    while r.left():
+        blob = r.blob()
+        if blob is not None:
+            payloads.append(blob)
+    cmd, hdrs = bool(data[0] & 1), bool(data[0] & 2)
+    streams = [f"s{k}" for k in range(len(payloads))]
+    many = _outcome(lambda: [_batch_view(d) for d in records.decode_read_many(
+        payloads, streams, include_command_records=cmd, include_headers=hdrs)],
+        (FrameError,))
+    each = _outcome(lambda: [_batch_view(records._decode_python([p], s, cmd, hdrs))
+                             for p, s in zip(payloads, streams, strict=True)], (FrameError,))
+    _agree("decode_read_many", many, each)
+
+
 # -- S2: AppendInput encoding -----------------------------------------------------------
 
 
@@ -599,6 +622,66 @@ def h1_pipelined(data: bytes) -> None:
                _outcome(lambda: _h1_answers(pieces, flags), bad))
     _agree("h1 answers, pieces and at once", got,
            _outcome(lambda: _h1_answers([body], flags), bad))
+
+
+def _tails_c(pieces: list[bytes], count: int, max_body: int) -> tuple[Any, ...]:
+    """`_fastwire.h1_tails` over bytes as they arrive, as a `TailPipe` calls it: the
+    buffer grows by a piece, the answers whole so far are read off it, up to `count`."""
+    from array import array
+
+    seqs, tss = array("Q", bytes(8 * count)), array("Q", bytes(8 * count))
+    buf, done, stop, taken = bytearray(), 0, 0, 0
+    for piece in pieces:
+        buf += piece
+        taken += 1
+        k, pos, stop = records._fastwire.h1_tails(  # type: ignore[union-attr]
+            buf, 0, _h1.MAX_HEAD_BYTES, max_body, seqs, tss, done, count - done)
+        del buf[:pos]
+        done += k
+        if stop == 2 or done == count:
+            break
+    rest = bytes(buf) + b"".join(pieces[taken:])  # with what never came to be read
+    return done, rest, stop, list(zip(seqs[:done], tss[:done], strict=True))
+
+
+def _tails_python(data: bytes, done: int, max_body: int) -> tuple[bytes, list[Any]]:
+    """The first `done` answers of `data` read by `ResponseReader`'s Python steps, each
+    required to be what `h1_tails` took: a kept-alive 200 whose body S2's spelling of a
+    tail is (`_many._TAIL`); the bytes after them and the positions."""
+    from s2_spark.s2._many import _TAIL
+
+    got, rest = [], bytearray(data)
+    with _without_fast_answer():
+        for _ in range(done):
+            reader = ResponseReader(max_body=max_body)
+            reader.adopt(rest)
+            m = _TAIL.fullmatch(reader.body) if reader.done else None
+            if not (reader.done and reader.status == 200 and reader.keep_alive and m):
+                raise Disagreement(f"C took an answer Python reads otherwise: {reader.status}")
+            got.append((int(m[1]), int(m[2])))
+            rest = reader.rest()
+    return bytes(rest), got
+
+
+def h1_tails(data: bytes) -> None:
+    """Tail lookups' answers read in bulk (`_fastwire.h1_tails`, C) against `ResponseReader`
+    and `_many._TAIL` (Python): every answer C takes is a plain 200 tail to Python too,
+    with the same position and end; where C waits for more, Python has not read the
+    answer whole; at once and in pieces, C takes the same answers."""
+    if len(data) < 2:
+        return
+    count, max_body, body = data[0] % 8 + 1, 64 if data[1] & 1 else 16 << 10, data[2:]
+    done, rest, stop, got = _tails_c(_cuts(body, data[1]), count, max_body)
+    _agree("h1 tails, in pieces and at once", (done, got),
+           _tails_c([body], count, max_body)[::3])
+    rest_py, got_py = _tails_python(body, done, max_body)
+    _agree("h1 tails, C and Python", (got, rest), (got_py, rest_py))
+    if stop == 1 and rest == _tails_c([body], count, max_body)[1]:
+        # not whole yet, all of it read: Python's reader waits too (no error, not done)
+        with _without_fast_answer():
+            reader = ResponseReader(max_body=max_body)
+            reader.adopt(bytearray(rest))
+            _agree("h1 tails, an answer begun", False, reader.done)
 
 
 def _streamed_read(pieces: list[bytes]) -> Any:
@@ -1079,6 +1162,7 @@ def _run(coroutine: Coroutine[Any, Any, list[Any]]) -> list[Any]:
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "read_batch": read_batch,
     "read_batches": read_batches,
+    "read_many": read_many,
     "encode_records": encode_records,
     "crc32": crc32,
     "json_array": json_array,
@@ -1089,6 +1173,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "h1_response": h1_response,
     "h1_streamed": h1_streamed,
     "h1_pipelined": h1_pipelined,
+    "h1_tails": h1_tails,
     "h2_frames": h2_frames,
 }
 """Every fuzz target by name; the first six call one C entry point each (the first two

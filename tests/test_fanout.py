@@ -27,7 +27,8 @@ class SlowServer:
     answered, nor anything after it on its connection (HTTP/1.1 answers in order);
     `/bad` gets a malformed answer; `/close-<n>` its answer with `Connection: close`, then
     the connection ends (the requests after it on the connection never taken);
-    `/hangup-<n>` its answer as if the connection stayed open, then the connection ends."""
+    `/hangup-<n>` its answer as if the connection stayed open, then the connection ends;
+    a path with `tail-<n>` in it has S2's answer to a tail lookup, at seq_num n, time 10n."""
 
     def __init__(self, delay: float = 0.02) -> None:
         self.delay = delay
@@ -80,6 +81,9 @@ class SlowServer:
                 with self._lock:
                     self.busy -= 1
                 body = path.lstrip("/").encode()
+                if "tail-" in path:
+                    n = int(path.rsplit("-", 1)[1])
+                    body = b'{"tail":{"seq_num":%d,"timestamp":%d}}' % (n, 10 * n)
                 if path == "/bad":
                     sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n")
                     continue
@@ -236,3 +240,63 @@ def test_a_connection_the_server_closed_while_idle_is_replaced(server: SlowServe
     assert isinstance(first, Response) and first.content == b"hangup-1"
     assert [r.content for r in results if isinstance(r, Response)] == [b"2", b"3"]
     assert server.connections == 2
+
+
+# -- tail lookups in bulk (`Fanout.run_tails`) ------------------------------------------
+
+
+def _tails(run: Any) -> list[Any]:
+    """Each request's outcome: its position, or its answer's body, or its error's type."""
+    return [(run.seqs[i], run.tss[i]) if i not in run.others
+            else run.others[i].content if isinstance(run.others[i], Response)
+            else type(run.others[i]).__name__ for i in range(len(run.seqs))]
+
+
+def test_tail_lookups_in_bulk_are_read_into_arrays_on_few_connections(
+    server: SlowServer,
+) -> None:
+    server.delay = 0.0
+    with Fanout(ssl.create_default_context, TIMEOUTS, width=2, depth=8) as fanout:
+        run = fanout.run_tails(server.url, [b"/tail-%d" % k for k in range(300)], [], 1024)
+        again = fanout.run_tails(server.url, [b"/tail-%d" % k for k in range(5)], [], 1024)
+    assert _tails(run) == [(k, 10 * k) for k in range(300)]
+    assert _tails(again) == [(k, 10 * k) for k in range(5)]
+    assert server.connections == 2  # kept from one run to the next
+
+
+def test_bulk_answers_of_another_kind_are_kept_and_what_follows_goes_again(
+    server: SlowServer,
+) -> None:
+    """An answer of another kind (one that closes the connection, too) is kept as it came
+    (a body past the limit as its error), a malformed one fails its request, and the
+    requests behind an answer that closed the connection, or behind a failed one, go
+    again (GETs: one the server took already is taken again), each answered in its place."""
+    server.delay = 0.0
+    paths = [b"/tail-1", b"/7", b"/close-tail-2", b"/tail-3", b"/bad", b"/tail-4",
+             b"/" + b"9" * 65, b"/tail-5", *(b"/tail-%d" % k for k in range(7, 40)),
+             b"/hangup-tail-6"]
+    with Fanout(ssl.create_default_context, TIMEOUTS, width=1, depth=8) as fanout:
+        run = fanout.run_tails(server.url, paths, [], 64)
+    assert _tails(run) == [(1, 10), b"7", b'{"tail":{"seq_num":2,"timestamp":20}}', (3, 30),
+                           "RemoteProtocolError", (4, 40),
+                           "BodyTooLargeError", (5, 50), *((k, 10 * k) for k in range(7, 40)),
+                           (6, 60)]
+    assert set(server.seen) == {p.decode() for p in paths}
+
+
+def test_a_bulk_lookup_never_answered_times_out_and_the_others_go_on(
+    server: SlowServer,
+) -> None:
+    timeouts = AsyncTimeouts(connect=5.0, read=1.0)
+    with Fanout(ssl.create_default_context, timeouts, width=2, depth=4) as fanout:
+        run = fanout.run_tails(server.url, [b"/never", *(b"/tail-%d" % k for k in range(20))],
+                               [], 1024)
+    assert _tails(run) == ["ReadTimeout", *((k, 10 * k) for k in range(20))]
+
+
+def test_bulk_lookups_on_a_refused_connection_are_each_its_error() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with Fanout(ssl.create_default_context, TIMEOUTS) as fanout:
+        run = fanout.run_tails(url, [b"/tail-1", b"/tail-2"], [], 1024)
+    assert _tails(run) == ["ConnectError", "ConnectError"]

@@ -19,6 +19,7 @@ from s2_spark.wire.records import (
     READ_SCHEMA_NO_HEADERS,
     DecodedBatch,
     decode_read_batch,
+    decode_read_many,
 )
 
 IMPLS = ["python"] + (["c"] if R._fastwire is not None else [])
@@ -333,6 +334,31 @@ def test_malformed_payloads_raise_frame_error(payload: bytes) -> None:
             decode(impl, payload)
     with pytest.raises(FrameError):
         decode_read_batch(payload, "s")
+
+
+def test_many_payloads_decode_as_each_alone_into_slices_of_one_batch() -> None:
+    """`decode_read_many` (the reads of many small streams): each result is what
+    `decode_read_batch` gives its payload alone, its rows a slice of one batch."""
+    cmd = (1, 5, [(b"", b"fence")], b"tok")
+    payloads = [
+        make_batch([(7, 1_700_000_000_123, [(b"k", b"v")], b"hello")], tail=(8, 9)),
+        make_batch([], tail=(0, 0)),
+        make_batch([(0, 1, [], b""), cmd, (2, 6, [(b"a", b""), (b"b", b"c")], b"xy")]),
+        b"",
+    ]
+    streams = ["orders", "empty", "mixed", "none"]
+    for kw in ({}, {"include_headers": False}, {"include_command_records": False}):
+        got = decode_read_many(payloads, streams, **kw)
+        alone = [decode_read_batch(p, s, **kw) for p, s in zip(payloads, streams, strict=True)]
+        assert [(g.batch.to_pylist(), g.batch.schema, g.tail, g.count, g.first_seq_num,
+                 g.last_seq_num, g.metered_bytes) for g in got] == [
+            (a.batch.to_pylist(), a.batch.schema, a.tail, a.count, a.first_seq_num,
+             a.last_seq_num, a.metered_bytes) for a in alone]
+    whole = decode_read_many(payloads, streams)
+    assert [g.batch.column("seq_num").buffers()[1].address for g in whole] == (
+        [whole[0].batch.column("seq_num").buffers()[1].address] * 4)  # one buffer, sliced
+    with pytest.raises(FrameError, match="malformed S2 ReadBatch message: "):
+        decode_read_many([payloads[0], b"\x12\x02\x08"], ["a", "b"])
 
 
 def _groups(field: int, depth: int) -> bytes:

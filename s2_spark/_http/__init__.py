@@ -11,7 +11,9 @@
   many to a connection: the tail watch's long-polls, where the service speaks it.
 * `StreamedGets` (under `HttpClient.send(views=True)`): a read session's GET on a direct
   route read off a socket of its own into kept buffers, the body as views into them.
-* `Fanout`: the calls of a batch sent together from threaded code, on one event loop.
+* `Fanout`: the calls of a batch sent together from threaded code, on one event loop;
+  tail lookups in bulk (`_bulk`, `Fanout.run_tails`): their answers read by one C call
+  many at a time, straight into arrays of positions.
 * `Response` (every path's answer) decodes bodies by their Content-Encoding, the one place
   that does; a body that does not decode is a `BodyDecodingError`, one longer than its
   request takes a `BodyTooLargeError` (never retried: the server's doing).

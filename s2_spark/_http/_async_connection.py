@@ -286,6 +286,14 @@ class AsyncConnection:
         data = request_head(method, self._target(target), head)
         return data + content if content else data
 
+    def get_affixes(self, headers: Headers) -> tuple[bytes, bytes]:
+        """What comes before and after a GET's target (a path under the base URL, as
+        bytes) on this connection: the requests of a bulk run differ only by their
+        target, so each is the two joined around it, built once."""
+        head = request_head(b"GET", b"\x00", [(b"host", self._host_header), *headers])
+        before, after = head.split(b"\x00", 1)
+        return before + self._target(""), after
+
     def _target(self, target: str) -> bytes:
         path = self._prefix + target
         if self._proxy is not None and not self._tls:

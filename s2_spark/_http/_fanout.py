@@ -31,6 +31,7 @@ from typing import cast
 from s2_spark._closeable import Closeable
 
 from ._async_connection import AsyncTimeouts
+from ._bulk import BulkTails, TailRun
 from ._pipeline import Flusher, Pipeline, ResendError
 from ._response import MAX_BODY_BYTES, Response
 
@@ -122,6 +123,7 @@ class Fanout(Closeable):
         self._opening: set[asyncio.Task[None]] = set()
         self._deadlines: dict[Pipeline, float] = {}  # busy connections
         self._sweeping: asyncio.TimerHandle | None = None
+        self._bulk = BulkTails(ssl_context, timeouts, width, depth)  # loop thread only
 
     def __repr__(self) -> str:
         return f"Fanout(width={self._width}, depth={self._depth})"
@@ -141,6 +143,17 @@ class Fanout(Closeable):
         self._started().call_soon_threadsafe(self._begin, run)
         run.answered.result()
         return run.results  # type: ignore[return-value]  # every one set by now
+
+    def run_tails(self, base_url: str, targets: Sequence[bytes], headers: Headers,
+                  max_body: int) -> TailRun:
+        """Tail lookups, a GET of each target under `base_url`, their answers read in bulk
+        (`_bulk`: positions into arrays, answers of another kind kept as they are).
+        Only where `_bulk.BULK_TAILS` (the C decoders are there)."""
+        run = TailRun(base_url, targets, headers, max_body)
+        if targets:
+            self._started().call_soon_threadsafe(self._bulk.begin, run)
+            run.answered.result()
+        return run
 
     def close(self) -> None:
         with self._lock:
@@ -303,6 +316,7 @@ class Fanout(Closeable):
             self._open(pool, *pool.waiting.popleft())
 
     async def _drop_connections(self) -> None:
+        self._bulk.close()
         if self._sweeping is not None:
             self._sweeping.cancel()
             self._sweeping = None

@@ -29,6 +29,7 @@ from s2_spark._http import (
     Response,
     query,
 )
+from s2_spark._http._bulk import BULK_TAILS
 from s2_spark.errors import AlreadyExistsError, NotFoundError, Position, S2Error, ServiceError
 
 from ._append_session import PROTO_ACCEPT, PROTO_HEADERS, ack_of
@@ -131,40 +132,73 @@ def check_tails(basin: Basin, names: Sequence[str]) -> dict[str, Position | None
 
 def _check_tails(basin: Basin, names: Sequence[str], out: dict[str, Position | None]
                  ) -> None:
+    if BULK_TAILS:
+        _bulk_tails(basin, names, out)
+        return
     results = _gets(basin, [records_path(n) + "/tail" for n in names], [], SMALL_ANSWER)
     for name, result in zip(names, results, strict=True):
-        if isinstance(result, Response) and result.status_code == 200:
-            out[name] = _tail_of(result.content)
-            continue
-        if (isinstance(result, Response)
-                and isinstance(error_from_response(result, name), NotFoundError)):
-            out[name] = None
-            continue
-        if (too_large := _too_large(result, f"the tail of {name!r}")) is not None:
-            raise too_large
-        try:
-            out[name] = basin.stream(name).check_tail()
-        except NotFoundError:
-            out[name] = None
+        _tail_result(basin, name, result, out)
+
+
+def _bulk_tails(basin: Basin, names: Sequence[str], out: dict[str, Position | None]
+                ) -> None:
+    """The tails read in bulk (`Fanout.run_tails`): a plain answer's position straight
+    from the run's arrays, any other answer handled as `_tail_result` handles it."""
+    route = basin.transport.route(basin.name)
+    run = basin.transport.fanout().run_tails(
+        route.origin.base_url, [(records_path(n) + "/tail").encode() for n in names],
+        route.headers, SMALL_ANSWER)
+    others = run.others
+    for i, (name, seq, ts) in enumerate(zip(names, run.seqs, run.tss, strict=True)):
+        if i in others:
+            _tail_result(basin, name, others[i], out)
+        else:
+            out[name] = Position(seq, ts)
+
+
+def _tail_result(basin: Basin, name: str, result: Response | Exception,
+                 out: dict[str, Position | None]) -> None:
+    """A tail lookup's answer (or failure) as its position, None for a missing stream,
+    or made again alone."""
+    if isinstance(result, Response) and result.status_code == 200:
+        out[name] = _tail_of(result.content)
+        return
+    if (isinstance(result, Response)
+            and isinstance(error_from_response(result, name), NotFoundError)):
+        out[name] = None
+        return
+    if (too_large := _too_large(result, f"the tail of {name!r}")) is not None:
+        raise too_large
+    try:
+        out[name] = basin.stream(name).check_tail()
+    except NotFoundError:
+        out[name] = None
 
 
 def read_many(basin: Basin, reads: Sequence[SmallRead], *,
               include_command_records: bool, include_headers: bool
               ) -> list[DecodedBatch | S2Error]:
-    """Each read's batch (as `StreamClient.read` gives it), or the error it ends with."""
-    from s2_spark.wire.records import decode_read_batch
+    """Each read's batch (as `StreamClient.read` gives it), or the error it ends with.
+    The answers' records are decoded together into one Arrow batch, of which each read's
+    is a slice (`decode_read_many`)."""
+    from s2_spark.wire.records import decode_read_many
 
     targets = []
     for r in reads:
         params = read_params(seq_num=r.seq_num, timestamp=None, tail_offset=None,
                              count=r.count, bytes=None, until=None, clamp=False, wait=None)
         targets.append(records_path(r.stream) + query(params))
+    results = _gets(basin, targets, PROTO_ACCEPT)
+    plain = [i for i, result in enumerate(results)
+             if isinstance(result, Response) and result.status_code == 200]
+    decoded = iter(decode_read_many(
+        [results[i].content for i in plain],  # type: ignore[union-attr]
+        [reads[i].stream for i in plain], include_command_records=include_command_records,
+        include_headers=include_headers))
     out: list[DecodedBatch | S2Error] = []
-    for r, result in zip(reads, _gets(basin, targets, PROTO_ACCEPT), strict=True):
+    for r, result in zip(reads, results, strict=True):
         if isinstance(result, Response) and result.status_code == 200:
-            out.append(decode_read_batch(result.content, r.stream,
-                                         include_command_records=include_command_records,
-                                         include_headers=include_headers))
+            out.append(next(decoded))
             continue
         if (too_large := _too_large(result, f"a read of {r.stream!r}")) is not None:
             out.append(too_large)

@@ -6,7 +6,8 @@
  * of pyarrow arrays, so no Python object is made per record and nothing is copied but
  * the bytes the arrays hold. encode_records: the reverse for AppendRecord entries of an
  * AppendInput. h1_response: a whole plain HTTP/1.1 answer (the fan-out's tail lookups,
- * acks and small reads, many to a buffer) read in one call, as _h1.ResponseReader does.
+ * acks and small reads, many to a buffer) read in one call, as _h1.ResponseReader does;
+ * h1_tails: the tail lookups' answers of a bulk run, many in one call, into arrays.
  * The pure-Python code in records.py / appends.py defines the behaviour; this module
  * must produce byte-identical results (the tests compare both).
  *
@@ -977,6 +978,7 @@ static int h1_field(const uint8_t *p, Py_ssize_t n, PyObject *headers, h1_head_t
     } else if (nlen == 10 && memcmp(lower, "connection", 10) == 0) {
         h->close |= has_close(v, e - v);
     }
+    if (headers == NULL) return 1; /* h1_tails: the fields are checked, not kept */
     PyObject *pair = Py_BuildValue("(y#y#)", lower, nlen, (const char *)v, (Py_ssize_t)(e - v));
     if (pair == NULL) return -1;
     int failed = PyList_Append(headers, pair);
@@ -1058,6 +1060,110 @@ static PyObject *fw_h1_response(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* ---------------------------------------------------------------- bulk tail answers */
+
+/* Digits p[0..n) of S2's spelling (0, or no leading zero, at most 20) into *out;
+ * 0 for anything else or a value past 2^64 - 1 (Python reads those, to the same ints). */
+static int tail_number(const uint8_t *p, Py_ssize_t n, uint64_t *out) {
+    if (n < 1 || n > 20 || (p[0] == '0' && n > 1)) return 0;
+    uint64_t v = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (p[k] < '0' || p[k] > '9') return 0;
+        uint64_t d = (uint64_t)(p[k] - '0');
+        if (v > (UINT64_MAX - d) / 10) return 0;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 1;
+}
+
+/* A tail lookup's body exactly as S2 writes it, {"tail":{"seq_num":N,"timestamp":M}}. */
+static int tail_body(const uint8_t *p, Py_ssize_t n, uint64_t *seq, uint64_t *ts) {
+    static const char A[] = "{\"tail\":{\"seq_num\":", B[] = ",\"timestamp\":";
+    const Py_ssize_t a = sizeof A - 1, b = sizeof B - 1;
+    if (n < a + 1 + b + 1 + 2 || memcmp(p, A, (size_t)a) != 0) return 0;
+    if (memcmp(p + n - 2, "}}", 2) != 0) return 0;
+    const uint8_t *d = p + a, *e = p + n - 2;
+    const uint8_t *comma = memchr(d, ',', (size_t)(e - d));
+    if (comma == NULL || e - comma < b || memcmp(comma, B, (size_t)b) != 0) return 0;
+    return tail_number(d, comma - d, seq) && tail_number(comma + b, e - (comma + b), ts);
+}
+
+/* One answer at p[0..n): 1 a plain 200 tail (its end in *end), 0 more bytes needed,
+ * 2 any other answer, or bytes the Python reader is to judge. */
+static int tail_answer(const uint8_t *p, Py_ssize_t n, Py_ssize_t head_left,
+                       long long max_body, uint64_t *seq, uint64_t *ts, Py_ssize_t *end) {
+    Py_ssize_t head = find_head_end(p, n);
+    if (head < 0) return n > head_left ? 2 : 0;
+    if (head + 4 > head_left) return 2;
+    h1_head_t h = {0};
+    if (h1_head(p, head, NULL, &h) <= 0) return 2;
+    long long length;
+    if (h.status != 200 || !h.version11 || h.close || h.transfer || h.lengths == 0 ||
+        (length = h1_length(&h)) < 0 || length > max_body)
+        return 2;
+    if (length > n - (head + 4)) return 0;
+    if (!tail_body(p + head + 4, (Py_ssize_t)length, seq, ts)) return 2;
+    *end = head + 4 + (Py_ssize_t)length;
+    return 1;
+}
+
+/* h1_tails(buf, pos, head_left, max_body, seqs, tss, first, count): the tail lookups'
+ * answers in buf from pos, read while each is a whole plain 200 with S2's own spelling
+ * of a tail (a kept-alive HTTP/1.1 answer, its body framed by Content-Length), their
+ * positions written to seqs[first + k] and tss[first + k] (writable uint64 buffers), at
+ * most count of them. Returns (answers read, position after them, why it stopped):
+ * 0 count read or no bytes left, 1 the next answer is not all here, 2 the next answer is
+ * of another kind (or a fault): the Python reader reads that one, so its errors stay
+ * the only ones. No Python object per answer. */
+static PyObject *fw_h1_tails(PyObject *self, PyObject *args) {
+    PyObject *data, *seqs_o, *tss_o;
+    Py_ssize_t pos, head_left, first, count;
+    long long max_body;
+    if (!PyArg_ParseTuple(args, "OnnLOOnn", &data, &pos, &head_left, &max_body, &seqs_o,
+                          &tss_o, &first, &count))
+        return NULL;
+    Py_buffer b, sq, tm;
+    if (PyObject_GetBuffer(data, &b, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(seqs_o, &sq, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(tss_o, &tm, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&sq);
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    if (pos < 0 || pos > b.len || first < 0 || count < 0 || first > sq.len / 8 - count ||
+        first > tm.len / 8 - count) {
+        PyErr_SetString(PyExc_ValueError, "h1_tails: position or range out of bounds");
+        goto done;
+    }
+    const uint8_t *p = (const uint8_t *)b.buf;
+    Py_ssize_t k = 0;
+    int stop = 0;
+    while (k < count && pos < b.len) {
+        uint64_t seq = 0, ts = 0;
+        Py_ssize_t end = 0;
+        int got = tail_answer(p + pos, b.len - pos, head_left, max_body, &seq, &ts, &end);
+        if (got != 1) {
+            stop = got == 0 ? 1 : 2;
+            break;
+        }
+        memcpy((uint8_t *)sq.buf + 8 * (first + k), &seq, 8);
+        memcpy((uint8_t *)tm.buf + 8 * (first + k), &ts, 8);
+        pos += end;
+        k++;
+    }
+    out = Py_BuildValue("(nni)", k, pos, stop);
+done:
+    PyBuffer_Release(&tm);
+    PyBuffer_Release(&sq);
+    PyBuffer_Release(&b);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"decode_read_batches", fw_decode_read_batches, METH_VARARGS,
      "Decode ReadBatch messages, read in place, to one set of buffers."},
@@ -1065,6 +1171,8 @@ static PyMethodDef methods[] = {
     {"crc32", fw_crc32, METH_VARARGS, "zlib.crc32(data, value), folded where the CPU can."},
     {"h1_response", fw_h1_response, METH_VARARGS,
      "A whole plain HTTP/1.1 answer at the start of a buffer, or None."},
+    {"h1_tails", fw_h1_tails, METH_VARARGS,
+     "Plain tail lookups' answers off a buffer, their positions into arrays."},
     {"_set_error_type", fw_set_error_type, METH_O, "Set the exception type for bad input."},
     {NULL, NULL, 0, NULL},
 };
