@@ -113,6 +113,11 @@ SMOKE: dict[str, Smoke] = {
     "durable_read": Smoke(("--messages", N, "--rounds", "1", *NO_PIN),
                           r"durable_read: [\d,]+ msgs/s, [\d.]+x durable-streams \(PyPI\) "
                           + MODE),
+    "sink_rows": Smoke(("--rows", N, "--batch", "100", "--streams", "7", "--repeat", "1",
+                        "--same-run", *NO_PIN),
+                       r"sink_rows: \d+ ns a row into one stream, \d+ ns a row into several "
+                       rf"\(7\) streams, \d+ rows/s into one stream, \d+ rows/s into "
+                       rf"several {MODE}", server=True),
     "spark_read": Smoke(("--records", N, "--repeat", "1", "--no-warmup", *NO_PIN),
                         r"spark_read: \d+ rows/s, [\d.]+x in-memory ceiling, .*scaling "
                         rf"[\d.]+x of ceiling's gain, worker CPU per row .*x {MODE}",
