@@ -7,8 +7,9 @@ exactly-once to a local server process (`--server`), into one stream and, in ano
 routed by a stream column to `--streams` streams. The server runs on a CPU of its own by
 default (`_pinning`); this process's CPU (user + system) per row is the figure: the
 worker's cost of a written row. Each shape runs `--repeat` times, each time as a new
-query run (a takeover of the stream, as a new micro-batch of a new run pays); the median
-is printed, beside the server's CPU for the same rows (the named peer: what the service
+query run (a takeover of the stream, as a new micro-batch of a new run pays; with
+`--same-run`, the next micro-batch of one run: a fan-out's steady state); the median is
+printed, beside the server's CPU for the same rows (the named peer: what the service
 spends on what the client sends). `--profile FILE` writes a cProfile of one extra run of
 the first shape. Ends with one line: `sink_rows: <ns> ns a row into one stream (<r>x the
 server's CPU), <ns> ns a row into several (<k>) streams (<r>x the server's), <rows/s>
@@ -50,15 +51,25 @@ def input_batches(rows: int, per_batch: int, streams: int) -> list[pa.RecordBatc
     return batches
 
 
+#: `--same-run`: the run every write belongs to (each write its next micro-batch).
+_SAME_RUN = run_key(f"run-{uuid.uuid4().hex}")
+
+
 def write(basin: BasinClient, batches: list[pa.RecordBatch], streams: int, run: int,
-          settings: SinkSettings) -> None:
-    """The batches through one task's writer (a new run of the query each time)."""
-    who = WriterId(query_key("bench"), True, run_key(f"run-{run}-{uuid.uuid4().hex}"),
-                   int(time.time() * 1000) + run, run, 0, 0)
+          settings: SinkSettings, *, same_run: bool = False) -> None:
+    """The batches through one task's writer (a new run of the query each time; with
+    `same_run`, micro-batch `run` of one run: a streaming query's steady state)."""
+    key = _SAME_RUN if same_run else run_key(f"run-{run}-{uuid.uuid4().hex}")
+    who = WriterId(query_key("bench"), True, key, int(time.time() * 1000) + run, run, 0, 0)
     writer = PartitionWriter(basin, who, settings)
     for batch in batches:
         writer.add(batch.column(0), None, None, "s0" if streams == 1 else batch.column(1))
     writer.close()
+
+
+def _per_row(seconds: list[float], rows: int) -> str:
+    """The median of `seconds` per row, in ns (n/a: none measured)."""
+    return f"{1e9 * statistics.median(seconds) / rows:.0f} ns" if seconds else "n/a"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -71,9 +82,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--flush-records", type=int,
                     help="the writer's flush_records (rows buffered per stream before a "
                          "flush; default: the package's)")
+    ap.add_argument("--same-run", action="store_true",
+                    help="every write the next micro-batch of one run (no takeover: the "
+                         "steady state of a streaming query, as a fan-out's)")
     add_pin_option(ap)
     add_server_option(ap)
     args = ap.parse_args(argv)
+    same = {"same_run": args.same_run}
     placement = placed(args)
     shapes = {1: input_batches(args.rows, args.batch, 1),
               args.streams: input_batches(args.rows, args.batch, args.streams)}
@@ -87,8 +102,9 @@ def main(argv: list[str] | None = None) -> None:
             client.create_basin(basin_name)
             basin = client.basin(basin_name)
             run = 0
-            write(basin, shapes[1][:5], 1, run, settings)  # warm-up: imports, connections, streams
-            write(basin, shapes[args.streams][:5], args.streams, run + 1, settings)
+            # warm-up: imports, connections, streams
+            write(basin, shapes[1][:5], 1, run, settings, **same)
+            write(basin, shapes[args.streams][:5], args.streams, run + 1, settings, **same)
             for streams, batches in shapes.items():
                 here, walls, srv, faults = [], [], [], []
                 for _ in range(args.repeat):
@@ -96,19 +112,20 @@ def main(argv: list[str] | None = None) -> None:
                     before = cpu.sample()
                     minflt = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                     t0 = time.perf_counter()
-                    write(basin, batches, streams, run, settings)
+                    write(basin, batches, streams, run, settings, **same)
                     walls.append(time.perf_counter() - t0)
                     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - minflt)
                     spent = cpu.since(before)
                     here.append(spent["this process"])
-                    srv.append(spent.get("server", float("nan")))  # nan: not ours to measure
+                    if "server" in spent:  # not for a server running elsewhere (a URL)
+                        srv.append(spent["server"])
                 ns = 1e9 * statistics.median(here) / args.rows
                 wall = statistics.median(walls)
-                figures[streams] = (ns, args.rows / wall,
-                                    statistics.median(here) / statistics.median(srv))
+                figures[streams] = (ns, args.rows / wall, statistics.median(here)
+                                    / statistics.median(srv) if srv else float("nan"))
                 print(f"  {streams} stream(s): this process {ns:.0f} ns a row "
                       f"(runs {', '.join(f'{1e9 * t / args.rows:.0f}' for t in here)}), "
-                      f"server {1e9 * statistics.median(srv) / args.rows:.0f} ns a row, "
+                      f"server {_per_row(srv, args.rows)} a row, "
                       f"{1000 * statistics.median(faults) / args.rows:.1f} page faults "
                       "per 1000 rows, "
                       f"{args.rows / wall:,.0f} rows/s", flush=True)
@@ -116,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
                 import cProfile
 
                 prof = cProfile.Profile(time.thread_time)  # CPU, not wall
-                prof.runcall(write, basin, shapes[1], 1, run + 2, settings)
+                prof.runcall(write, basin, shapes[1], 1, run + 2, settings, **same)
                 prof.dump_stats(args.profile)
                 print(f"  profile of one run (one stream) in {args.profile}")
     one, many = figures[1], figures[args.streams]
@@ -128,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _x(ratio: float) -> str:
     """A ratio, or n/a where the server's CPU was not measured (a server given by URL)."""
-    return "n/a" if ratio != ratio or ratio == float("inf") else f"{ratio:.2f}x"
+    return "n/a" if ratio != ratio else f"{ratio:.2f}x"
 
 
 if __name__ == "__main__":

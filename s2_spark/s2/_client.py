@@ -165,6 +165,8 @@ class BasinClient:
     def __init__(self, transport: Transport, name: str) -> None:
         self._transport = transport
         self.name = name
+        # Worked out once (the configuration is frozen): a writer asks once per stream.
+        self._endpoint_url = transport.config.basin_base_url(name)[0]
 
     def __repr__(self) -> str:
         return f"BasinClient({self.name!r})"
@@ -172,7 +174,7 @@ class BasinClient:
     @property
     def endpoint_url(self) -> str:
         """The base URL this basin's requests go to."""
-        return self._transport.config.basin_base_url(self.name)[0]
+        return self._endpoint_url
 
     def stream(self, name: str) -> StreamClient:
         return StreamClient(self._transport, self.name, check_stream_name(name))

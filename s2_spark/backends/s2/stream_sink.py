@@ -246,6 +246,11 @@ class StreamSink(StreamToken):
     def _consume(self, n: int) -> None:
         """Drop the first `n` buffered rows: they are in the stream (the rest stay in the
         buffers they are in: no copy)."""
+        self._start += n
+        self._buffered_rows -= n
+        if not self._buffered_rows:  # all of them (a single append's, at close)
+            self._chunks, self._buffered_bytes = [], 0
+            return
         chunks, k, left = self._chunks, 0, n
         while k < len(chunks) and left >= len(chunks[k]):
             left -= len(chunks[k])
@@ -254,9 +259,7 @@ class StreamSink(StreamToken):
         if left:
             rest[0] = rest[0].slice(left)
         self._chunks = rest
-        self._buffered_rows -= n
         self._buffered_bytes = sum(c.nbytes for c in rest)
-        self._start += n
 
     def _keep(self, records: EncodedRecords, start: int) -> None:
         """Buffer exactly these rows (from row `start` on) instead."""
@@ -269,6 +272,8 @@ class StreamSink(StreamToken):
         """Append the buffered rows the stream does not have yet (`final`: all of them;
         else a short last append waits for more). After a refusal, a missing stream or an
         unknown outcome, decide again from what was learnt and go on from there."""
+        if not (self._chunks or (final and self._replaying)):
+            return  # settled (most streams of a fan-out, by `PartitionWriter`'s singles)
         loop = RetryLoop(self._stream.config.retry, f"appends to {self._what}")
         refusals = 0
         while self._chunks or (final and self._replaying):
