@@ -130,8 +130,8 @@ class BulkTails:
         if not run.queued and run.unsent:
             run.queued = True
             origin.runs.append(run)
-        while origin.idle and self.work(origin) is not None:
-            origin.idle.pop().serve(self.work(origin))
+        while origin.idle and (run_ := self.work(origin)) is not None:
+            origin.idle.pop().serve(run_)
         run_ = self.work(origin)
         if run_ is None:
             return
@@ -248,9 +248,9 @@ class TailPipe(asyncio.Protocol):
         self._transport = transport
         self.sound = True
 
-    def serve(self, run: TailRun | None) -> None:
+    def serve(self, run: TailRun) -> None:
         """Send `run`'s next requests, up to `depth` in flight."""
-        assert run is not None and self._transport is not None
+        assert self._transport is not None
         if run is not self.run:
             self.run = run
             if run.affixes is None:

@@ -35,9 +35,9 @@ __all__ = ["Flusher", "Pipeline", "ResendError"]
 Headers = list[tuple[bytes, bytes]]
 Result = Response | Exception
 #: `Pipeline`'s callback: (the pipeline, the request's token, its answer or failure).
+Answered = Callable[["Pipeline", object, Result], None]
 #: Methods sent again when a request before them on the connection failed.
 _IDEMPOTENT = frozenset((b"GET", b"HEAD"))
-Answered = Callable[["Pipeline", object, Result], None]
 
 
 class ResendError(Exception):
