@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from _class_archive import LIGHT_JVM, archive_path, start_archive, use_archive
 from _s2_target import (
     ENDPOINT,
     EXTERNAL,
@@ -39,10 +40,25 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 # inherit this too.
 for _name in ("NO_PROXY", "no_proxy"):
     os.environ[_name] = ",".join(filter(None, [os.environ.get(_name), "127.0.0.1", "localhost"]))
-# Every JVM the tests start (the session's, child queries', clusters', Connect's) lives a
-# minute or two on small data: the client compiler alone and one GC thread spend a quarter
-# less CPU on the 2 cores the suite has (tests/test_spark_writer.py: 80 s against 105 s).
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# Every JVM the tests start (the session's, child queries', clusters', Connect's).
+os.environ.setdefault("JAVA_TOOL_OPTIONS", LIGHT_JVM)
+#: Spark's classes archived once (`_class_archive`): a driver started after it is there
+#: spends half the CPU starting.
+CLASS_ARCHIVE = archive_path()
+_archive_maker: list[object] = []  # held, not waited for: it may outlive the run
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Make the class archive in the background where it is missing (once: the xdist
+    controller, or the only process)."""
+    if CLASS_ARCHIVE is not None and "PYTEST_XDIST_WORKER" not in os.environ:
+        _archive_maker.append(start_archive(CLASS_ARCHIVE))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Drivers this test starts use the class archive if it is there by now."""
+    if CLASS_ARCHIVE is not None:
+        use_archive(CLASS_ARCHIVE)
 
 
 #: The longest test modules (minutes each: kills, clusters, Connect, pipelines), run first:

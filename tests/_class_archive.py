@@ -1,0 +1,191 @@
+"""A class-data-sharing archive of what a Spark driver loads, so that the suite's Spark
+starts cost half the CPU.
+
+A local Spark driver (the session's, each kill test's child, each restarted query's)
+spends about 19 s of CPU starting and running its first query on this project's 2-core
+machines, half of it loading and verifying Spark's classes from its jars; with a JDK
+dynamic archive of those classes mapped in, about 9 s. The suite starts dozens of drivers.
+
+The archive is made once per JDK, PySpark install and jar set (the JDK refuses an archive
+whose jars changed), by one throwaway driver that runs a batch query and a streaming query
+through a Python data source, and kept in the cache folder of the external servers
+(`s2_spark.testing.external.cache_root`). `start_archive` makes it in the background: the
+README's test command starts it before its checks (`python tests/_class_archive.py`), so it
+is ready when the tests start, and the suite starts it where it is missing. `use_archive`
+hands it to every driver started once it is there (`SPARK_SUBMIT_OPTS`: spark-submit's
+drivers only, not its launcher, whose standard output is its result). A driver whose class
+path differs (a cluster's or Connect's own conf folder) does not use it, silently; nothing
+else changes. `S2_SPARK_CLASS_ARCHIVE=0` turns it off.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+SWITCH = "S2_SPARK_CLASS_ARCHIVE"
+#: The JVMs of the suite live a minute or two on small data: the client compiler alone and
+#: one GC thread spend a quarter less CPU on its 2 cores (tests/test_spark_writer.py: 80 s
+#: against 105 s). Set for every JVM the tests start, the archive's maker included.
+LIGHT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: The JDK's messages about an archive it cannot use (another class path) stay quiet: a
+#: driver's standard output can be what a test reads.
+_QUIET = "-Xlog:cds=off,cds+dynamic=off"
+
+
+def archive_path() -> Path | None:
+    """Where the archive for this JDK, PySpark and jar set is kept; None where Java or
+    PySpark is missing or the archive is switched off."""
+    if os.environ.get(SWITCH, "1") == "0":
+        return None
+    try:
+        import pyspark
+
+        env = {k: v for k, v in os.environ.items() if k != "JAVA_TOOL_OPTIONS"}
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True,
+                              env=env, timeout=60).stderr
+    except (ImportError, OSError, subprocess.SubprocessError):
+        return None
+    jars = Path(pyspark.__file__).parent / "jars"
+    key = hashlib.sha256(java.encode())
+    for jar in sorted(jars.glob("*.jar")):
+        st = jar.stat()
+        key.update(f"{jar}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    from s2_spark.testing.external import cache_root
+
+    return cache_root() / "class-archives" / f"spark-{key.hexdigest()[:20]}.jsa"
+
+
+def start_archive(path: Path) -> subprocess.Popen[bytes] | None:
+    """Start making the archive at `path` in the background unless it is there (one
+    maker at a time: the others return at once); the process."""
+    if path.exists():
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Its own session: it finishes even if the run that started it ends first (a later
+    # run would otherwise start it again); a lock keeps it to one at a time.
+    with open(path.with_suffix(".log"), "wb") as log:
+        return subprocess.Popen([sys.executable, __file__, str(path)], start_new_session=True,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+
+
+def use_archive(path: Path) -> bool:
+    """Hand the archive at `path` to the Spark drivers this process and its children start
+    from now on, once it is there; whether they get it."""
+    opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    if str(path) in opts:
+        return True
+    if not path.exists():
+        return False
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{opts} -XX:SharedArchiveFile={path} {_QUIET}".strip()
+    return True
+
+
+class _Reader:
+    """Three rows in one partition, one micro-batch (the streaming reader's calls)."""
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"n": 0}
+
+    def latestOffset(self) -> dict[str, int]:
+        return {"n": 2}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[object]:
+        from pyspark.sql.datasource import InputPartition
+
+        return [InputPartition(0)]
+
+    def read(self, partition: object) -> Iterator[tuple[int, str]]:
+        yield from ((i, "x") for i in range(3))
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass
+
+
+class _Writer:
+    """Takes the rows and commits (the streaming writer's calls)."""
+
+    def write(self, rows: Iterator[object]) -> object:
+        from pyspark.sql.datasource import WriterCommitMessage
+
+        return WriterCommitMessage()
+
+    def commit(self, messages: list[object], batch_id: int) -> None:
+        pass
+
+    def abort(self, messages: list[object], batch_id: int) -> None:
+        pass
+
+
+def _workload_source() -> type:
+    """The workload's Python data source (made here: pyspark is imported only by the
+    throwaway driver)."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceStreamWriter
+
+    reader = type("Reader", (_Reader, DataSourceStreamReader), {})
+    writer = type("Writer", (_Writer, DataSourceStreamWriter), {})
+
+    class Source(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "archive_workload"
+
+        def schema(self) -> str:
+            return "id long, v string"
+
+        def streamReader(self, schema: object) -> DataSourceStreamReader:
+            return reader()
+
+        def streamWriter(self, schema: object, overwrite: bool) -> DataSourceStreamWriter:
+            return writer()
+
+    return Source
+
+
+def _make(path: Path) -> None:
+    """Run the throwaway driver with the archive written at its exit, then move the
+    archive into place (an interrupted run leaves none)."""
+    import tempfile
+
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    lock = open(f"{path}.lock", "w")  # noqa: SIM115 - held until this process ends
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return  # another run is making it
+    partial = path.with_suffix(f".{os.getpid()}.partial")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("JAVA_TOOL_OPTIONS", LIGHT_JVM)
+    spark = (SparkSession.builder.master("local[2]").appName("class-archive")
+             .config("spark.ui.enabled", "false")
+             .config("spark.driver.extraJavaOptions",
+                     f"-XX:ArchiveClassesAtExit={partial} {_QUIET}")
+             .getOrCreate())
+    spark.dataSource.register(_workload_source())
+    spark.range(100).selectExpr("id % 7 AS k").groupBy("k").count().toArrow()
+    with tempfile.TemporaryDirectory() as ckpt:
+        q = (spark.readStream.format("archive_workload").load().writeStream
+             .format("archive_workload").option("checkpointLocation", ckpt)
+             .trigger(availableNow=True).start())
+        q.awaitTermination(300)
+    spark.stop()
+    # The JVM leaves when its standard input ends, and writes the archive as it goes.
+    proc = SparkContext._gateway.proc  # type: ignore[union-attr]
+    proc.stdin.close()
+    proc.wait(300)
+    if partial.exists():
+        partial.rename(path)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1:  # the maker itself
+        _make(Path(sys.argv[1]))
+    elif (where := archive_path()) is not None:  # the test command, before the checks
+        start_archive(where)
