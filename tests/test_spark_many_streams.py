@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -186,6 +187,45 @@ def test_idle_plans_ask_nothing_of_empty_streams_and_see_their_first_record(
         assert latest == {**end, "empty-003": 1}
         assert list(reader.partitions(end, latest)) == [
             RangePartition("empty-003", 0, 1, from_origin=True)]
+    finally:
+        reader.stop()
+
+
+def test_a_plan_that_finds_nothing_new_lists_again_though_a_listing_ended_meanwhile(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan over a prefix takes the last listing and, when it is older than
+    discoveryIntervalMs, has the next one made in the background. If that one ends before
+    the plan does, the plan still planned from the old one: finding nothing new, it lists
+    again, so a stream created a moment ago is planned (`processAllAvailable()` returned
+    without it under load: a background listing that ended mid-plan was taken for one the
+    plan had used)."""
+    import s2_spark.spark._discovery as discovery
+
+    started: list[bool] = []
+
+    class AtOnce:  # the background listing, ended before the plan goes on
+        def __init__(self, target: Any, **_: Any) -> None:
+            self._target = target
+
+        def start(self) -> None:
+            started.append(True)
+            self._target()
+
+    env.fill("mid-", [2])
+    reader = S2DataSource(env.options(streamPrefix="mid-", discoveryIntervalMs="1")
+                          ).streamReader(None)  # type: ignore[arg-type]
+    try:
+        end = plan_all_available(reader, reader.initialOffset())
+        assert end == {"mid-000": 2}
+        env.client.basin(env.basin).create_stream("mid-001")
+        env.append("mid-001", b"new")
+        listed = reader._discovery()
+        while time.monotonic() - listed._last[0] < listed._gap:  # the listing is due
+            time.sleep(0.01)
+        monkeypatch.setattr(discovery, "threading", SimpleNamespace(Thread=AtOnce))
+        assert plan_all_available(reader, end) == {"mid-000": 2, "mid-001": 1}
+        assert started == [True]  # the background listing did end mid-plan
     finally:
         reader.stop()
 

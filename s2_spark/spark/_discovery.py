@@ -46,15 +46,23 @@ class Discovery:
         self._gap = interval  # seconds from one listing to the next, at least
         self._error: BaseException | None = None
         self._refreshing = False
+        self._handed: float | None = None  # (plan thread) see `handed_at`
 
     @property
-    def listed_at(self) -> float | None:
-        """When the last finished listing began (time.monotonic), or None."""
-        last = self._last
-        return None if last is None else last[0]
+    def handed_at(self) -> float | None:
+        """When the listing last handed to a plan began (time.monotonic), or None. Not
+        the last one made: a listing the background finished while a plan went on is not
+        the one that plan planned from."""
+        return self._handed
 
     def now(self) -> list[str]:
-        """A listing made now."""
+        """A listing made now, for the plan asking."""
+        began, names = self._make()
+        self._handed = began
+        return names
+
+    def _make(self) -> tuple[float, list[str]]:
+        """List the streams; kept as the last listing unless a later-begun one is."""
         began = time.monotonic()
         names = self._list()
         took = time.monotonic() - began
@@ -62,7 +70,7 @@ class Discovery:
             self._gap = max(self._interval, LISTING_SHARE * took)
             if self._last is None or self._last[0] <= began:
                 self._last = (began, names)
-        return names
+        return began, names
 
     def now_if_quick(self) -> list[str] | None:
         """A listing made now, if the last one found at most `QUICK_LISTING` streams; else
@@ -86,11 +94,12 @@ class Discovery:
         if start:
             threading.Thread(target=self._refresh, name="s2-spark-discovery",
                              daemon=True).start()
+        self._handed = last[0]
         return last[1]
 
     def _refresh(self) -> None:
         try:
-            self.now()
+            self._make()
         except Exception as exc:  # raised by the next plan, which the query reports
             log.debug("listing the streams failed: %s", type(exc).__name__)
             with self._lock:

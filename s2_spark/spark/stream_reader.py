@@ -181,9 +181,9 @@ class RangeStreamReader(DataSourceStreamReader):
         many streams (more than `QUICK_LISTING`), the listing is left to the background
         and the plan takes what it finds (`Discovery.now_if_quick`)."""
         backend = self._backend
-        listed_at = self._discovery().listed_at
+        handed_at = self._discovery().handed_at
         if (self._options.selection.prefix is None or self._target is not None
-                or (listed_at is not None and listed_at >= plan_began)
+                or (handed_at is not None and handed_at >= plan_began)
                 or any(s not in start or backend.is_after(t, start[s])
                        for s, t in tails.items())):
             return {}
