@@ -1,10 +1,11 @@
-"""A class-data-sharing archive of what a Spark driver loads, so that the suite's Spark
+"""A class-data-sharing archive of what a Spark JVM loads, so that the suite's Spark
 starts cost half the CPU.
 
 A local Spark driver (the session's, each kill test's child, each restarted query's)
 spends about 19 s of CPU starting and running its first query on this project's 2-core
 machines, half of it loading and verifying Spark's classes from its jars; with a JDK
-dynamic archive of those classes mapped in, about 9 s. The suite starts dozens of drivers.
+dynamic archive of those classes mapped in, about 9 s. The suite starts dozens of drivers,
+and clusters of masters, workers and executors.
 
 The archive is made once per JDK, PySpark install and jar set (the JDK refuses an archive
 whose jars changed), by one throwaway driver that runs a batch query and a streaming query
@@ -12,10 +13,10 @@ through a Python data source, and kept in the cache folder of the external serve
 (`s2_spark.testing.external.cache_root`). `start_archive` makes it in the background: the
 README's test command starts it before its checks (`python tests/_class_archive.py`), so it
 is ready when the tests start, and the suite starts it where it is missing. `use_archive`
-hands it to every driver started once it is there (`SPARK_SUBMIT_OPTS`: spark-submit's
-drivers only, not its launcher, whose standard output is its result). A driver whose class
-path differs (a cluster's or Connect's own conf folder) does not use it, silently; nothing
-else changes. `S2_SPARK_CLASS_ARCHIVE=0` turns it off.
+hands it to every JVM started once it is there (`JAVA_TOOL_OPTIONS`). The JDK maps it only
+under the class path it was made with, whose head is Spark's conf folder: every Spark JVM
+of the suite gets the same empty one (`conf_dir`). A JVM with another class path does not
+use it, silently; nothing else changes. `S2_SPARK_CLASS_ARCHIVE=0` turns it off.
 """
 
 from __future__ import annotations
@@ -74,15 +75,25 @@ def start_archive(path: Path) -> subprocess.Popen[bytes] | None:
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log)
 
 
+def conf_dir(path: Path) -> Path:
+    """The Spark conf folder of every JVM the archive at `path` serves: an empty one of
+    its own. It heads the class path of drivers, masters, workers and executors alike, and
+    the JDK maps an archive only under the class path it was made with."""
+    folder = path.parent / "conf"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def use_archive(path: Path) -> bool:
-    """Hand the archive at `path` to the Spark drivers this process and its children start
-    from now on, once it is there; whether they get it."""
-    opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    """Hand the archive at `path` to the JVMs this process and its children start from
+    now on (`JAVA_TOOL_OPTIONS`), once it is there; whether they get it. A JVM with another
+    class path (a spark-submit's launcher, Kafka) maps nothing and says nothing."""
+    opts = os.environ.get("JAVA_TOOL_OPTIONS", "")
     if str(path) in opts:
         return True
     if not path.exists():
         return False
-    os.environ["SPARK_SUBMIT_OPTS"] = f"{opts} -XX:SharedArchiveFile={path} {_QUIET}".strip()
+    os.environ["JAVA_TOOL_OPTIONS"] = f"{opts} -XX:SharedArchiveFile={path} {_QUIET}".strip()
     return True
 
 
@@ -162,7 +173,8 @@ def _make(path: Path) -> None:
         return  # another run is making it
     partial = path.with_suffix(f".{os.getpid()}.partial")
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("JAVA_TOOL_OPTIONS", LIGHT_JVM)
+    os.environ["JAVA_TOOL_OPTIONS"] = LIGHT_JVM
+    os.environ.setdefault("SPARK_CONF_DIR", str(conf_dir(path)))
     spark = (SparkSession.builder.master("local[2]").appName("class-archive")
              .config("spark.ui.enabled", "false")
              .config("spark.driver.extraJavaOptions",

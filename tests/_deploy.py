@@ -63,10 +63,12 @@ def spark_env(work: Path) -> dict[str, str]:
         PYSPARK_DRIVER_PYTHON=sys.executable,
         SPARK_LOG_DIR=str(work / "logs"),
         SPARK_LOCAL_DIRS=str(work / "local"),
-        SPARK_CONF_DIR=str(work / "conf"),
+        # An empty conf folder: the suite's (where the class archive is made for it) or
+        # one of `work`'s.
+        SPARK_CONF_DIR=os.environ.get("SPARK_CONF_DIR") or str(work / "conf"),
     )
     env.pop("PYTHONPATH", None)
-    (work / "conf").mkdir(parents=True, exist_ok=True)
+    Path(env["SPARK_CONF_DIR"]).mkdir(parents=True, exist_ok=True)
     return env
 
 

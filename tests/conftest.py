@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from _class_archive import LIGHT_JVM, archive_path, start_archive, use_archive
+from _class_archive import LIGHT_JVM, archive_path, conf_dir, start_archive, use_archive
 from _s2_target import (
     ENDPOINT,
     EXTERNAL,
@@ -45,6 +45,8 @@ os.environ.setdefault("JAVA_TOOL_OPTIONS", LIGHT_JVM)
 #: Spark's classes archived once (`_class_archive`): a driver started after it is there
 #: spends half the CPU starting.
 CLASS_ARCHIVE = archive_path()
+if CLASS_ARCHIVE is not None:  # every Spark JVM's, the archive's class path begins with it
+    os.environ.setdefault("SPARK_CONF_DIR", str(conf_dir(CLASS_ARCHIVE)))
 _archive_maker: list[object] = []  # held, not waited for: it may outlive the run
 
 
