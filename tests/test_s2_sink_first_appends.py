@@ -152,6 +152,27 @@ def test_cut_connections_during_bulk_first_appends(
     assert_written_once(basin, plan)
 
 
+def test_fresh_rows_hand_over_in_order_and_let_go_of_batches() -> None:
+    """A stream whose rows reach a flush is due; its sink takes its rows of every batch,
+    in order, and a batch none of whose streams is left is let go of (a long task's
+    flushed rows are not held to its end)."""
+    from s2_spark.backends.s2._first_appends import FreshRows
+
+    fresh, rules = FreshRows(), SinkSettings(flush_records=5)
+    one = encode_entries(pa.array([b"x0", b"x1", b"y0", b"y1"]))
+    two = encode_entries(pa.array([b"x2", b"x3", b"x4"]))
+    assert fresh.add(one, fresh.number(["x", "y"]), np.array([0, 2]), np.array([2, 2]),
+                     rules) == []
+    assert fresh.add(two, fresh.number(["x"]), np.array([0]), np.array([3]), rules) == ["x"]
+    (chunks,) = fresh.take(["x"])
+    assert [bytes(c.payload) for c in chunks] == [bytes(one.slice(0, 2).payload),
+                                                 bytes(two.payload)]
+    assert fresh._batches[0] is one and len(fresh._batches[1]) == 0  # y still in one
+    first = fresh.first_appends(wid(), SinkSettings(), ("http://s2", "b"), backwards=False)
+    assert (first.names, first.counts, first.others) == (["y"], [2], [])
+    assert first.bodies[0].startswith(bytes(one.slice(2, 4).payload))
+
+
 # -- the builder and the ack reader, C against Python --------------------------------------
 
 needs_c = pytest.mark.skipif(fastwire is None, reason="the C accelerator is not built")

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = ["FirstAppends", "FreshRows", "first_bodies", "landed_results", "token_suffix"]
 
 _EMPTY = np.zeros(0, np.int64)
+_NO_RECORDS = EncodedRecords(memoryview(b""), _EMPTY, _EMPTY)
 
 
 class FreshRows:
@@ -102,17 +103,26 @@ class FreshRows:
             self.nbytes[nums] >= settings.flush_bytes)
         return [self.names[k] for k in nums[due].tolist()]
 
-    def take(self, name: str) -> list[EncodedRecords]:
-        """Stream `name`'s rows, in order, as slices of the input batches: its sink's
-        from now on (it is left out of `first_appends`)."""
-        k = self.index[name]
-        self.taken[k] = True
-        chunks = []
-        for records, (nums, firsts, counts, _, _) in zip(self._batches, self._runs,
-                                                         strict=True):
-            for i in np.flatnonzero(nums == k).tolist():
-                start = int(firsts[i])
-                chunks.append(records.slice(start, start + int(counts[i])))
+    def take(self, names: list[str]) -> list[list[EncodedRecords]]:
+        """Each stream's rows, in order, as slices of the input batches: its sink's from
+        now on (it is left out of `first_appends`). One pass over the batches for all of
+        them; a batch none of whose streams is left here is let go."""
+        chunks: list[list[EncodedRecords]] = [[] for _ in names]
+        if not names:
+            return chunks
+        nums = np.fromiter((self.index[n] for n in names), np.int64, len(names))
+        self.taken[nums] = True
+        where = np.full(len(self.names), -1, np.int64)
+        where[nums] = np.arange(len(nums))
+        for b, (runs, firsts, counts, _, _) in enumerate(self._runs):
+            pos = where[runs]
+            mine = pos >= 0
+            for k, start, n in zip(pos[mine].tolist(), firsts[mine].tolist(),
+                                   counts[mine].tolist(), strict=True):
+                chunks[k].append(self._batches[b].slice(start, start + n))
+            if len(runs) and self.taken[runs].all():
+                self._batches[b] = _NO_RECORDS
+                self._runs[b] = (_EMPTY,) * 5
         return chunks
 
     def first_appends(self, writer: WriterId, settings: SinkSettings,

@@ -173,15 +173,16 @@ class PartitionWriter:
             keep = ~has_sink
             nums, firsts, counts = nums[keep], firsts[keep], counts[keep]
         due = fresh.add(records, nums, firsts, counts, self.settings)
-        return full + [self._give_sink(name) for name in due]
+        return full + self._give_sinks(due)
 
-    def _give_sink(self, name: str) -> StreamSink:
-        """A sink for a stream whose rows `FreshRows` kept: it holds them from now on."""
+    def _give_sinks(self, names: list[str]) -> list[StreamSink]:
+        """Sinks for streams whose rows `FreshRows` kept: they hold them from now on."""
         assert self._fresh is not None
-        sink = self.sinks[name]
-        for chunk in self._fresh.take(name):
-            sink.buffer_encoded(chunk)
-        return sink
+        sinks = [self.sinks[name] for name in names]
+        for sink, chunks in zip(sinks, self._fresh.take(names), strict=True):
+            for chunk in chunks:
+                sink.buffer_encoded(chunk)
+        return sinks
 
     def close(self) -> list[StreamWriteResult]:
         """Write every stream's rows; results in first-seen order."""
@@ -212,15 +213,16 @@ class PartitionWriter:
         key = (basin.endpoint_url, basin.name)
         first = self._fresh.first_appends(self.writer, self.settings, key,
                                           backwards=bool(self.writer.partition % 2))
-        for name in first.others:
-            self._give_sink(name)
+        self._give_sinks(first.others)
         if not first.names:
             return
         acks = basin.append_bodies(first.names, first.bodies, first.condition_sizes,
                                    in_flight=self.settings.max_inflight_appends,
                                    create_missing=self.settings.create_streams)
-        for name, err in landed_results(first, acks, key, results):
-            self._give_sink(name).single_failed(err)
+        failed = landed_results(first, acks, key, results)
+        for sink, (_, err) in zip(self._give_sinks([name for name, _ in failed]), failed,
+                                  strict=True):
+            sink.single_failed(err)
 
     def _write_singles(self, sinks: list[StreamSink]) -> None:
         """Streams whose rows fit one append, and which need nothing read or bumped first,
