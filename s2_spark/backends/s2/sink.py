@@ -5,8 +5,10 @@ One writer routes its rows to many streams: grouped by stream in one pass per in
 batch, each stream's rows in input order (`stream_sink.StreamSink` writes one stream;
 `tokens` is what it leaves in the stream). Streams whose buffers fill up are flushed as
 rows come, several at once. When the input ends, the streams whose rows fit one append
-(most small ones) are written by one append each, sent together; what a refusal or a
-missing stream teaches is answered together in another round (creations too), and the
+(most small ones) are written by one append each, sent together: those the writer has
+no sink for, and can write without reading first, built in one pass for all of them
+(`_first_appends`: no object per stream but its request and result); what a refusal or
+a missing stream teaches is answered together in another round (creations too), and the
 rest (reading marks back, bumps, long streams) is done per stream, several at once.
 At most `max_inflight_appends` appends are in flight across the writer's streams.
 
