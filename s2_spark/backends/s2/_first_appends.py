@@ -131,32 +131,21 @@ class FreshRows:
         append, a condition known without reading (`first_tokens`); the rest to be
         taken by sinks (`FirstAppends.others`). `key`: the basin's endpoint and name (the
         streams' tokens seen); `backwards`: streams in reverse first-seen order."""
+        head = DataMarks(writer).head
         fits = ~self.taken & (self.rows > 0) & (self.rows <= settings.max_records) & (
             self.metered <= DATA_MAX_BYTES)
-        if len(writer_head := _head(writer)) + len(_b36(settings.max_records)) + 1 > (
-                MAX_TOKEN_BYTES):
-            fits[:] = False  # marks too long: the sinks raise it
-        nums = np.flatnonzero(fits)
-        if backwards:
-            nums = nums[::-1]
-        names = [self.names[k] for k in nums.tolist()]
-        seen = seen_tokens([(*key, name) for name in names])
-        tokens = {s: first_tokens(writer, s) for s in set(seen)}
-        groups = {t: j for j, t in enumerate(dict.fromkeys(t for t in tokens.values() if t))}
-        codes = np.fromiter((-1 if (t := tokens[s]) is None else groups[t] for s in seen),
-                            np.int64, len(seen))
-        ready = codes >= 0
+        if len(head) + len(_b36(settings.max_records)) + 1 > MAX_TOKEN_BYTES:
+            fits[:] = False  # a mark could be too long: each sink raises it as before
+        nums = np.flatnonzero(fits)[::-1] if backwards else np.flatnonzero(fits)
+        codes, conditions = _conditions(writer, key, [self.names[k] for k in nums.tolist()])
         others = [self.names[k] for k in np.flatnonzero(~self.taken & ~fits).tolist()]
-        others += [n for n, ok in zip(names, ready.tolist(), strict=True) if not ok]
-        if not ready.all():
-            nums, codes = nums[ready], codes[ready]
-            names = [self.names[k] for k in nums.tolist()]
-        suffixes = [token_suffix(sets, condition) for condition, sets in groups]
-        bodies = self._bodies(nums, writer_head, [s for s, _ in suffixes], codes)
-        sizes = [size for _, size in suffixes]
-        return FirstAppends(names, self.rows[nums].tolist(), bodies,
-                            [sizes[j] for j in codes.tolist()],
-                            [sets for _, sets in groups], codes.tolist(), others)
+        others += [self.names[k] for k in nums[codes < 0].tolist()]
+        nums, codes = nums[codes >= 0], codes[codes >= 0]
+        suffixes = [token_suffix(sets, condition) for condition, sets in conditions]
+        bodies = self._bodies(nums, head, [s for s, _ in suffixes], codes)
+        return FirstAppends([self.names[k] for k in nums.tolist()], self.rows[nums].tolist(),
+                            bodies, [suffixes[j][1] for j in codes.tolist()],
+                            [sets for _, sets in conditions], codes.tolist(), others)
 
     def _bodies(self, nums: np.ndarray, head: str, suffixes: list[bytes],
                 codes: np.ndarray) -> list[bytes]:
@@ -199,8 +188,18 @@ class FirstAppends:
     others: list[str]
 
 
-def _head(writer: WriterId) -> str:
-    return DataMarks(writer).head
+def _conditions(writer: WriterId, key: tuple[str, str], names: list[str]
+            ) -> tuple[np.ndarray, list[tuple[str, str]]]:
+    """What each stream's first append is conditioned on and sets, decided once per
+    token this process last saw on them (`first_tokens`): an index into the (condition,
+    sets) pairs returned, -1 where the append cannot go out at once."""
+    seen = seen_tokens([(*key, name) for name in names])
+    tokens = {s: first_tokens(writer, s) for s in set(seen)}
+    pairs = list(dict.fromkeys(t for t in tokens.values() if t is not None))
+    index = {t: j for j, t in enumerate(pairs)}
+    codes = np.fromiter((-1 if (t := tokens[s]) is None else index[t] for s in seen),
+                        np.int64, len(seen))
+    return codes, pairs
 
 
 def token_suffix(sets: str, condition: str) -> tuple[bytes, int]:
