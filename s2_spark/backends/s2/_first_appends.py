@@ -189,7 +189,7 @@ class FirstAppends:
 
 
 def _conditions(writer: WriterId, key: tuple[str, str], names: list[str]
-            ) -> tuple[np.ndarray, list[tuple[str, str]]]:
+                ) -> tuple[np.ndarray, list[tuple[str, str]]]:
     """What each stream's first append is conditioned on and sets, decided once per
     token this process last saw on them (`first_tokens`): an index into the (condition,
     sets) pairs returned, -1 where the append cannot go out at once."""
