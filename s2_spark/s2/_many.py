@@ -17,7 +17,7 @@ import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import httpx
 
@@ -33,7 +33,7 @@ from s2_spark._http._bulk import BULK_TAILS
 from s2_spark.errors import AlreadyExistsError, NotFoundError, Position, S2Error, ServiceError
 from s2_spark.wire.frames import Compression
 
-from ._append_session import PROTO_ACCEPT, PROTO_HEADERS, ack_of, acks_of
+from ._append_session import PROTO_ACCEPT, PROTO_HEADERS, ack_objects, ack_of, acks_of
 from ._errors import error_from_decoding, error_from_response, error_from_transport
 from ._params import read_params
 from ._stream import records_path
@@ -231,8 +231,14 @@ def append_each(basin: Basin, appends: Sequence[SingleAppend], *, in_flight: int
                               lambda i: appends[i].batch.to_append_input(None, ""))
             if create_missing else None)
     results = basin.transport.fanout().run(calls, limit=in_flight, then=then)
-    return [_append_outcome(result, a.stream, basin.name)
-            for a, result in zip(appends, results, strict=True)]
+    acks = iter(ack_objects([r.content for r in results if _plain(r)]))  # in one pass
+    return [next(acks) if _plain(r) else _append_outcome(r, a.stream, basin.name)
+            for a, r in zip(appends, results, strict=True)]
+
+
+def _plain(result: Response | Exception) -> TypeGuard[Response]:
+    """Whether a fan-out result is a 200 answer (an ack, most of them)."""
+    return type(result) is Response and result.status_code == 200
 
 
 @dataclass(slots=True)
@@ -266,18 +272,17 @@ def append_bodies(basin: Basin, streams: Sequence[str], bodies: Sequence[bytes],
     then = (_CreateThenAppend(basin, streams, _Unconditioned(bodies, condition_sizes))
             if create_missing else None)
     results = basin.transport.fanout().run(calls, limit=in_flight, then=then)
-    plain = [i for i, r in enumerate(results)
-             if type(r) is Response and r.status_code == 200]
+    plain = [r.content for r in results if _plain(r)]
+    if len(plain) == len(results):  # the common case: every append acknowledged
+        return BodyAcks(*acks_of(plain), {})
     starts, ends = [0] * len(results), [0] * len(results)
-    got_starts, got_ends = acks_of([results[i].content for i in plain])  # type: ignore[union-attr]
-    for i, s, e in zip(plain, got_starts, got_ends, strict=True):
-        starts[i], ends[i] = s, e
     others: dict[int, AppendAck | ServiceError] = {}
-    if len(plain) < len(results):
-        done = set(plain)
-        for i, result in enumerate(results):
-            if i not in done:
-                others[i] = _append_outcome(result, streams[i], basin.name)
+    got = zip(*acks_of(plain), strict=True)
+    for i, r in enumerate(results):
+        if _plain(r):
+            starts[i], ends[i] = next(got)
+        else:
+            others[i] = _append_outcome(r, streams[i], basin.name)
     return BodyAcks(starts, ends, others)
 
 
