@@ -478,12 +478,12 @@ def _ack_reference(answer: bytes) -> tuple[int, ...] | None:
 def append_acks(data: bytes) -> None:
     """`_fastwire.append_acks`, many AppendAck answers read in one call, against
     protobuf's parser answer by answer (the numbers, or "not an ack" for both); and
-    `acks_of`, which the writer reads them with, against `ack_of`."""
+    `acks_of` and `ack_objects`, which the writers read them with, against `ack_of`."""
     if appends._fastwire is None:
         return
     from google.protobuf.message import DecodeError
 
-    from s2_spark.s2._append_session import ack_of, acks_of
+    from s2_spark.s2._append_session import ack_objects, ack_of, acks_of
 
     r = _Reader(data)
     answers = [r.blob() or b"" for _ in range(r.byte() % 8)]
@@ -498,6 +498,8 @@ def append_acks(data: bytes) -> None:
 
     _agree("acks_of", _outcome(lambda: acks_of(answers), (DecodeError,)),
            _outcome(reference, (DecodeError,)))
+    _agree("ack_objects", _outcome(lambda: ack_objects(answers), (DecodeError,)),
+           _outcome(lambda: [ack_of(a) for a in answers], (DecodeError,)))
 
 
 # -- Durable Streams: JSON-mode bodies --------------------------------------------------

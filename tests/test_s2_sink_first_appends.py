@@ -25,7 +25,7 @@ from s2_spark.backends.s2._first_appends import (
 )
 from s2_spark.backends.s2.sink import PartitionWriter, SinkSettings
 from s2_spark.s2 import S2Client, S2Config
-from s2_spark.s2._append_session import ack_of, acks_of
+from s2_spark.s2._append_session import ack_objects, ack_of, acks_of
 from s2_spark.testing import TcpProxy
 from s2_spark.wire._accelerator import fastwire
 from s2_spark.wire.appends import encode_entries
@@ -255,7 +255,8 @@ def _answers(draw: st.DrawFn) -> bytes:
 @given(st.lists(_answers(), max_size=6))
 def test_acks_read_in_bulk_are_ack_of_s(answers: list[bytes]) -> None:
     """`acks_of` (one C call for all answers) gives each answer's start and end as
-    `ack_of` reads it, or raises as `ack_of` raises on the first answer it cannot read."""
+    `ack_of` reads it, and `ack_objects` its whole ack, or both raise as `ack_of` raises
+    on the first answer it cannot read."""
     from google.protobuf.message import DecodeError
 
     try:
@@ -263,5 +264,8 @@ def test_acks_read_in_bulk_are_ack_of_s(answers: list[bytes]) -> None:
     except DecodeError:
         with pytest.raises(DecodeError):
             acks_of(answers)
+        with pytest.raises(DecodeError):
+            ack_objects(answers)
         return
     assert acks_of(answers) == ([a.start.seq_num for a in acks], [a.end.seq_num for a in acks])
+    assert ack_objects(answers) == acks
