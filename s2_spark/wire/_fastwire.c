@@ -8,6 +8,9 @@
  * AppendInput. h1_response: a whole plain HTTP/1.1 answer (the fan-out's tail lookups,
  * acks and small reads, many to a buffer) read in one call, as _h1.ResponseReader does;
  * h1_tails: the tail lookups' answers of a bulk run, many in one call, into arrays.
+ * append_acks: many AppendAck answers read in one call into numbers; sink_bodies: a
+ * writer's first append to each of many streams (records, mark with digest, token) built
+ * in one call, as the sink builds one (backends/s2/_first_appends.py).
  * The pure-Python code in records.py / appends.py defines the behaviour; this module
  * must produce byte-identical results (the tests compare both).
  *
