@@ -7,15 +7,18 @@ together through the client's fan-out (`s2_spark.s2._many`), over `--streams` st
 * read: `read_many` of one 100 B record per stream (protobuf ReadBatch to Arrow);
 * append: `append_each` of one pre-encoded 100 B record per stream (protobuf AppendInput,
   AppendAck), at most 64 in flight, as the writer sends them;
-* create: `create_streams` (once per run: the streams of the round after exist).
+* create: `create_streams` (once per run: the streams of the round after exist);
+* bodies: `append_bodies`, the same appends as whole AppendInput bodies, their acks read
+  in one C call into ints (how a writer sends its first appends to many streams; where
+  the tree has it).
 
 CPU seconds of this process (the caller and the fan-out's loop thread) and of the server
 (`CpuMeter`) over each call, per request; best of `--repeat` rounds by client CPU. Ratio:
 client CPU per request / the server's (lower is better; issue 54's goal is at most 20 us a
 request, below s2-lite's own cost per append). By default the server runs on a CPU of its
 own (`_pinning`). Ends with:
-`bulk_requests: tail <c> us, read <c> us, append <c> us a request; tail <r>x server, read
-<r>x server, append <r>x server (<pinned|unpinned>[, s2-lite])`.
+`bulk_requests: tail <c> us, read <c> us, append <c> us[, bodies <c> us] a request; tail
+<r>x server, read <r>x server, append <r>x server (<pinned|unpinned>[, s2-lite])`.
 """
 
 from __future__ import annotations
@@ -38,6 +41,11 @@ from s2_spark.s2._many import (
     create_streams,
     read_many,
 )
+
+try:  # the writer's first appends in bulk, where this tree has them
+    from s2_spark.s2._many import append_bodies as bulk_appends
+except ImportError:
+    bulk_appends = None
 
 RECORD = 100
 IN_FLIGHT = 64  # the writer's appends at a time
@@ -79,6 +87,10 @@ def main(argv: list[str] | None = None) -> None:
                                       include_headers=True),
             "append": lambda: append_each(many, appends, in_flight=IN_FLIGHT),
         }
+        if bulk_appends is not None:  # whole bodies, acks read into ints (not before)
+            bodies, sizes = [batch.to_append_input()] * n, [0] * n
+            calls["bodies"] = lambda: bulk_appends(many, names, bodies, sizes,
+                                                   in_flight=IN_FLIGHT)
         best: dict[str, tuple[float, float, float]] = {}
         best["create"] = measured(cpu, n, lambda: create_streams(many, names))
         append_each(many, appends, in_flight=IN_FLIGHT)  # a record for the reads
@@ -93,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  {kind:6s} {n} streams: client {c:6.1f} us/request, server "
                   f"{s:6.1f} us/request ({ratio}), {wall:.2f} s")
     kinds = ("tail", "read", "append")
-    client = ", ".join(f"{k} {best[k][0]:.1f} us" for k in kinds)
+    client = ", ".join(f"{k} {best[k][0]:.1f} us" for k in (*kinds, "bodies") if k in best)
     ratios = (", ".join(f"{k} {best[k][0] / best[k][1]:.2f}x server" for k in kinds)
               if all(best[k][1] for k in kinds) else "server CPU n/a")
     print(f"bulk_requests: {client} a request; {ratios} ({server.mode})")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import random
 import zlib
@@ -375,6 +376,130 @@ def crc32(data: bytes) -> None:
         view = memoryview(rest)[skip:]
         _agree("crc32", appends._fastwire.crc32(view, value), zlib.crc32(view, value))
     _agree("crc32", appends._fastwire.crc32(rest), zlib.crc32(rest))
+
+
+# -- S2: a writer's first appends to many streams, and their acks ------------------------
+
+
+_HEAD_CHARS = "0123456789abcdefghijklmnopqrstuvwxyz."
+
+
+def _sink_bodies_args(r: _Reader) -> list[Any]:
+    """Arguments for `_fastwire.sink_bodies`: consistent ones (segments within their
+    payloads, marks of any length), then perhaps one array spoilt as `_buffers` spoils."""
+    flags = r.byte()
+    payloads = [r.blob() or b"" for _ in range(1 + r.byte() % 3)]
+    seg_payload, seg_lo, seg_hi, firsts, counts = [], [], [], [0], []
+    for _ in range(r.byte() % 6):
+        for _ in range(r.byte() % 4):
+            k = r.byte() % len(payloads)
+            lo = r.byte() % (len(payloads[k]) + 1)
+            seg_payload.append(k)
+            seg_lo.append(lo)
+            seg_hi.append(lo + r.byte() % (len(payloads[k]) - lo + 1))
+        firsts.append(len(seg_payload))
+        counts.append(r.byte() << (8 * (r.byte() % 4) if flags & 1 else 0))
+    head = "".join(_HEAD_CHARS[b % len(_HEAD_CHARS)] for b in r.take(r.byte() % 40))
+    suffixes = [r.blob() or b"" for _ in range(1 + r.byte() % 3)]
+    suffix_of = [r.byte() % len(suffixes) for _ in counts]
+    arrays = [np.asarray(a, np.int64).tobytes()
+              for a in (seg_payload, seg_lo, seg_hi, firsts, counts, suffix_of)]
+    if flags & 2:
+        k = r.byte() % len(arrays)
+        if len(arrays[k]) >= 8 and flags & 4:
+            spoilt = np.frombuffer(arrays[k], np.int64).copy()
+            spoilt[r.byte() % len(spoilt)] += r.byte() - 128
+            arrays[k] = spoilt.tobytes()
+        else:
+            arrays[k] = arrays[k][: r.byte() % (len(arrays[k]) + 1)]
+    if flags & 8:
+        payloads = [memoryview(bytearray(b"\0" + p))[1:] for p in payloads]
+    seg_payload_, seg_lo_, seg_hi_, firsts_, counts_, suffix_of_ = arrays
+    return [payloads, seg_payload_, seg_lo_, seg_hi_, firsts_, counts_, head, suffixes,
+            suffix_of_]
+
+
+def _sink_bodies_reference(args: list[Any]) -> list[bytes]:
+    """What `_fastwire.sink_bodies` must return: `first_bodies_python` (the sink's own
+    mark, digest and fence record), or ValueError where the C one refuses its input."""
+    from s2_spark.backends.s2._first_appends import first_bodies_python
+    from s2_spark.errors import S2SparkError
+
+    payloads, *arrays, head, suffixes, suffix_of = args
+    if any(len(a) % 8 for a in (*arrays, suffix_of)):
+        raise ValueError("not an int64 buffer")
+    seg_payload, seg_lo, seg_hi, firsts, counts = (np.frombuffer(a, np.int64) for a in arrays)
+    suffix_of = np.frombuffer(suffix_of, np.int64)
+    n, segs = len(counts), len(seg_payload)
+    if len(seg_lo) != segs or len(seg_hi) != segs or len(firsts) != n + 1 or len(
+            suffix_of) != n:
+        raise ValueError("mismatched lengths")
+    for k, lo, hi in zip(seg_payload.tolist(), seg_lo.tolist(), seg_hi.tolist(), strict=True):
+        if not (0 <= k < len(payloads) and 0 <= lo <= hi <= len(payloads[k])):
+            raise ValueError("segment out of its payload")
+    f = firsts.tolist()
+    if f[0] != 0 or f[-1] != segs or any(b < a for a, b in itertools.pairwise(f)):
+        raise ValueError("bad firsts")
+    if any(c < 0 for c in counts.tolist()) or any(
+            not 0 <= j < len(suffixes) for j in suffix_of.tolist()):
+        raise ValueError("bad counts or suffixes")
+    try:
+        return first_bodies_python(payloads, seg_payload, seg_lo, seg_hi, firsts, counts,
+                                   head, suffixes, suffix_of)
+    except S2SparkError as exc:  # a mark over 36 bytes
+        raise ValueError(str(exc)) from exc
+
+
+def sink_bodies(data: bytes) -> None:
+    """`_fastwire.sink_bodies`, a writer's first appends to many streams built in one C
+    call, against the sink's own pieces in Python (`first_bodies_python`): the same
+    bodies, or ValueError for both."""
+    if appends._fastwire is None:
+        return
+    args = _sink_bodies_args(_Reader(data))
+    c_args = [*args[:6], args[6].encode(), *args[7:]]
+    _agree("sink_bodies", _outcome(lambda: appends._fastwire.sink_bodies(*c_args),
+                                   (ValueError,)),
+           _outcome(lambda: _sink_bodies_reference(args), (ValueError,)))
+
+
+def _ack_reference(answer: bytes) -> tuple[int, ...] | None:
+    """An AppendAck answer's six numbers as protobuf reads it, None if it is not one."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        a = s2_pb2.AppendAck.FromString(answer)
+    except DecodeError:
+        return None
+    return (a.start.seq_num, a.start.timestamp, a.end.seq_num, a.end.timestamp,
+            a.tail.seq_num, a.tail.timestamp)
+
+
+def append_acks(data: bytes) -> None:
+    """`_fastwire.append_acks`, many AppendAck answers read in one call, against
+    protobuf's parser answer by answer (the numbers, or "not an ack" for both); and
+    `acks_of` and `ack_objects`, which the writers read them with, against `ack_of`."""
+    if appends._fastwire is None:
+        return
+    from google.protobuf.message import DecodeError
+
+    from s2_spark.s2._append_session import ack_objects, ack_of, acks_of
+
+    r = _Reader(data)
+    answers = [r.blob() or b"" for _ in range(r.byte() % 8)]
+    raw, bad = appends._fastwire.append_acks(answers)
+    values = np.frombuffer(raw, np.uint64).reshape(-1, 6).tolist()
+    got = [None if i in bad else tuple(v) for i, v in enumerate(values)]
+    _agree("append_acks", got, [_ack_reference(a) for a in answers])
+
+    def reference() -> tuple[list[int], list[int]]:
+        acks = [ack_of(a) for a in answers]
+        return [a.start.seq_num for a in acks], [a.end.seq_num for a in acks]
+
+    _agree("acks_of", _outcome(lambda: acks_of(answers), (DecodeError,)),
+           _outcome(reference, (DecodeError,)))
+    _agree("ack_objects", _outcome(lambda: ack_objects(answers), (DecodeError,)),
+           _outcome(lambda: [ack_of(a) for a in answers], (DecodeError,)))
 
 
 # -- Durable Streams: JSON-mode bodies --------------------------------------------------
@@ -1165,6 +1290,8 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "read_many": read_many,
     "encode_records": encode_records,
     "crc32": crc32,
+    "sink_bodies": sink_bodies,
+    "append_acks": append_acks,
     "json_array": json_array,
     "json_prefix": json_prefix,
     "append_columns": append_columns,
@@ -1176,5 +1303,5 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "h1_tails": h1_tails,
     "h2_frames": h2_frames,
 }
-"""Every fuzz target by name; the first six call one C entry point each (the first two
+"""Every fuzz target by name; the first eight call one C entry point each (the first two
 the same one, with one payload and with several)."""

@@ -74,6 +74,16 @@ class SpyBasin:
             self.most = max(self.most, min(in_flight, len(appends)))
         return self._basin.append_each(appends, in_flight=in_flight, **kw)
 
+    def append_bodies(self, streams: list[str], bodies: list[bytes], sizes: list[int], *,
+                      in_flight: int, **kw: Any) -> Any:
+        """A writer's first appends to many streams, built in bulk: counted as
+        `append_each`'s."""
+        for s in streams:
+            self.call(s, "chain", 0, lambda: None)
+        with self._lock:
+            self.most = max(self.most, min(in_flight, len(streams)))
+        return self._basin.append_bodies(streams, bodies, sizes, in_flight=in_flight, **kw)
+
     def calls(self, stream: str) -> dict[str, int]:
         """Appends of each kind made to `stream` so far."""
         with self._lock:

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Columns", "drop_command_rows", "group_by_stream", "order_by_stream"]
+__all__ = ["Columns", "drop_command_rows", "group_by_stream", "order_by_stream", "stream_runs"]
 
 #: bodies, headers, timestamps (headers and timestamps optional).
 Columns = tuple[pa.Array, pa.Array | None, pa.Array | None]
@@ -47,6 +47,15 @@ def order_by_stream(columns: Columns, streams: pa.Array
                     ) -> tuple[Columns, list[tuple[str, int, int]]]:
     """The rows reordered so that each target stream's are together, streams in
     first-seen order and rows in input order, and each stream's (name, first row, rows).
+    `streams` must have no nulls."""
+    taken, names, firsts, counts = stream_runs(columns, streams)
+    return taken, list(zip(names, firsts.tolist(), counts.tolist(), strict=True))
+
+
+def stream_runs(columns: Columns, streams: pa.Array
+                ) -> tuple[Columns, list[str], np.ndarray, np.ndarray]:
+    """`order_by_stream` with the streams' names, first rows and row counts apart (two
+    int64 arrays: a writer of thousands of streams takes them in bulk).
 
     Dictionary-encodes `streams` (codes in first-seen order), sorts the row indices by
     code with a stable sort and takes each column once in that order. `streams` must have
@@ -55,23 +64,22 @@ def order_by_stream(columns: Columns, streams: pa.Array
     encoded = pc.dictionary_encode(streams)
     names: list[str] = encoded.dictionary.to_pylist()
     if len(names) == 1:
-        return columns, [(names[0], 0, len(streams))]
+        return (columns, names, np.zeros(1, np.int64),
+                np.full(1, len(streams), np.int64))
     codes = encoded.indices.to_numpy(zero_copy_only=False)
     # numpy sorts 16-bit integers stably by radix (linear), int32 codes by merge sort (3x
     # the time for a 10,000-row batch).
     order = np.argsort(codes.astype(np.int16) if len(names) <= 1 << 15 else codes,
                        kind="stable")
-    counts = np.bincount(codes, minlength=len(names)).tolist()
+    counts = np.bincount(codes, minlength=len(names)).astype(np.int64)
+    firsts = np.cumsum(counts) - counts
     taken = tuple(_take(c, order) for c in columns)
-    spans: list[tuple[str, int, int]] = []
-    start = 0
-    for name, n in zip(names, counts, strict=True):
-        if n:
-            spans.append((name, start, n))
-        start += n
     bodies, headers, timestamps = taken
     assert bodies is not None
-    return (bodies, headers, timestamps), spans
+    if not counts.all():  # a name without rows (none that pyarrow makes, but safe)
+        some = np.flatnonzero(counts)
+        names, firsts, counts = [names[i] for i in some.tolist()], firsts[some], counts[some]
+    return (bodies, headers, timestamps), names, firsts, counts
 
 
 def group_by_stream(columns: Columns, streams: pa.Array) -> list[tuple[str, Columns]]:

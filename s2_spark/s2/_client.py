@@ -202,6 +202,15 @@ class BasinClient:
         return _many.append_each(self._basin(), appends, in_flight=in_flight,
                                  create_missing=create_missing)
 
+    def append_bodies(self, streams: Sequence[str], bodies: Sequence[bytes],
+                      condition_sizes: Sequence[int], *, in_flight: int = 64,
+                      create_missing: bool = False) -> _many.BodyAcks:
+        """`append_each` for whole AppendInput messages (body i to stream i, its fencing
+        token condition the last `condition_sizes[i]` bytes), the acks read into ints
+        (`_many.append_bodies`): a writer's first appends to thousands of streams."""
+        return _many.append_bodies(self._basin(), streams, bodies, condition_sizes,
+                                   in_flight=in_flight, create_missing=create_missing)
+
     def create_streams(self, names: Sequence[str]) -> None:
         """Create the streams of `names` that do not exist, the requests sent together."""
         _many.create_streams(self._basin(), names)

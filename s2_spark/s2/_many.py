@@ -17,7 +17,7 @@ import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import httpx
 
@@ -31,8 +31,9 @@ from s2_spark._http import (
 )
 from s2_spark._http._bulk import BULK_TAILS
 from s2_spark.errors import AlreadyExistsError, NotFoundError, Position, S2Error, ServiceError
+from s2_spark.wire.frames import Compression
 
-from ._append_session import PROTO_ACCEPT, PROTO_HEADERS, ack_of
+from ._append_session import PROTO_ACCEPT, PROTO_HEADERS, ack_objects, ack_of, acks_of
 from ._errors import error_from_decoding, error_from_response, error_from_transport
 from ._params import read_params
 from ._stream import records_path
@@ -45,8 +46,8 @@ if TYPE_CHECKING:
 
     from ._stream import StreamClient
 
-__all__ = ["Basin", "SingleAppend", "SmallRead", "append_each", "check_tails",
-           "create_streams", "read_many"]
+__all__ = ["Basin", "BodyAcks", "SingleAppend", "SmallRead", "append_bodies", "append_each",
+           "check_tails", "create_streams", "read_many"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,41 +227,113 @@ def append_each(basin: Basin, appends: Sequence[SingleAppend], *, in_flight: int
     calls = [_append_call(route, a.stream, a.batch.to_append_input(a.match_seq_num,
                                                                    a.fencing_token))
              for a in appends]
-    then = _CreateThenAppend(basin, appends) if create_missing else None
+    then = (_CreateThenAppend(basin, [a.stream for a in appends],
+                              lambda i: appends[i].batch.to_append_input(None, ""))
+            if create_missing else None)
     results = basin.transport.fanout().run(calls, limit=in_flight, then=then)
-    out: list[AppendAck | ServiceError] = []
-    for a, result in zip(appends, results, strict=True):
-        what = f"stream {a.stream!r} in basin {basin.name!r}"
-        if isinstance(result, Response) and result.status_code == 200:
-            out.append(ack_of(result.content))
-        elif isinstance(result, Response):
-            out.append(error_from_response(result, what))
-        elif isinstance(result, httpx.TransportError):
-            out.append(error_from_transport(result, what, "append", None))
-        elif isinstance(result, BodyDecodingError):
-            out.append(error_from_decoding(result, what))
+    acks = iter(ack_objects([r.content for r in results if _plain(r)]))  # in one pass
+    return [next(acks) if _plain(r) else _append_outcome(r, a.stream, basin.name)
+            for a, r in zip(appends, results, strict=True)]
+
+
+def _plain(result: Response | Exception) -> TypeGuard[Response]:
+    """Whether a fan-out result is a 200 answer (an ack, most of them)."""
+    return type(result) is Response and result.status_code == 200
+
+
+@dataclass(slots=True)
+class BodyAcks:
+    """What `append_bodies` got: append i landed at `starts[i]` .. `ends[i]` (seq_nums, as
+    its ack's start and end), unless `others` holds its outcome (an error, or an ack read
+    by `ack_of` from an answer of another kind): plain ints, no object per append."""
+
+    starts: list[int]
+    ends: list[int]
+    others: dict[int, AppendAck | ServiceError]
+
+
+def append_bodies(basin: Basin, streams: Sequence[str], bodies: Sequence[bytes],
+                  condition_sizes: Sequence[int], *, in_flight: int,
+                  create_missing: bool = False) -> BodyAcks:
+    """`append_each` for appends encoded whole already (AppendInput messages), their acks
+    read in one pass into ints (`acks_of`): what a writer's first appends to thousands of
+    streams cost, with no object per append but its request. `condition_sizes[i]`: the
+    bytes of body i's last field, its fencing token condition, which a stream created
+    on the way (`create_missing`) has replaced by the empty token's. The same outcomes as
+    `append_each`, never retried."""
+    route = basin.transport.route(basin.name)
+    if route.compression is Compression.NONE:  # the body as it is; the headers shared
+        base, headers = route.origin.base_url, route.headers + PROTO_HEADERS
+        calls = [Call(b"POST", base, records_path(name), headers, body, SMALL_ANSWER)
+                 for name, body in zip(streams, bodies, strict=True)]
+    else:
+        calls = [_append_call(route, name, body)
+                 for name, body in zip(streams, bodies, strict=True)]
+    then = (_CreateThenAppend(basin, streams, _Unconditioned(bodies, condition_sizes))
+            if create_missing else None)
+    results = basin.transport.fanout().run(calls, limit=in_flight, then=then)
+    plain = [r.content for r in results if _plain(r)]
+    if len(plain) == len(results):  # the common case: every append acknowledged
+        return BodyAcks(*acks_of(plain), {})
+    starts, ends = [0] * len(results), [0] * len(results)
+    others: dict[int, AppendAck | ServiceError] = {}
+    got = zip(*acks_of(plain), strict=True)
+    for i, r in enumerate(results):
+        if _plain(r):
+            starts[i], ends[i] = next(got)
         else:
-            raise result
-    return out
+            others[i] = _append_outcome(r, streams[i], basin.name)
+    return BodyAcks(starts, ends, others)
+
+
+class _Unconditioned:
+    """Body i again under the empty fencing token (a stream just created has it)."""
+
+    def __init__(self, bodies: Sequence[bytes], condition_sizes: Sequence[int]) -> None:
+        self._bodies = bodies
+        self._sizes = condition_sizes
+
+    def __call__(self, i: int) -> bytes:
+        body = self._bodies[i]
+        return body[:len(body) - self._sizes[i]] + b"\x1a\x00"
+
+
+def _append_outcome(result: Response | Exception, stream: str, basin: str
+                    ) -> AppendAck | ServiceError:
+    """One fan-out append's outcome as `append_each` gives it (raises what is neither an
+    answer nor a failure it knows)."""
+    what = f"stream {stream!r} in basin {basin!r}"
+    if isinstance(result, Response) and result.status_code == 200:
+        return ack_of(result.content)
+    if isinstance(result, Response):
+        return error_from_response(result, what)
+    if isinstance(result, httpx.TransportError):
+        return error_from_transport(result, what, "append", None)
+    if isinstance(result, BodyDecodingError):
+        return error_from_decoding(result, what)
+    raise result
 
 
 class _CreateThenAppend:
     """`append_each`'s follow-up: a 404 asks for the stream's creation, and the creation
     (or a 409: another writer's) for the append again under the empty token."""
 
-    def __init__(self, basin: Basin, appends: Sequence[SingleAppend]) -> None:
+    def __init__(self, basin: Basin, streams: Sequence[str],
+                 unconditioned: Callable[[int], bytes]) -> None:
         self._route = basin.transport.route(basin.name)
-        self._appends = appends
-        self._steps = [0] * len(appends)
+        self._streams = streams
+        self._unconditioned = unconditioned  # append i's AppendInput under token ""
+        self._steps: dict[int, int] = {}  # only the few answered 404 take a step
 
     def __call__(self, i: int, response: Response) -> Call | None:
-        step = self._steps[i]
+        step = self._steps.get(i, 0)
+        if step == 0 and response.status_code != 404:
+            return None
         self._steps[i] = step + 1
-        if step == 0 and response.status_code == 404:
-            return _create_call(self._route, self._appends[i].stream)
+        if step == 0:
+            return _create_call(self._route, self._streams[i])
         if step == 1 and response.status_code in (200, 201, 409):
-            a = self._appends[i]
-            return _append_call(self._route, a.stream, a.batch.to_append_input(None, ""))
+            return _append_call(self._route, self._streams[i], self._unconditioned(i))
         return None
 
 

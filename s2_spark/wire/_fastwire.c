@@ -8,6 +8,9 @@
  * AppendInput. h1_response: a whole plain HTTP/1.1 answer (the fan-out's tail lookups,
  * acks and small reads, many to a buffer) read in one call, as _h1.ResponseReader does;
  * h1_tails: the tail lookups' answers of a bulk run, many in one call, into arrays.
+ * append_acks: many AppendAck answers read in one call into numbers; sink_bodies: a
+ * writer's first append to each of many streams (records, mark with digest, token) built
+ * in one call, as the sink builds one (backends/s2/_first_appends.py).
  * The pure-Python code in records.py / appends.py defines the behaviour; this module
  * must produce byte-identical results (the tests compare both).
  *
@@ -876,6 +879,284 @@ static PyObject *fw_crc32(PyObject *self, PyObject *args) {
     return PyLong_FromUnsignedLong(crc);
 }
 
+/* ---------------------------------------------------------------- many-stream appends */
+
+/* One StreamPosition's fields into seq / ts (fields present overwrite: repeated
+ * occurrences of the message merge); unknown fields skipped at depth 1. */
+static int parse_position(const uint8_t *p, const uint8_t *end, uint64_t *seq, uint64_t *ts,
+                          perr_t *err) {
+    while (p < end) {
+        uint32_t f;
+        int wt;
+        if (!read_tag(&p, end, &f, &wt, err)) return 0;
+        if ((f == 1 || f == 2) && wt == WT_VARINT) {
+            if (!read_varint(&p, end, f == 1 ? seq : ts)) {
+                err->msg = "truncated or overlong varint";
+                return 0;
+            }
+        } else if (!skip_field(&p, end, f, wt, 1, err)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* An AppendAck: start, end and tail positions, seq_num and timestamp each, into out[6]. */
+static int parse_ack(const uint8_t *p, const uint8_t *end, uint64_t out[6], perr_t *err) {
+    memset(out, 0, 6 * sizeof(uint64_t));
+    while (p < end) {
+        uint32_t f;
+        int wt;
+        if (!read_tag(&p, end, &f, &wt, err)) return 0;
+        if (f >= 1 && f <= 3 && wt == WT_LEN) {
+            const uint8_t *m;
+            size_t ml;
+            if (!read_len(&p, end, &m, &ml, err)) return 0;
+            if (!parse_position(m, m + ml, &out[2 * (f - 1)], &out[2 * (f - 1) + 1], err))
+                return 0;
+        } else if (!skip_field(&p, end, f, wt, 0, err)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* append_acks(answers: list) -> (bytes, list): the AppendAck of every answer (protobuf),
+ * six native u64 each (start seq_num, timestamp; end; tail), and the indices of those that
+ * are not one (left zero there, for the caller to decode its own way). */
+static PyObject *fw_append_acks(PyObject *self, PyObject *args) {
+    PyObject *answers;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &answers)) return NULL;
+    Py_ssize_t n = PyList_Size(answers);
+    PyObject *out = new_bytes((size_t)n * 6 * sizeof(uint64_t));
+    PyObject *bad = PyList_New(0);
+    if (!out || !bad) goto error;
+    uint8_t *q = U8(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t ack[6];
+        hbuf_t b;
+        perr_t err = {NULL};
+        PyObject *item = PyList_GetItem(answers, i);
+        if (!item || !get_buf(item, &b)) goto error;
+        int ok = b.held && parse_ack((const uint8_t *)b.view.buf,
+                                     (const uint8_t *)b.view.buf + b.view.len, ack, &err);
+        rel_buf(&b);
+        if (!ok) {
+            memset(ack, 0, sizeof ack);
+            PyObject *k = PyLong_FromSsize_t(i);
+            if (!k || PyList_Append(bad, k) < 0) {
+                Py_XDECREF(k);
+                goto error;
+            }
+            Py_DECREF(k);
+        }
+        memcpy(q + (size_t)i * sizeof ack, ack, sizeof ack);
+    }
+    return Py_BuildValue("(NN)", out, bad);
+error:
+    Py_XDECREF(out);
+    Py_XDECREF(bad);
+    return NULL;
+}
+
+#define MARK_MAX 36  /* S2's fencing token limit: a mark is a fence record's value */
+#define MARK_DIGEST 10 /* digest characters a mark keeps at most (_digest.MARK_CHARS) */
+
+static const char B36[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* n in base 36 into p (at most 13 characters); its length. */
+static size_t put_b36(char *p, uint64_t n) {
+    char tmp[16];
+    size_t k = 0;
+    do {
+        tmp[k++] = B36[n % 36];
+        n /= 36;
+    } while (n);
+    for (size_t i = 0; i < k; i++) p[i] = tmp[k - 1 - i];
+    return k;
+}
+
+/* The first `take` (<= 11) characters of RowsDigest.text(): base 64 of the crc and the
+ * low 32 bits of the size, 8 bytes big-endian. */
+static void put_digest(char *p, uint32_t crc, uint64_t size, size_t take) {
+    uint8_t raw[9] = {0};
+    uint64_t v = ((uint64_t)crc << 32) | (size & 0xFFFFFFFFu);
+    for (int i = 0; i < 8; i++) raw[i] = (uint8_t)(v >> (56 - 8 * i));
+    char text[12];
+    for (int g = 0; g < 3; g++) {
+        uint32_t w = ((uint32_t)raw[3 * g] << 16) | ((uint32_t)raw[3 * g + 1] << 8) | raw[3 * g + 2];
+        for (int j = 0; j < 4; j++) text[4 * g + j] = B64[(w >> (18 - 6 * j)) & 63];
+    }
+    memcpy(p, text, take);
+}
+
+/* The inputs of sink_bodies, checked. */
+typedef struct {
+    Py_ssize_t n_payloads, n_suffixes;
+    Py_buffer *payloads;
+    hbuf_t sb, lo, hi, firsts, counts, suffix_of;
+    int64_t n_segs, n_streams;
+} bodies_t;
+
+static int int64s(PyObject *o, hbuf_t *b, int64_t *n, const char *what) {
+    if (!get_buf(o, b)) return 0;
+    if (!b->held || b->view.len % 8) {
+        PyErr_Format(PyExc_ValueError, "%s must be an int64 buffer", what);
+        return 0;
+    }
+    *n = b->view.len / 8;
+    return 1;
+}
+
+static void release_bodies(bodies_t *a) {
+    for (Py_ssize_t i = 0; i < a->n_payloads; i++) PyBuffer_Release(&a->payloads[i]);
+    free(a->payloads);
+    rel_buf(&a->sb);
+    rel_buf(&a->lo);
+    rel_buf(&a->hi);
+    rel_buf(&a->firsts);
+    rel_buf(&a->counts);
+    rel_buf(&a->suffix_of);
+}
+
+/* Whether the segments and streams of `a` index what exists; ValueError if not. */
+static int bodies_ok(bodies_t *a) {
+    for (int64_t s = 0; s < a->n_segs; s++) {
+        int64_t k = ld64(&a->sb, s), lo = ld64(&a->lo, s), hi = ld64(&a->hi, s);
+        if (k < 0 || k >= a->n_payloads || lo < 0 || hi < lo || hi > a->payloads[k].len) {
+            PyErr_Format(PyExc_ValueError, "segment %lld is out of its payload", (long long)s);
+            return 0;
+        }
+    }
+    int64_t prev = 0;
+    if (ld64(&a->firsts, 0) != 0 || ld64(&a->firsts, a->n_streams) != a->n_segs) {
+        PyErr_SetString(PyExc_ValueError, "firsts must run from 0 to the number of segments");
+        return 0;
+    }
+    for (int64_t k = 0; k <= a->n_streams; k++) {
+        int64_t f = ld64(&a->firsts, k);
+        if (f < prev) {
+            PyErr_SetString(PyExc_ValueError, "firsts must not decrease");
+            return 0;
+        }
+        prev = f;
+    }
+    for (int64_t k = 0; k < a->n_streams; k++) {
+        int64_t j = ld64(&a->suffix_of, k);
+        if (ld64(&a->counts, k) < 0 || j < 0 || j >= a->n_suffixes) {
+            PyErr_Format(PyExc_ValueError, "stream %lld: a negative count or no such suffix",
+                         (long long)k);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Stream k's body (sink_bodies), or NULL with an error set. */
+static PyObject *one_body(const bodies_t *a, int64_t k, const char *head, size_t head_len,
+                          PyObject *suffixes) {
+    char mark[64];
+    if (head_len > MARK_MAX) goto too_long;
+    memcpy(mark, head, head_len);
+    size_t m = head_len + put_b36(mark + head_len, (uint64_t)ld64(&a->counts, k));
+    if (m + 1 > MARK_MAX) goto too_long;
+    int64_t s0 = ld64(&a->firsts, k), s1 = ld64(&a->firsts, k + 1);
+    uint32_t crc = 0;
+    uint64_t size = 0;
+    for (int64_t s = s0; s < s1; s++) {
+        const uint8_t *base = (const uint8_t *)a->payloads[ld64(&a->sb, s)].buf;
+        int64_t l = ld64(&a->lo, s), h = ld64(&a->hi, s);
+        crc = crc_update(crc, base + l, (size_t)(h - l));
+        size += (uint64_t)(h - l);
+    }
+    size_t room = MARK_MAX - m - 1, take = room < MARK_DIGEST ? room : MARK_DIGEST;
+    mark[m++] = '.';
+    put_digest(mark + m, crc, size, take);
+    m += take;
+    PyObject *suffix = PyList_GetItem(suffixes, (Py_ssize_t)ld64(&a->suffix_of, k));
+    size_t inner = 11 + 2 + m, tail = (size_t)PyBytes_Size(suffix); /* prefix, 0x1a, m */
+    PyObject *body = new_bytes((size_t)size + 2 + inner + tail);
+    if (!body) return NULL;
+    uint8_t *q = U8(body);
+    for (int64_t s = s0; s < s1; s++) {
+        const uint8_t *base = (const uint8_t *)a->payloads[ld64(&a->sb, s)].buf;
+        int64_t l = ld64(&a->lo, s), h = ld64(&a->hi, s);
+        memcpy(q, base + l, (size_t)(h - l));
+        q += h - l;
+    }
+    *q++ = 0x0A; /* the mark's fence record: timestamp 0, header ("", "fence"), the mark */
+    *q++ = (uint8_t)inner;
+    memcpy(q, "\x08\x00\x12\x07\x12\x05" "fence\x1a", 12);
+    q += 12;
+    *q++ = (uint8_t)m;
+    memcpy(q, mark, m);
+    memcpy(q + m, PyBytes_AsString(suffix), tail);
+    return body;
+too_long:
+    PyErr_Format(PyExc_ValueError, "stream %lld: its mark exceeds %d bytes", (long long)k,
+                 MARK_MAX);
+    return NULL;
+}
+
+/* sink_bodies(payloads, seg_payload, seg_lo, seg_hi, firsts, counts, head, suffixes,
+ * suffix_of) -> list[bytes]: the AppendInput of each stream k's single append, as
+ * StreamSink._chain builds it for a stream's first: its records (segments
+ * firsts[k]..firsts[k+1], each bytes [lo, hi) of a payload), the writer's mark (`head`,
+ * the progress counts[k] in base 36, "." and as much of the records' digest as fits in
+ * 36 bytes) as a fence record, then suffixes[suffix_of[k]] (the token's fence record and
+ * the condition, prepared once per token). */
+static PyObject *fw_sink_bodies(PyObject *self, PyObject *args) {
+    PyObject *payloads, *sb, *lo, *hi, *firsts, *counts, *suffixes, *suffix_of;
+    const char *head;
+    Py_ssize_t head_len;
+    if (!PyArg_ParseTuple(args, "O!OOOOOy#O!O", &PyList_Type, &payloads, &sb, &lo, &hi,
+                          &firsts, &counts, &head, &head_len, &PyList_Type, &suffixes,
+                          &suffix_of))
+        return NULL;
+    bodies_t a;
+    memset(&a, 0, sizeof a);
+    PyObject *out = NULL;
+    Py_ssize_t np_ = PyList_Size(payloads);
+    a.payloads = (Py_buffer *)calloc((size_t)(np_ ? np_ : 1), sizeof(Py_buffer));
+    if (!a.payloads) return PyErr_NoMemory();
+    for (; a.n_payloads < np_; a.n_payloads++)
+        if (PyObject_GetBuffer(PyList_GetItem(payloads, a.n_payloads),
+                               &a.payloads[a.n_payloads], PyBUF_SIMPLE) < 0)
+            goto done;
+    a.n_suffixes = PyList_Size(suffixes);
+    for (Py_ssize_t j = 0; j < a.n_suffixes; j++)
+        if (!PyBytes_Check(PyList_GetItem(suffixes, j))) {
+            PyErr_SetString(PyExc_TypeError, "suffixes must be bytes");
+            goto done;
+        }
+    int64_t n_lo, n_hi, n_firsts, n_of;
+    if (!int64s(sb, &a.sb, &a.n_segs, "seg_payload") || !int64s(lo, &a.lo, &n_lo, "seg_lo")
+        || !int64s(hi, &a.hi, &n_hi, "seg_hi") || !int64s(firsts, &a.firsts, &n_firsts, "firsts")
+        || !int64s(counts, &a.counts, &a.n_streams, "counts")
+        || !int64s(suffix_of, &a.suffix_of, &n_of, "suffix_of"))
+        goto done;
+    if (n_lo != a.n_segs || n_hi != a.n_segs || n_firsts != a.n_streams + 1
+        || n_of != a.n_streams) {
+        PyErr_SetString(PyExc_ValueError, "sink_bodies: arrays of mismatched lengths");
+        goto done;
+    }
+    if (!bodies_ok(&a)) goto done;
+    out = PyList_New((Py_ssize_t)a.n_streams);
+    if (!out) goto done;
+    for (int64_t k = 0; k < a.n_streams; k++) {
+        PyObject *body = one_body(&a, k, head, (size_t)head_len, suffixes);
+        if (!body) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SetItem(out, (Py_ssize_t)k, body);
+    }
+done:
+    release_bodies(&a);
+    return out;
+}
+
 static PyObject *fw_set_error_type(PyObject *self, PyObject *arg) {
     PyObject *old = FrameErrorType;
     Py_XINCREF(arg);
@@ -1169,6 +1450,10 @@ static PyMethodDef methods[] = {
      "Decode ReadBatch messages, read in place, to one set of buffers."},
     {"encode_records", fw_encode_records, METH_VARARGS, "Encode AppendRecord entries."},
     {"crc32", fw_crc32, METH_VARARGS, "zlib.crc32(data, value), folded where the CPU can."},
+    {"append_acks", fw_append_acks, METH_VARARGS,
+     "AppendAck answers, many in one call, into six u64 each."},
+    {"sink_bodies", fw_sink_bodies, METH_VARARGS,
+     "A writer's first append to each of many streams: records, mark and token."},
     {"h1_response", fw_h1_response, METH_VARARGS,
      "A whole plain HTTP/1.1 answer at the start of a buffer, or None."},
     {"h1_tails", fw_h1_tails, METH_VARARGS,

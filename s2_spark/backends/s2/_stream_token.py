@@ -22,6 +22,7 @@ The rules (`tokens` has the vocabulary, docs/writing.md the reasons):
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from s2_spark.backends.s2._deletion import being_deleted
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from s2_spark.backends.s2.settings import AppendBudget, SinkSettings
     from s2_spark.s2 import AppendAck, BasinClient, StreamClient
 
-__all__ = ["StreamToken", "guessed_token"]
+__all__ = ["StreamToken", "first_tokens", "guessed_token", "remember_all", "seen_tokens"]
 
 #: Tokens this process last saw per stream, the next writer's guess (bounded).
 _SEEN_TOKENS: dict[tuple[str, str, str], str] = {}
@@ -57,6 +58,32 @@ Check = Literal["back", "forward", "takeover"]
 def guessed_token(key: tuple[str, str, str]) -> str | None:
     """The token this process last saw on stream `key` (endpoint, basin, stream)."""
     return _SEEN_TOKENS.get(key)
+
+
+def seen_tokens(keys: Iterable[tuple[str, str, str]]) -> list[str | None]:
+    """`guessed_token` of each stream `keys` names."""
+    get = _SEEN_TOKENS.get
+    return [get(key) for key in keys]
+
+
+def remember_all(keys: Sequence[tuple[str, str, str]], token: str) -> None:
+    """Later writers of this process guess that each stream of `keys` has `token`."""
+    if len(_SEEN_TOKENS) + len(keys) > _SEEN_MAX:
+        _SEEN_TOKENS.clear()
+    _SEEN_TOKENS.update(dict.fromkeys(keys[:_SEEN_MAX], token))
+
+
+def first_tokens(writer: WriterId, seen: str | None) -> tuple[str, str] | None:
+    """What a new `StreamSink` of `writer` conditions its first append on and sets when
+    this process last saw token `seen` on its stream (None: never), decided as the sink
+    decides (`StreamToken._start_from`); None when that append cannot go out at once (a
+    bump or a read comes first). Many streams' first appends are built from this, once
+    per token seen."""
+    probe = _Probe(writer)
+    probe._start_from(seen)
+    if not probe.ready or probe._match is not None:
+        return None
+    return probe._condition, probe._sets
 
 
 class _Cancelled(S2SparkError):
@@ -91,6 +118,10 @@ class StreamToken:
     def _init_token(self) -> None:
         """The first guess: what this process saw on the stream last, else the run's
         token (in a query's first micro-batch: the empty token of a new stream)."""
+        self._start_from(guessed_token(self._key))
+
+    def _start_from(self, guess: str | None) -> None:
+        """`_init_token` from `guess`, the token this process last saw on the stream."""
         me = self.writer
         self._match: int | None = None
         self._check: Check | None = None
@@ -98,7 +129,6 @@ class StreamToken:
         self._read_to: int | None = None
         self._refused_takeovers = 0
         self._must_bump = me.attempt > 0
-        guess = guessed_token(self._key)
         if guess is None or me.sees(guess) not in (Seen.OURS, Seen.OURS_BUMPED):
             guess = "" if me.streaming and me.batch == 0 else me.run_token()
         self._decide(guess)
@@ -292,3 +322,12 @@ class StreamToken:
     def created(self) -> None:
         """The stream was missing and has been created (by this writer or another)."""
         self._learn("")
+
+
+class _Probe(StreamToken):
+    """The token state of a new sink, alone (`first_tokens`): no stream, no I/O."""
+
+    def __init__(self, writer: WriterId) -> None:
+        self.writer = writer
+        self._what = "a new stream"
+        self._cancel = None

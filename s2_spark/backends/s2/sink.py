@@ -5,8 +5,10 @@ One writer routes its rows to many streams: grouped by stream in one pass per in
 batch, each stream's rows in input order (`stream_sink.StreamSink` writes one stream;
 `tokens` is what it leaves in the stream). Streams whose buffers fill up are flushed as
 rows come, several at once. When the input ends, the streams whose rows fit one append
-(most small ones) are written by one append each, sent together; what a refusal or a
-missing stream teaches is answered together in another round (creations too), and the
+(most small ones) are written by one append each, sent together: those the writer has
+no sink for, and can write without reading first, built in one pass for all of them
+(`_first_appends`: no object per stream but its request and result); what a refusal or
+a missing stream teaches is answered together in another round (creations too), and the
 rest (reading marks back, bumps, long streams) is done per stream, several at once.
 At most `max_inflight_appends` appends are in flight across the writer's streams.
 
@@ -24,9 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 from typing import TYPE_CHECKING, TypeVar
 
+import numpy as np
 import pyarrow as pa
 
-from s2_spark.backends._sink_rows import drop_command_rows, order_by_stream
+from s2_spark.backends._sink_rows import drop_command_rows, stream_runs
+from s2_spark.backends.s2._first_appends import FreshRows, landed_results
 from s2_spark.backends.s2.settings import InputLayout
 from s2_spark.backends.s2.stream_sink import (
     DATA_MAX_BYTES,
@@ -48,7 +52,7 @@ from s2_spark.backends.s2.tokens import (
 from s2_spark.backends.sink import SinksByStream, TaskAttempt
 from s2_spark.errors import S2SparkError
 from s2_spark.s2._append_session import MAX_INPUTS_PER_SESSION
-from s2_spark.wire.appends import encode_entries
+from s2_spark.wire.appends import EncodedRecords, encode_entries
 from s2_spark.wire.records import HEADER_TYPE
 
 if TYPE_CHECKING:
@@ -108,6 +112,11 @@ class PartitionWriter:
         self._pool: ThreadPoolExecutor | None = None
         self._cancel = threading.Event()
         self.sinks = SinksByStream(self._new_sink)
+        # The rows of streams without a sink, whose first appends are built together
+        # (`_first_appends`); not for a retried attempt (it bumps every stream first) nor
+        # with the hook (one append at a time).
+        self._fresh = (FreshRows() if writer.attempt == 0 and after_append is None
+                       else None)
         self.dropped_commands = 0  # command rows left out (see the class docstring)
 
     def _new_sink(self, name: str) -> StreamSink:
@@ -123,7 +132,8 @@ class PartitionWriter:
         columns, streams, dropped = drop_command_rows((bodies, headers, timestamps), streams)
         self.dropped_commands += dropped
         if isinstance(streams, str):
-            spans = [(streams, 0, len(columns[0]))]
+            names = [streams]
+            firsts, counts = np.zeros(1, np.int64), np.full(1, len(columns[0]), np.int64)
         else:
             if streams.null_count:
                 import pyarrow.compute as pc
@@ -135,23 +145,86 @@ class PartitionWriter:
                 )
             if not len(streams):
                 return
-            columns, spans = order_by_stream(columns, streams)
+            columns, names, firsts, counts = stream_runs(columns, streams)
         records = encode_entries(*columns)  # once, whatever the number of streams
-        full = [sink for name, start, n in spans
-                if (sink := self.sinks[name]).buffer_encoded(records.slice(start, start + n))]
+        if self._fresh is None:
+            full = [sink for name, start, n in zip(names, firsts.tolist(), counts.tolist(),
+                                                   strict=True)
+                    if (sink := self.sinks[name]).buffer_encoded(records.slice(start,
+                                                                               start + n))]
+        else:
+            full = self._add_fresh(records, names, firsts, counts)
         self._each(full, StreamSink.flush)
+
+    def _add_fresh(self, records: EncodedRecords, names: list[str], firsts: np.ndarray,
+                   counts: np.ndarray) -> list[StreamSink]:
+        """`add`'s rows kept by `FreshRows`, but those of streams that have a sink; the
+        sinks due a flush (a stream whose rows reach one is given a sink now)."""
+        fresh = self._fresh
+        assert fresh is not None
+        nums = fresh.number(names)
+        full = []
+        if self.sinks:
+            has_sink = np.fromiter((name in self.sinks for name in names), np.bool_,
+                                   len(names))
+            for i in np.flatnonzero(has_sink).tolist():
+                start = int(firsts[i])
+                sink = self.sinks[names[i]]
+                if sink.buffer_encoded(records.slice(start, start + int(counts[i]))):
+                    full.append(sink)
+            keep = ~has_sink
+            nums, firsts, counts = nums[keep], firsts[keep], counts[keep]
+        due = fresh.add(records, nums, firsts, counts, self.settings)
+        return full + self._give_sinks(due)
+
+    def _give_sinks(self, names: list[str]) -> list[StreamSink]:
+        """Sinks for streams whose rows `FreshRows` kept: they hold them from now on."""
+        assert self._fresh is not None
+        sinks = [self.sinks[name] for name in names]
+        for sink, chunks in zip(sinks, self._fresh.take(names), strict=True):
+            for chunk in chunks:
+                sink.buffer_encoded(chunk)
+        return sinks
 
     def close(self) -> list[StreamWriteResult]:
         """Write every stream's rows; results in first-seen order."""
-        sinks = list(self.sinks.values())
+        by_name: dict[str, StreamWriteResult] = {}
         try:
+            if self._fresh is not None:
+                self._write_fresh(by_name)
+            sinks = list(self.sinks.values())
+            if self._fresh is not None:  # first-seen order, as without `FreshRows`
+                index = self._fresh.index
+                sinks.sort(key=lambda sink: index[sink.name])
             self._write_singles(sinks)
             done = [sink.close() for sink in sinks if sink.settled]
             done += self._each([sink for sink in sinks if not sink.settled], StreamSink.close)
         finally:
             self.abort()
-        by_name = {result.stream: result for result in done}
-        return [by_name[name] for name in self.sinks]
+        by_name.update((result.stream, result) for result in done)
+        order = self._fresh.names if self._fresh is not None else self.sinks
+        return [by_name[name] for name in order]
+
+    def _write_fresh(self, results: dict[str, StreamWriteResult]) -> None:
+        """The first append of every stream `FreshRows` can build one for, sent together
+        (`BasinClient.append_bodies`); each that landed puts its result in `results`.
+        Every other stream is given a sink with its rows: one whose append failed learns
+        from the failure as from its own `single_append`'s (`single_failed`)."""
+        assert self._fresh is not None
+        basin = self._basin
+        key = (basin.endpoint_url, basin.name)
+        first = self._fresh.first_appends(self.writer, self.settings, key,
+                                          backwards=bool(self.writer.partition % 2))
+        self._give_sinks(first.others)
+        if not first.names:
+            return
+        acks = basin.append_bodies(first.names, first.bodies, first.condition_sizes,
+                                   in_flight=self.settings.max_inflight_appends,
+                                   create_missing=self.settings.create_streams)
+        failed = landed_results(first, acks, key, results)
+        for sink, (_, err) in zip(self._give_sinks([name for name, _ in failed]), failed,
+                                  strict=True):
+            sink.single_failed(err)
 
     def _write_singles(self, sinks: list[StreamSink]) -> None:
         """Streams whose rows fit one append, and which need nothing read or bumped first,

@@ -227,9 +227,14 @@ class StreamSink(StreamToken):
             self._landed(link, outcome)
             self._consume(link.count)
             return True
+        self.single_failed(outcome)
+        return False
+
+    def single_failed(self, outcome: ServiceError) -> None:
+        """The one append of `single_append` (or the one a writer built for the stream in
+        bulk, the same bytes) failed with `outcome`: what that means for the next one."""
         if not (outcome.unsent and outcome.retryable):
             self._failed(outcome)
-        return False
 
     # -- appending ----------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ __all__ = [
     "Mark",
     "Seen",
     "WriterId",
+    "data_mark",
     "fence_entry",
     "is_token",
     "parse_mark",
@@ -258,16 +259,23 @@ class DataMarks:
     made once. A mark keeps as much of its digest as fits in S2's 36 bytes, at most
     `MARK_CHARS` characters, maybe none (then a replay reads its rows back)."""
 
-    __slots__ = ("_head",)
+    __slots__ = ("head",)
 
     def __init__(self, me: WriterId) -> None:
-        self._head = Mark(me.streaming, me.query, me.generation, me.batch, me.partition,
-                          me.attempt, 0, data=True).encode()[:-1]  # all but progress 0
+        #: Every mark's first characters (all but the progress and digest): what the
+        #: writer's first appends to many streams are built from in one pass.
+        self.head = Mark(me.streaming, me.query, me.generation, me.batch, me.partition,
+                         me.attempt, 0, data=True).encode()[:-1]  # all but progress 0
 
     def encode(self, progress: int, digest: RowsDigest) -> str:
-        fields = self._head + _b36(progress)
-        room = MAX_TOKEN_BYTES - len(fields) - 1
-        return _checked(f"{fields}.{digest.text()[:max(0, min(room, MARK_CHARS))]}")
+        return data_mark(self.head, progress, digest)
+
+
+def data_mark(head: str, progress: int, digest: RowsDigest) -> str:
+    """A data mark from its `head` (`DataMarks.head`), with as much of the digest as fits."""
+    fields = head + _b36(progress)
+    room = MAX_TOKEN_BYTES - len(fields) - 1
+    return _checked(f"{fields}.{digest.text()[:max(0, min(room, MARK_CHARS))]}")
 
 
 def is_token(raw: str) -> bool:
