@@ -31,7 +31,7 @@ from typing import cast
 from s2_spark._closeable import Closeable
 
 from ._async_connection import AsyncTimeouts
-from ._bulk import BulkTails, TailRun
+from ._bulk import BulkTails, TailRun, bulk_shape
 from ._pipe import Deadlines
 from ._pipeline import Flusher, Pipeline, ResendError
 from ._response import MAX_BODY_BYTES, Response
@@ -120,7 +120,8 @@ class Fanout(Closeable):
         self._runs: set[_Run] = set()
         self._opening: set[asyncio.Task[None]] = set()
         self._deadlines = Deadlines(timeouts.read)  # of every connection, bulk ones too
-        self._bulk = BulkTails(ssl_context, timeouts, width, depth, self._deadlines)
+        self._bulk = BulkTails(ssl_context, timeouts, *bulk_shape(width, depth),
+                               self._deadlines)
 
     def __repr__(self) -> str:
         return f"Fanout(width={self._width}, depth={self._depth})"
