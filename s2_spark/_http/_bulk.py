@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from s2_spark.wire._accelerator import fastwire
 
 from ._async_connection import AsyncTimeouts
-from ._h1 import MAX_HEAD_BYTES
+from ._h1 import MAX_HEAD_BYTES, ResponseReader
 from ._pipe import Deadlines, Pipe
 from ._response import Response
 
@@ -255,11 +255,6 @@ class TailPipe(Pipe[int]):
         self.origin = origin
         self.run: TailRun | None = None
         self._ranges: deque[list[int]] = deque()
-        self._in_flight = 0
-
-    @property
-    def in_flight(self) -> int:
-        return self._in_flight
 
     def serve(self, run: TailRun) -> None:
         """Send `run`'s next requests, up to `depth` in flight."""
@@ -273,7 +268,7 @@ class TailPipe(Pipe[int]):
     def _send(self) -> None:
         run = self.run
         assert run is not None and self._transport is not None and run.affixes is not None
-        ranges = run.take(self._bulk.depth - self._in_flight)
+        ranges = run.take(self._bulk.depth - self.in_flight)
         if not ranges:
             return
         before, after = run.affixes
@@ -281,7 +276,7 @@ class TailPipe(Pipe[int]):
         out = []
         for start, end in ranges:
             self._ranges.append([start, end])
-            self._in_flight += end - start
+            self.in_flight += end - start
             out += [before + t + after for t in targets[start:end]]
         self._sent()
         self._transport.write(b"".join(out))
@@ -297,7 +292,7 @@ class TailPipe(Pipe[int]):
     def close(self) -> None:
         super().close()
         self._ranges.clear()
-        self._in_flight = 0
+        self.in_flight = 0
 
     # -- what `Pipe` asks ------------------------------------------------------------------
 
@@ -311,7 +306,7 @@ class TailPipe(Pipe[int]):
                                              run.seqs, run.tss, r[0], r[1] - r[0])
             if k:
                 r[0] += k
-                self._in_flight -= k
+                self.in_flight -= k
                 run.settle(k)
                 if r[0] == r[1]:
                     ranges.popleft()
@@ -319,9 +314,11 @@ class TailPipe(Pipe[int]):
                 return pos, stop == 2
         return pos, False
 
-    def _oldest(self) -> tuple[bytes, int]:
+    def _new_reader(self) -> ResponseReader:
         assert self.run is not None
-        return b"GET", self.run.max_body
+        self._limit = self.run.max_body
+        self._reader = ResponseReader(max_body=self._limit)
+        return self._reader
 
     def _pop(self) -> int:
         r = self._ranges[0]
@@ -329,7 +326,7 @@ class TailPipe(Pipe[int]):
         r[0] += 1
         if r[0] == r[1]:
             self._ranges.popleft()
-        self._in_flight -= 1
+        self.in_flight -= 1
         return i
 
     def _give(self, request: int, result: Response | Exception) -> None:
@@ -350,9 +347,9 @@ class TailPipe(Pipe[int]):
         assert run is not None
         if run.unsent:
             self._send()
-        elif not self._in_flight:
+        elif not self.in_flight:
             self._bulk.free(self)
-        if self._in_flight:
+        if self.in_flight:
             self._bulk.rest(self)
 
     def _lost(self) -> None:

@@ -107,6 +107,8 @@ class Pipe(asyncio.Protocol, Generic[R], abc.ABC):
         self._limit = 0  # the most of that answer's body taken
         self._fresh = False  # answers read since the deadline last moved on
         self.sound = False
+        #: Requests sent (or queued to be) without their answer yet (the subclass counts).
+        self.in_flight = 0
 
     async def connect(self, timeouts: AsyncTimeouts) -> None:
         """Open the connection (its route, tunnel and TLS as `AsyncConnection`'s)."""
@@ -133,14 +135,10 @@ class Pipe(asyncio.Protocol, Generic[R], abc.ABC):
 
     # -- what a subclass says ----------------------------------------------------------------
 
-    @property
     @abc.abstractmethod
-    def in_flight(self) -> int:
-        """Requests sent (or queued to be) without their answer yet."""
-
-    @abc.abstractmethod
-    def _oldest(self) -> tuple[bytes, int]:
-        """The oldest request's method and the most of its answer's body taken."""
+    def _new_reader(self) -> ResponseReader:
+        """A reader for the oldest request's answer (as `_reader`; `_limit` set to the
+        most of its body taken)."""
 
     @abc.abstractmethod
     def _pop(self) -> R:
@@ -216,8 +214,7 @@ class Pipe(asyncio.Protocol, Generic[R], abc.ABC):
                 del buf[:pos]
             if not other:
                 break
-            reader = self._new_reader()
-            self._buf = bytearray()
+            reader = self._new_reader()  # takes `buf` (`_took` gives the rest back)
             try:
                 reader.adopt(buf)
             except _BAD as exc:
@@ -242,12 +239,6 @@ class Pipe(asyncio.Protocol, Generic[R], abc.ABC):
             self._deadlines.renew(self)
         else:
             self._deadlines.stop(self)
-
-    def _new_reader(self) -> ResponseReader:
-        """The reader of the oldest request's answer (the next bytes are its)."""
-        method, self._limit = self._oldest()
-        self._reader = ResponseReader(head_request=method == b"HEAD", max_body=self._limit)
-        return self._reader
 
     def _took(self, reader: ResponseReader) -> bool:
         """The oldest's answer, read whole by Python: handed over; False once the

@@ -18,6 +18,7 @@ import ssl
 from collections import deque
 from collections.abc import Callable
 
+from ._h1 import ResponseReader
 from ._pipe import Deadlines, Pipe
 from ._response import Response
 
@@ -80,10 +81,6 @@ class Pipeline(Pipe[_Request]):
         self.listed = False  # (the fan-out's) among its pool's connections with room
 
     @property
-    def in_flight(self) -> int:
-        return len(self._pending)
-
-    @property
     def room(self) -> bool:
         return self.sound and len(self._pending) < self.depth
 
@@ -100,10 +97,12 @@ class Pipeline(Pipe[_Request]):
             loop.call_soon(self._answered, self, token, exc)
             return
         self._pending.append((token, method, max_body))
+        self.in_flight += 1
         if not self._out:
             self._flusher.add(self)
         self._out.append(data)
-        self._sent()
+        if self.in_flight == 1:  # busy from now: the deadline runs (and runs on)
+            self._sent()
 
     def flush(self) -> None:
         """(The flusher) write the requests queued."""
@@ -115,15 +114,18 @@ class Pipeline(Pipe[_Request]):
         """Drop the connection and what is in flight on it, without callbacks."""
         super().close()
         self._pending.clear()
+        self.in_flight = 0
         self._out = []
 
     # -- what `Pipe` asks ------------------------------------------------------------------
 
-    def _oldest(self) -> tuple[bytes, int]:
-        _, method, max_body = self._pending[0]
-        return method, max_body
+    def _new_reader(self) -> ResponseReader:
+        _, method, self._limit = self._pending[0]
+        self._reader = ResponseReader(head_request=method == b"HEAD", max_body=self._limit)
+        return self._reader
 
     def _pop(self) -> _Request:
+        self.in_flight -= 1
         return self._pending.popleft()
 
     def _give(self, request: _Request, result: Result) -> None:
