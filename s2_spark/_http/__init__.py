@@ -5,8 +5,9 @@
   `TlsConfig`; `Origin` names a base URL once; `Response` is what comes back.
 * `AsyncConnection`: HTTP/1.1 on an asyncio protocol, one request at a time, its
   messages framed by `_h1` (a response parser fuzzed against h11): each watched stream's
-  long-polls; `Pipeline` (`_pipeline`) its connection made to carry many requests at
-  once, the connections of a `Fanout` (many small requests at once).
+  long-polls; `Pipe` (`_pipe`) its connection made to carry many requests at once
+  (HTTP/1.1 pipelining), as a `Pipeline` (`_pipeline`) the connections of a `Fanout` (many
+  small requests at once), as a `TailPipe` (`_bulk`) those of its tail lookups in bulk.
 * `Http2Origin` (`_h2_origin`, on `_h2_connection`): requests to one origin over HTTP/2,
   many to a connection: the tail watch's long-polls, where the service speaks it.
 * `StreamedGets` (under `HttpClient.send(views=True)`): a read session's GET on a direct

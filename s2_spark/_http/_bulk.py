@@ -5,11 +5,21 @@ bookkeeping per answer: 26-29 us of a tail lookup's 31-33 us (issue 54). Here th
 requests of a run are its targets joined between two affixes built once, pipelined
 `depth` deep on up to `width` connections per origin; the answers that came together are
 read in one C call (`_fastwire.h1_tails`: a plain 200 in S2's own spelling of a tail),
-their positions written into two arrays. An answer of any other kind (an error status,
-another spelling, a body framed otherwise, a fault) is read by `ResponseReader` as a
-`Pipeline` reads it and kept as its `Response` (or exception) in `others`, for the caller
-to handle as it handles a fan-out's answer; a request behind one that failed or closed
-its connection goes again (GETs only: taken twice, no harm).
+their positions written into two arrays. A `TailPipe` is a `Pipe` (`_pipe`, the
+connection's life as a `Pipeline`'s) of GETs only: an answer of any other kind (an error
+status, another spelling, a body framed otherwise, a fault) is read by `ResponseReader` as
+a `Pipeline` reads it and kept as its `Response` (or exception) in `others`, for the
+caller to handle as it handles a fan-out's answer; a request behind one that failed or
+closed its connection goes again (GETs only: taken twice, no harm).
+
+The answers are read many at a time, not as they come: a server writes each on its own
+(s2-lite does), and a loop that reads them as they come (it keeps up with the server, so
+it always does) spends a wake-up, a read and a write (its refill) per answer, more than
+the C that reads it: 1.1-1.9 answers a read, 15-45 us of client CPU a lookup on s2-lite,
+the most where the server is slowest. So a connection that has read its answers and has
+more in flight rests `READ_WINDOW` before it reads again, and the fan-out's requests in
+flight go on at most `BULK_WIDTH` connections, deeper (`bulk_shape`): each read then
+takes what one connection got in the window (10-20 answers on s2-lite).
 """
 
 from __future__ import annotations
@@ -21,20 +31,31 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 
-import httpx
-
 from s2_spark.wire._accelerator import fastwire
 
-from ._async_connection import AsyncConnection, AsyncTimeouts
+from ._async_connection import AsyncTimeouts
 from ._h1 import MAX_HEAD_BYTES, ResponseReader
-from ._response import BodyTooLargeError, Response
+from ._pipe import Deadlines, Pipe
+from ._response import Response
 
 __all__ = ["BULK_TAILS", "BulkTails", "TailRun"]
 
 Headers = list[tuple[bytes, bytes]]
 #: Whether this install reads tail answers in bulk (the C decoders are there).
 BULK_TAILS = fastwire is not None
-_SWEEP = 0.25  # seconds between looks at the busy connections' deadlines
+#: Seconds a bulk connection waits, once it has read its answers, before it reads again
+#: (the requests in flight are tens of ms of the server's work: none the slower for it).
+READ_WINDOW = 0.002
+#: The most connections per origin the bulk runs use: the fewer, the more answers each
+#: gets in a window.
+BULK_WIDTH = 8
+
+
+def bulk_shape(width: int, depth: int) -> tuple[int, int]:
+    """(connections, depth) for a fan-out of `width` x `depth`: as many requests in flight
+    (a server 20 ms away is as busy), on at most `BULK_WIDTH` connections."""
+    conns = min(width, BULK_WIDTH)
+    return conns, width * depth // conns
 
 
 class TailRun:
@@ -70,8 +91,9 @@ class TailRun:
         if self.left == 0 and not self.answered.done():
             self.answered.set_result(None)
 
-    def fail(self, i: int, exc: Exception) -> None:
-        self.others[i] = exc
+    def keep(self, i: int, result: Response | Exception) -> None:
+        """Request i's answer of another kind, or the error it failed with."""
+        self.others[i] = result
         self.settle(1)
 
     def take(self, room: int) -> list[tuple[int, int]]:
@@ -105,16 +127,18 @@ class BulkTails:
     """The bulk runs of a `Fanout` (its loop thread)."""
 
     def __init__(self, ssl_context: Callable[[], ssl.SSLContext], timeouts: AsyncTimeouts,
-                 width: int, depth: int) -> None:
+                 width: int, depth: int, deadlines: Deadlines) -> None:
         self._ssl_context = ssl_context
         self._timeouts = timeouts
         self._width = width
-        self._depth = depth
+        self.depth = depth
+        self._deadlines = deadlines  # the fan-out's
         self._origins: dict[str, _Origin] = {}
         self._runs: set[TailRun] = set()
         self._opening: set[asyncio.Task[None]] = set()
-        self.busy: set[TailPipe] = set()  # connections with requests in flight
-        self._sweeping: asyncio.TimerHandle | None = None
+        self._conns: set[TailPipe] = set()  # open
+        self._resting: list[TailPipe] = []  # not reading until `_wake`
+        self._waking: asyncio.TimerHandle | None = None
 
     def begin(self, run: TailRun) -> None:
         self._runs.add(run)
@@ -136,7 +160,7 @@ class BulkTails:
         if run_ is None:
             return
         unsent = len(run_.again) + len(run_.targets) - run_.next
-        for _ in range(min(self._width - origin.open, -(-unsent // self._depth))):
+        for _ in range(min(self._width - origin.open, -(-unsent // self.depth))):
             origin.open += 1
             task = asyncio.get_running_loop().create_task(self._connect(origin, run_))
             self._opening.add(task)
@@ -151,7 +175,7 @@ class BulkTails:
         return runs[0] if runs else None
 
     async def _connect(self, origin: _Origin, run: TailRun) -> None:
-        conn = TailPipe(run.base_url, self._ssl_context, self, origin)
+        conn = TailPipe(run.base_url, self._ssl_context, self, origin, self._deadlines)
         try:
             await conn.connect(self._timeouts)
         except Exception as exc:
@@ -159,6 +183,7 @@ class BulkTails:
             if origin.open == 0:  # none to send them: every request waiting fails so
                 self._fail_unsent(origin, exc)
             return
+        self._conns.add(conn)
         self.free(conn)
 
     @staticmethod
@@ -168,7 +193,7 @@ class BulkTails:
             run.queued = False
             for start, end in run.take(len(run.again) + len(run.targets)):
                 for i in range(start, end):
-                    run.fail(i, exc)
+                    run.keep(i, exc)
 
     def free(self, conn: TailPipe) -> None:
         """A connection with nothing in flight: it takes the next run's requests, or idles."""
@@ -182,71 +207,54 @@ class BulkTails:
         """A connection closed: the others, or a new one, take what it had to send again."""
         origin = conn.origin
         origin.open -= 1
-        self.busy.discard(conn)
+        self._conns.discard(conn)
         if conn in origin.idle:
             origin.idle.remove(conn)
         if conn.run is not None:
             self.queue(origin, conn.run)
 
-    def watch(self, conn: TailPipe) -> None:
-        """`conn` has requests in flight: its deadline is looked at every `_SWEEP`."""
-        read = self._timeouts.read
-        if read is None:
-            return
-        loop = asyncio.get_running_loop()
-        conn.deadline = loop.time() + read
-        self.busy.add(conn)
-        if self._sweeping is None:
-            self._sweeping = loop.call_later(_SWEEP, self._sweep)
+    def rest(self, conn: TailPipe) -> None:
+        """`conn` read its answers and has more in flight: it reads again (with every
+        other that rests by then) after `READ_WINDOW`, many answers at once."""
+        if self._waking is None:
+            self._waking = asyncio.get_running_loop().call_later(READ_WINDOW, self._wake)
+        self._resting.append(conn)
+        conn.pause()
 
-    def _sweep(self) -> None:
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        for conn in [c for c in self.busy if c.deadline <= now]:
-            conn.fail(httpx.ReadTimeout("no answer in time"))
-        self._sweeping = loop.call_later(_SWEEP, self._sweep) if self.busy else None
+    def _wake(self) -> None:
+        resting, self._resting, self._waking = self._resting, [], None
+        for conn in resting:
+            conn.resume()
 
     def close(self) -> None:
-        if self._sweeping is not None:
-            self._sweeping.cancel()
-            self._sweeping = None
+        if self._waking is not None:
+            self._waking.cancel()
+            self._waking = None
+        self._resting.clear()
         for task in list(self._opening):
             task.cancel()
-        for origin in self._origins.values():
-            for conn in [*origin.idle, *self.busy]:
-                conn.close()
+        for conn in self._conns:
+            conn.close()
         self._origins.clear()
-        self.busy.clear()
+        self._conns.clear()
         for run in list(self._runs):
             if not run.answered.done():
                 run.answered.set_exception(RuntimeError("the fan-out was closed"))
         self._runs.clear()
 
 
-class TailPipe(asyncio.Protocol):
+class TailPipe(Pipe[int]):
     """One connection of bulk tail lookups, up to `depth` in flight, answered in order
-    (loop thread). `ranges`: the requests in flight, oldest first, as [start, end)."""
+    (loop thread). `_ranges`: the requests in flight, oldest first, as [start, end) of
+    its run's."""
 
     def __init__(self, base_url: str, ssl_context: Callable[[], ssl.SSLContext],
-                 bulk: BulkTails, origin: _Origin) -> None:
-        self._conn = AsyncConnection(base_url, ssl_context)
+                 bulk: BulkTails, origin: _Origin, deadlines: Deadlines) -> None:
+        super().__init__(base_url, ssl_context, deadlines)
         self._bulk = bulk
         self.origin = origin
-        self._transport: asyncio.Transport | None = None
         self.run: TailRun | None = None
         self._ranges: deque[list[int]] = deque()
-        self._in_flight = 0
-        self._buf = bytearray()
-        self._reader: ResponseReader | None = None  # an answer of another kind, begun
-        self.deadline = 0.0
-        self.sound = False
-
-    async def connect(self, timeouts: AsyncTimeouts) -> None:
-        await self._conn.connect(timeouts)
-        transport = self._conn.detach()
-        transport.set_protocol(self)
-        self._transport = transport
-        self.sound = True
 
     def serve(self, run: TailRun) -> None:
         """Send `run`'s next requests, up to `depth` in flight."""
@@ -260,180 +268,89 @@ class TailPipe(asyncio.Protocol):
     def _send(self) -> None:
         run = self.run
         assert run is not None and self._transport is not None and run.affixes is not None
-        ranges = run.take(self._bulk._depth - self._in_flight)
+        ranges = run.take(self._bulk.depth - self.in_flight)
         if not ranges:
             return
         before, after = run.affixes
         targets = run.targets
         out = []
-        idle = not self._in_flight
         for start, end in ranges:
             self._ranges.append([start, end])
-            self._in_flight += end - start
+            self.in_flight += end - start
             out += [before + t + after for t in targets[start:end]]
-        if idle:
-            self._bulk.watch(self)
+        self._sent()
         self._transport.write(b"".join(out))
 
+    def pause(self) -> None:
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume(self) -> None:
+        if self._transport is not None:
+            self._transport.resume_reading()
+
     def close(self) -> None:
-        self.sound = False
-        transport, self._transport = self._transport, None
-        if transport is not None:
-            transport.close()
+        super().close()
+        self._ranges.clear()
+        self.in_flight = 0
 
-    # -- asyncio.Protocol --------------------------------------------------------------------
+    # -- what `Pipe` asks ------------------------------------------------------------------
 
-    def data_received(self, data: bytes) -> None:
-        if not self.sound:
-            return
-        if self._reader is not None:
-            try:
-                self._reader.feed(data)
-            except (httpx.RemoteProtocolError, BodyTooLargeError) as exc:
-                self.fail(exc)
-                return
-            if not self._reader.done or not self._other():
-                return
-        else:
-            self._buf += data
-        if self._read() and self.sound:
-            self._next()
-
-    def eof_received(self) -> bool | None:
-        self._ended(None)
-        return None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._ended(exc)
-
-    # -- answers ---------------------------------------------------------------------------
-
-    def _read(self) -> bool:
-        """Read the answers here; False once the connection is dropped."""
-        assert fastwire is not None
-        run, ranges, buf, pos = self.run, self._ranges, self._buf, 0
+    def _read_plain(self, buf: bytearray) -> tuple[int, bool]:
+        """The plain 200s in C (`h1_tails`), straight into the run's arrays."""
+        assert fastwire is not None and self.run is not None
+        run, ranges, pos = self.run, self._ranges, 0
         while ranges and pos < len(buf):
-            assert run is not None
             r = ranges[0]
             k, pos, stop = fastwire.h1_tails(buf, pos, MAX_HEAD_BYTES, run.max_body,
                                              run.seqs, run.tss, r[0], r[1] - r[0])
             if k:
                 r[0] += k
-                self._in_flight -= k
+                self.in_flight -= k
                 run.settle(k)
                 if r[0] == r[1]:
                     ranges.popleft()
-            if stop == 1:
-                break
-            if stop == 2:
-                self._reader = ResponseReader(max_body=run.max_body)
-                rest = buf[pos:]
-                buf.clear()
-                try:
-                    self._reader.adopt(rest)
-                except (httpx.RemoteProtocolError, BodyTooLargeError) as exc:
-                    self.fail(exc)
-                    return False
-                if not self._reader.done or not self._other():
-                    return False
-                buf, pos = self._buf, 0
-        del buf[:pos]
-        if buf and not ranges:
-            self.fail(httpx.ReadError("bytes unasked"))
-            return False
-        return True
+            if stop:
+                return pos, stop == 2
+        return pos, False
 
-    def _oldest(self) -> int:
+    def _new_reader(self) -> ResponseReader:
+        assert self.run is not None
+        self._limit = self.run.max_body
+        self._reader = ResponseReader(max_body=self._limit)
+        return self._reader
+
+    def _pop(self) -> int:
         r = self._ranges[0]
         i = r[0]
         r[0] += 1
         if r[0] == r[1]:
             self._ranges.popleft()
-        self._in_flight -= 1
+        self.in_flight -= 1
         return i
 
-    def _other(self) -> bool:
-        """The answer the Python reader read (done): kept as it is; False once the
-        connection is dropped (it ended the connection, or bytes came unasked after)."""
-        reader, self._reader = self._reader, None
-        assert reader is not None and self.run is not None
-        run = self.run
-        i = self._oldest()
-        self._buf = reader.rest()
-        result: Response | Exception
-        try:
-            result = Response(reader.status, reader.headers, content=reader.body,
-                              limit=run.max_body)
-        except Exception as err:  # a body that does not decode
-            result = err
-        run.others[i] = result
-        run.settle(1)
-        if not reader.keep_alive:
-            self._drop()
-            return False
-        if self._buf and not self._ranges:
-            self.fail(httpx.ReadError("bytes unasked"))
-            return False
-        return True
+    def _give(self, request: int, result: Response | Exception) -> None:
+        assert self.run is not None
+        self.run.keep(request, result)
 
-    def _next(self) -> None:
-        """After the answers read: more requests, or the next run, or idle."""
+    def _again(self, request: int) -> None:
+        assert self.run is not None
+        self.run.again.append(request)
+
+    def _idempotent(self, request: int) -> bool:
+        return True  # GETs
+
+    def _progressed(self) -> None:
+        """More of the run's requests, or the next run's, or idle; the answers to those
+        in flight are read after a rest."""
         run = self.run
         assert run is not None
         if run.unsent:
             self._send()
-        elif not self._in_flight:
-            self._bulk.busy.discard(self)
+        elif not self.in_flight:
             self._bulk.free(self)
-            return
-        if self._in_flight:
-            self._bulk.watch(self)
+        if self.in_flight:
+            self._bulk.rest(self)
 
-    def _ended(self, exc: Exception | None) -> None:
-        """The connection closed: an answer read to the close ends here."""
-        if not self.sound:
-            return
-        if not self._ranges:
-            self._drop()
-            return
-        assert self.run is not None
-        if self._reader is None and self._buf:
-            self._reader = ResponseReader(max_body=self.run.max_body)
-            rest, self._buf = self._buf, bytearray()
-            try:
-                self._reader.adopt(rest)
-            except (httpx.RemoteProtocolError, BodyTooLargeError) as err:
-                self.fail(err)
-                return
-        if self._reader is None:
-            self.fail(httpx.ReadError("the connection closed"))
-            return
-        try:
-            self._reader.feed(b"")
-        except httpx.RemoteProtocolError as err:
-            self.fail(httpx.ReadError(f"{type(exc).__name__}: {exc}") if exc else err)
-            return
-        if self._other():
-            self._drop()
-
-    def fail(self, exc: Exception) -> None:
-        """The oldest request in flight fails with `exc`; those behind it go again."""
-        if self._ranges and self.run is not None:
-            self.run.fail(self._oldest(), exc)
-        self._drop()
-
-    def _drop(self) -> None:
-        """Close; the requests still in flight go again (on other connections)."""
-        run = self.run
-        if run is not None:
-            for start, end in self._ranges:
-                run.again.extend(range(start, end))
-        self._ranges.clear()
-        self._in_flight = 0
-        self._reader = None
-        self._buf = bytearray()
-        was_sound = self.sound
-        self.close()
-        if was_sound:
-            self._bulk.lost(self)
-
+    def _lost(self) -> None:
+        self._bulk.lost(self)

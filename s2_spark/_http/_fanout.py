@@ -31,7 +31,8 @@ from typing import cast
 from s2_spark._closeable import Closeable
 
 from ._async_connection import AsyncTimeouts
-from ._bulk import BulkTails, TailRun
+from ._bulk import BulkTails, TailRun, bulk_shape
+from ._pipe import Deadlines
 from ._pipeline import Flusher, Pipeline, ResendError
 from ._response import MAX_BODY_BYTES, Response
 
@@ -45,9 +46,6 @@ FANOUT_WIDTH = 64
 #: sent in one turn of the loop go out in one write, and answers that come back together
 #: are read in one pass.
 PIPELINE_DEPTH = 16
-#: Seconds between two looks at the busy connections' deadlines: a request times out up
-#: to this late (a timer per request cost a tenth of the loop's work).
-_SWEEP = 0.25
 
 
 @dataclass(slots=True)  # not frozen: that costs twice as much to make, thousands a run
@@ -121,9 +119,9 @@ class Fanout(Closeable):
         self._pools: dict[str, _Pool] = {}
         self._runs: set[_Run] = set()
         self._opening: set[asyncio.Task[None]] = set()
-        self._deadlines: dict[Pipeline, float] = {}  # busy connections
-        self._sweeping: asyncio.TimerHandle | None = None
-        self._bulk = BulkTails(ssl_context, timeouts, width, depth)  # loop thread only
+        self._deadlines = Deadlines(timeouts.read)  # of every connection, bulk ones too
+        self._bulk = BulkTails(ssl_context, timeouts, *bulk_shape(width, depth),
+                               self._deadlines)
 
     def __repr__(self) -> str:
         return f"Fanout(width={self._width}, depth={self._depth})"
@@ -202,7 +200,6 @@ class Fanout(Closeable):
                 spare.popleft()
                 conn.listed = False
                 if not conn.sound and conn in pool.conns:  # closed while idle
-                    self._deadlines.pop(conn, None)
                     self._drop(pool, conn)
                 continue
             spare.rotate(-1)
@@ -221,7 +218,7 @@ class Fanout(Closeable):
 
     async def _connect(self, pool: _Pool, run: _Run, i: int, call: Call) -> None:
         conn = Pipeline(call.base_url, self._ssl_context, self._answered, self._depth,
-                        self._flusher)
+                        self._flusher, self._deadlines)
         try:
             await conn.connect(self._timeouts)
         except Exception as exc:
@@ -233,24 +230,10 @@ class Fanout(Closeable):
         self._send(conn, run, i, call)
         self._fill(pool, conn)
 
-    def _send(self, conn: Pipeline, run: _Run, i: int, call: Call) -> None:
-        read = self._timeouts.read
-        if read is not None and conn not in self._deadlines:
-            loop = asyncio.get_running_loop()
-            self._deadlines[conn] = loop.time() + read
-            if self._sweeping is None:
-                self._sweeping = loop.call_later(_SWEEP, self._sweep)
+    @staticmethod
+    def _send(conn: Pipeline, run: _Run, i: int, call: Call) -> None:
         conn.send(call.method, call.target, call.headers, call.content, call.max_body,
                   (run, i, call))
-
-    def _sweep(self) -> None:
-        """Fail the requests past their deadline (each connection's callback runs then)."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        for conn in [c for c, at in self._deadlines.items() if at <= now]:
-            if self._deadlines.pop(conn, None) is not None:
-                conn.expire()
-        self._sweeping = loop.call_later(_SWEEP, self._sweep) if self._deadlines else None
 
     def _answered(self, conn: Pipeline, token: object, result: Response | Exception
                   ) -> None:
@@ -275,9 +258,8 @@ class Fanout(Closeable):
 
     def _fill(self, pool: _Pool, conn: Pipeline) -> None:
         """A connection answered (or opened): the requests waiting go out on it while it
-        has room, its deadline moves on, a closed one is dropped."""
+        has room; a closed one is dropped."""
         if not conn.sound:
-            self._deadlines.pop(conn, None)
             if conn in pool.conns:
                 self._drop(pool, conn)
                 self._next_waiting(pool)
@@ -287,11 +269,6 @@ class Fanout(Closeable):
         if conn.room and not conn.listed:
             conn.listed = True
             pool.spare.append(conn)
-        read = self._timeouts.read
-        if not conn.in_flight:
-            self._deadlines.pop(conn, None)
-        elif read is not None:
-            self._deadlines[conn] = asyncio.get_running_loop().time() + read
 
     def _settled(self, run: _Run, i: int, result: Response | Exception) -> None:
         run.results[i] = result
@@ -317,10 +294,7 @@ class Fanout(Closeable):
 
     async def _drop_connections(self) -> None:
         self._bulk.close()
-        if self._sweeping is not None:
-            self._sweeping.cancel()
-            self._sweeping = None
-        self._deadlines.clear()
+        self._deadlines.close()
         for task in list(self._opening):
             task.cancel()
         for pool in self._pools.values():

@@ -123,6 +123,20 @@ def _tail_of(body: bytes) -> Position:
     return Position(int(tail["seq_num"]), int(tail["timestamp"]))
 
 
+#: What `quote(name, safe="")` leaves as it is: a name of only these needs no quoting.
+_UNQUOTED = re.compile(r"[A-Za-z0-9_.~-]*")
+
+
+def _tail_targets(names: Sequence[str]) -> list[bytes]:
+    """Each stream's tail lookup path. Names that need no quoting (the usual kind) make
+    all the paths in one pass of C: a name at a time through `records_path` cost 3 us more
+    a lookup once a plan's names outnumber its cache, as 100,000 streams' do."""
+    if names and _UNQUOTED.fullmatch("".join(names)):
+        paths = "/records/tail\n/streams/".join(names)
+        return f"/streams/{paths}/records/tail".encode().split(b"\n")
+    return [(records_path(n) + "/tail").encode() for n in names]
+
+
 def check_tails(basin: Basin, names: Sequence[str]) -> dict[str, Position | None]:
     """Each stream's tail, None where the stream does not exist or is being deleted."""
     out: dict[str, Position | None] = {}
@@ -147,9 +161,11 @@ def _bulk_tails(basin: Basin, names: Sequence[str], out: dict[str, Position | No
     from the run's arrays, any other answer handled as `_tail_result` handles it."""
     route = basin.transport.route(basin.name)
     run = basin.transport.fanout().run_tails(
-        route.origin.base_url, [(records_path(n) + "/tail").encode() for n in names],
-        route.headers, SMALL_ANSWER)
+        route.origin.base_url, _tail_targets(names), route.headers, SMALL_ANSWER)
     others = run.others
+    if not others:  # the usual run: every answer a plain tail
+        out.update(zip(names, map(Position, run.seqs, run.tss), strict=True))
+        return
     for i, (name, seq, ts) in enumerate(zip(names, run.seqs, run.tss, strict=True)):
         if i in others:
             _tail_result(basin, name, others[i], out)
