@@ -82,9 +82,10 @@ SMOKE: dict[str, Smoke] = {
                       r"requests: tail [\d.]+x http\.client, read [\d.]+x, append [\d.]+x "
                       rf"\(httpx Client [\d.]+x\) {MODE}", server=True),
     "bulk_requests": Smoke(("--streams", "50", "--repeat", "1", *NO_PIN),
-                           r"bulk_requests: tail [\d.]+ us, read [\d.]+ us, append [\d.]+ us a "
-                           r"request; (tail [\d.]+x server, read [\d.]+x server, append "
-                           rf"[\d.]+x server|server CPU n/a) {MODE}", server=True),
+                           r"bulk_requests: tail [\d.]+ us, read [\d.]+ us, append [\d.]+ us"
+                           r"(, bodies [\d.]+ us)? a request; (tail [\d.]+x server, read "
+                           rf"[\d.]+x server, append [\d.]+x server|server CPU n/a) {MODE}",
+                           server=True),
     "sink_rows": Smoke(("--rows", N, "--batch", "100", "--streams", "3", "--repeat", "1",
                         *NO_PIN),
                        r"sink_rows: \d+ ns a row into one stream \(([\d.]+x|n/a) the "
