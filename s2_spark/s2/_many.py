@@ -240,9 +240,9 @@ def append_each(basin: Basin, appends: Sequence[SingleAppend], *, in_flight: int
     under the empty fencing token (a new stream's, whoever created it), so a stream first
     met by one of several writers is created by it alone, before the others reach it."""
     route = basin.transport.route(basin.name)
-    calls = [_append_call(route, a.stream, a.batch.to_append_input(a.match_seq_num,
-                                                                   a.fencing_token))
-             for a in appends]
+    calls = _append_calls(route, [a.stream for a in appends],
+                          [a.batch.to_append_input(a.match_seq_num, a.fencing_token)
+                           for a in appends])
     then = (_CreateThenAppend(basin, [a.stream for a in appends],
                               lambda i: appends[i].batch.to_append_input(None, ""))
             if create_missing else None)
@@ -278,13 +278,7 @@ def append_bodies(basin: Basin, streams: Sequence[str], bodies: Sequence[bytes],
     on the way (`create_missing`) has replaced by the empty token's. The same outcomes as
     `append_each`, never retried."""
     route = basin.transport.route(basin.name)
-    if route.compression is Compression.NONE:  # the body as it is; the headers shared
-        base, headers = route.origin.base_url, route.headers + PROTO_HEADERS
-        calls = [Call(b"POST", base, records_path(name), headers, body, SMALL_ANSWER)
-                 for name, body in zip(streams, bodies, strict=True)]
-    else:
-        calls = [_append_call(route, name, body)
-                 for name, body in zip(streams, bodies, strict=True)]
+    calls = _append_calls(route, streams, bodies)
     then = (_CreateThenAppend(basin, streams, _Unconditioned(bodies, condition_sizes))
             if create_missing else None)
     results = basin.transport.fanout().run(calls, limit=in_flight, then=then)
@@ -358,6 +352,18 @@ def _append_call(route: BasinRoute, name: str, append_input: bytes) -> Call:
     body, encoded = route.body(append_input)
     return Call(b"POST", route.origin.base_url, records_path(name),
                 route.headers + PROTO_HEADERS + encoded, body, SMALL_ANSWER)
+
+
+def _append_calls(route: BasinRoute, streams: Sequence[str], bodies: Sequence[bytes]
+                  ) -> list[Call]:
+    """`_append_call` for each stream and body; uncompressed, the bodies go as they are
+    and the calls share one header list (no list built per call)."""
+    if route.compression is not Compression.NONE:
+        return [_append_call(route, name, body)
+                for name, body in zip(streams, bodies, strict=True)]
+    base, headers = route.origin.base_url, route.headers + PROTO_HEADERS
+    return [Call(b"POST", base, records_path(name), headers, body, SMALL_ANSWER)
+            for name, body in zip(streams, bodies, strict=True)]
 
 
 def _create_call(route: Any, name: str) -> Call:
