@@ -31,14 +31,7 @@ from s2_spark.backends.s2._digest import NO_ROWS
 from s2_spark.backends.s2._stream_token import first_tokens, remember_all, seen_tokens
 from s2_spark.backends.s2.results import StreamWriteResult
 from s2_spark.backends.s2.settings import DATA_MAX_BYTES, SinkSettings
-from s2_spark.backends.s2.tokens import (
-    MAX_TOKEN_BYTES,
-    DataMarks,
-    WriterId,
-    _b36,
-    data_mark,
-    fence_entry,
-)
+from s2_spark.backends.s2.tokens import DataMarks, WriterId, data_mark, fence_entry
 from s2_spark.errors import ServiceError
 from s2_spark.wire._accelerator import fastwire
 from s2_spark.wire.appends import EncodedRecords, encode_varint
@@ -112,8 +105,7 @@ class FreshRows:
             return chunks
         nums = np.fromiter((self.index[n] for n in names), np.int64, len(names))
         self.taken[nums] = True
-        where = np.full(len(self.names), -1, np.int64)
-        where[nums] = np.arange(len(nums))
+        where = self._where(nums)
         for b, (runs, firsts, counts, _, _) in enumerate(self._runs):
             pos = where[runs]
             mine = pos >= 0
@@ -125,16 +117,23 @@ class FreshRows:
                 self._runs[b] = (_EMPTY,) * 5
         return chunks
 
+    def _where(self, nums: np.ndarray) -> np.ndarray:
+        """For every stream number, its place in `nums`, or -1 (a run's streams then
+        found by one indexing)."""
+        where = np.full(len(self.names), -1, np.int64)
+        where[nums] = np.arange(len(nums))
+        return where
+
     def first_appends(self, writer: WriterId, settings: SinkSettings,
                       key: tuple[str, str], *, backwards: bool) -> FirstAppends:
         """The first append of every stream that can have one at once: rows that fit one
         append, a condition known without reading (`first_tokens`); the rest to be
         taken by sinks (`FirstAppends.others`). `key`: the basin's endpoint and name (the
         streams' tokens seen); `backwards`: streams in reverse first-seen order."""
-        head = DataMarks(writer).head
+        marks = DataMarks(writer)
         fits = ~self.taken & (self.rows > 0) & (self.rows <= settings.max_records) & (
             self.metered <= DATA_MAX_BYTES)
-        if len(head) + len(_b36(settings.max_records)) + 1 > MAX_TOKEN_BYTES:
+        if not marks.fits(settings.max_records):
             fits[:] = False  # a mark could be too long: each sink raises it as before
         nums = np.flatnonzero(fits)[::-1] if backwards else np.flatnonzero(fits)
         codes, conditions = _conditions(writer, key, [self.names[k] for k in nums.tolist()])
@@ -142,7 +141,7 @@ class FreshRows:
         others += [self.names[k] for k in nums[codes < 0].tolist()]
         nums, codes = nums[codes >= 0], codes[codes >= 0]
         suffixes = [token_suffix(sets, condition) for condition, sets in conditions]
-        bodies = self._bodies(nums, head, [s for s, _ in suffixes], codes)
+        bodies = self._bodies(nums, marks.head, [s for s, _ in suffixes], codes)
         return FirstAppends([self.names[k] for k in nums.tolist()], self.rows[nums].tolist(),
                             bodies, [suffixes[j][1] for j in codes.tolist()],
                             [sets for _, sets in conditions], codes.tolist(), others)
@@ -152,8 +151,7 @@ class FreshRows:
         """The bodies of streams `nums` (`first_bodies`), from their runs in every batch."""
         if not len(nums):
             return []
-        where = np.full(len(self.names), -1, np.int64)
-        where[nums] = np.arange(len(nums))
+        where = self._where(nums)
         seg_stream, seg_batch, seg_lo, seg_hi = [], [], [], []
         for b, (runs, _, _, los, his) in enumerate(self._runs):
             pos = where[runs]

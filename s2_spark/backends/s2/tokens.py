@@ -270,6 +270,11 @@ class DataMarks:
     def encode(self, progress: int, digest: RowsDigest) -> str:
         return data_mark(self.head, progress, digest)
 
+    def fits(self, progress: int) -> bool:
+        """Whether a mark of `progress` rows fits a fencing token (`encode` raises where
+        not)."""
+        return len(self.head) + len(_b36(progress)) + 1 <= MAX_TOKEN_BYTES
+
 
 def data_mark(head: str, progress: int, digest: RowsDigest) -> str:
     """A data mark from its `head` (`DataMarks.head`), with as much of the digest as fits."""
