@@ -9,14 +9,15 @@ and clusters of masters, workers and executors.
 
 The archive is made once per JDK, PySpark install and jar set (the JDK refuses an archive
 whose jars changed), by one throwaway driver that runs a batch query and a streaming query
-through a Python data source, and kept in the cache folder of the external servers
-(`s2_spark.testing.external.cache_root`). `start_archive` makes it in the background: the
-README's test command starts it before its checks (`python tests/_class_archive.py`), so it
-is ready when the tests start, and the suite starts it where it is missing. `use_archive`
-hands it to every JVM started once it is there (`JAVA_TOOL_OPTIONS`). The JDK maps it only
-under the class path it was made with, whose head is Spark's conf folder: every Spark JVM
-of the suite gets the same empty one (`conf_dir`). A JVM with another class path does not
-use it, silently; nothing else changes. `S2_SPARK_CLASS_ARCHIVE=0` turns it off.
+through the benchmarks' trivial Python source and Arrow sink, and kept in the cache folder
+of the external servers (`s2_spark.testing.external.cache_root`). `start_archive` makes it
+in the background: the README's test command starts it before its checks (`python
+tests/_class_archive.py`), so it is ready when the tests start, and the suite starts it
+where it is missing. `use_archive` hands it to every JVM started once it is there
+(`JAVA_TOOL_OPTIONS`). The JDK maps it only under the class path it was made with, whose
+head is Spark's conf folder: every Spark JVM of the suite gets the same empty one
+(`conf_dir`). A JVM with another class path does not use it, silently; nothing else
+changes. `S2_SPARK_CLASS_ARCHIVE=0` turns it off.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import hashlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 SWITCH = "S2_SPARK_CLASS_ARCHIVE"
@@ -97,65 +97,9 @@ def use_archive(path: Path) -> bool:
     return True
 
 
-class _Reader:
-    """Three rows in one partition, one micro-batch (the streaming reader's calls)."""
-
-    def initialOffset(self) -> dict[str, int]:
-        return {"n": 0}
-
-    def latestOffset(self) -> dict[str, int]:
-        return {"n": 2}
-
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[object]:
-        from pyspark.sql.datasource import InputPartition
-
-        return [InputPartition(0)]
-
-    def read(self, partition: object) -> Iterator[tuple[int, str]]:
-        yield from ((i, "x") for i in range(3))
-
-    def commit(self, end: dict[str, int]) -> None:
-        pass
-
-
-class _Writer:
-    """Takes the rows and commits (the streaming writer's calls)."""
-
-    def write(self, rows: Iterator[object]) -> object:
-        from pyspark.sql.datasource import WriterCommitMessage
-
-        return WriterCommitMessage()
-
-    def commit(self, messages: list[object], batch_id: int) -> None:
-        pass
-
-    def abort(self, messages: list[object], batch_id: int) -> None:
-        pass
-
-
-def _workload_source() -> type:
-    """The workload's Python data source (made here: pyspark is imported only by the
-    throwaway driver)."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceStreamWriter
-
-    reader = type("Reader", (_Reader, DataSourceStreamReader), {})
-    writer = type("Writer", (_Writer, DataSourceStreamWriter), {})
-
-    class Source(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return "archive_workload"
-
-        def schema(self) -> str:
-            return "id long, v string"
-
-        def streamReader(self, schema: object) -> DataSourceStreamReader:
-            return reader()
-
-        def streamWriter(self, schema: object, overwrite: bool) -> DataSourceStreamWriter:
-            return writer()
-
-    return Source
+#: The benchmarks' trivial Python source and sink (`benchmarks/_trivial.py`, only pyspark's
+#: imports), the archive's workload: Spark's workers unpickle them from this folder.
+_TRIVIAL = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 def _make(path: Path) -> None:
@@ -175,16 +119,21 @@ def _make(path: Path) -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["JAVA_TOOL_OPTIONS"] = LIGHT_JVM
     os.environ.setdefault("SPARK_CONF_DIR", str(conf_dir(path)))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(_TRIVIAL), os.environ.get("PYTHONPATH")]))
+    sys.path.insert(0, str(_TRIVIAL))
+    from _trivial import TrivialSink, TrivialSource
     spark = (SparkSession.builder.master("local[2]").appName("class-archive")
              .config("spark.ui.enabled", "false")
              .config("spark.driver.extraJavaOptions",
                      f"-XX:ArchiveClassesAtExit={partial} {_QUIET}")
              .getOrCreate())
-    spark.dataSource.register(_workload_source())
+    spark.dataSource.register(TrivialSource)
+    spark.dataSource.register(TrivialSink)
     spark.range(100).selectExpr("id % 7 AS k").groupBy("k").count().toArrow()
     with tempfile.TemporaryDirectory() as ckpt:
-        q = (spark.readStream.format("archive_workload").load().writeStream
-             .format("archive_workload").option("checkpointLocation", ckpt)
+        q = (spark.readStream.format("trivial-source").load().writeStream
+             .format("trivial-sink").option("checkpointLocation", ckpt)
              .trigger(availableNow=True).start())
         q.awaitTermination(300)
     spark.stop()
