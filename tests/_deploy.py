@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pyspark
+from _spark_site import with_spark_site
 
 SPARK_HOME = Path(pyspark.__file__).parent
 
@@ -67,7 +68,11 @@ def spark_env(work: Path) -> dict[str, str]:
         # one of `work`'s.
         SPARK_CONF_DIR=os.environ.get("SPARK_CONF_DIR") or str(work / "conf"),
     )
+    # Not the suite's path: a cluster's workers find s2_spark installed. Only the folder that
+    # has them import pyspark compiled (_spark_site).
     env.pop("PYTHONPATH", None)
+    if (python_path := with_spark_site(None)) is not None:
+        env["PYTHONPATH"] = python_path
     Path(env["SPARK_CONF_DIR"]).mkdir(parents=True, exist_ok=True)
     return env
 

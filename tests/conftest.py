@@ -29,6 +29,7 @@ from _s2_target import (
     s2_config,
     unique_name,
 )
+from _spark_site import with_spark_site
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 if EXTERNAL and TOKEN is not None:
@@ -40,6 +41,10 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 # inherit this too.
 for _name in ("NO_PROXY", "no_proxy"):
     os.environ[_name] = ",".join(filter(None, [os.environ.get(_name), "127.0.0.1", "localhost"]))
+# Spark's Python processes import pyspark compiled, not from its zip (_spark_site); they
+# inherit PYTHONPATH from the JVM.
+if (_python_path := with_spark_site(os.environ.get("PYTHONPATH"))) is not None:
+    os.environ["PYTHONPATH"] = _python_path
 # Every JVM the tests start (the session's, child queries', clusters', Connect's).
 os.environ.setdefault("JAVA_TOOL_OPTIONS", LIGHT_JVM)
 #: Spark's classes archived once (`_class_archive`): a driver started after it is there

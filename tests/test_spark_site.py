@@ -1,0 +1,55 @@
+"""The suite's Spark Python processes import pyspark compiled (`_spark_site`): the zips
+Spark puts first go last where the pip-installed pyspark has the same files, other
+sitecustomize modules still run, and the session's workers really do (a Spark that lays
+out its path otherwise would leave the suite slower, silently, but for this)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import pytest
+from _spark_site import ON, SPARK_SITE
+
+LIB = Path(pyspark.__file__).parent / "python" / "lib"
+ZIPS = [str(LIB / "pyspark.zip"), *map(str, sorted(LIB.glob("py4j-*.zip")))]
+
+
+def started_with(python_path: list[str]) -> dict[str, Any]:
+    """sys.path and where pyspark and py4j came from, in a Python started as Spark starts
+    its own (the zips first on PYTHONPATH)."""
+    code = ("import json, sys, pyspark, py4j\n"
+            "print(json.dumps({'path': sys.path, 'pyspark': pyspark.__file__,"
+            " 'py4j': py4j.__file__, 'marker': sys.modules.get('marked') is not None}))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(python_path)}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True)
+    return json.loads(run.stdout)
+
+
+def test_the_zips_go_after_the_installed_packages() -> None:
+    assert len(ZIPS) == 2 and all(map(os.path.exists, ZIPS)), ZIPS
+    without = started_with(ZIPS)
+    assert ".zip" in without["pyspark"] and ".zip" in without["py4j"]
+    got = started_with([*ZIPS, SPARK_SITE])
+    assert got["pyspark"] == pyspark.__file__ and ".zip" not in got["py4j"]
+    assert got["path"][-2:] == ZIPS
+
+
+def test_another_sitecustomize_still_runs(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['marked'] = sys\n")
+    assert started_with([SPARK_SITE, str(tmp_path)])["marker"]
+
+
+@pytest.mark.spark
+def test_the_session_workers_import_pyspark_compiled(spark: Any) -> None:
+    if not ON:
+        pytest.skip("S2_SPARK_PYSPARK_ZIP=1: Spark's own order")
+    files = spark.sparkContext.parallelize([0], 1).map(
+        lambda _: __import__("pyspark").__file__).collect()
+    assert files == [pyspark.__file__]
