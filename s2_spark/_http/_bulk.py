@@ -22,7 +22,8 @@ the C that reads it: 1.1-1.9 answers a read, 15-45 us of client CPU a lookup on 
 the most where the server is slowest. So a connection that has read its answers and has
 more in flight rests `READ_WINDOW` before it reads again, and the fan-out's requests in
 flight go on at most `BULK_WIDTH` connections, deeper (`bulk_shape`): each read then
-takes what one connection got in the window (10-20 answers on s2-lite).
+takes what one connection got in the window (10-20 answers on s2-lite). Appends are
+answered otherwise: an `AppendRun`'s connections carry one each and never rest.
 """
 
 from __future__ import annotations
@@ -67,15 +68,18 @@ class BulkRun(abc.ABC):
     `columns[1][i]` the two numbers read from request i's plain answer where `others` has
     no entry for it, else its answer of another kind or the error it failed with. A
     subclass says how its requests are written and its answers read. At most `limit` in
-    flight at once (None: as many as the connections carry), `depth` on each connection
-    (None: the fan-out's). Loop thread, but for `answered` and what is read once it is set.
-    """
+    flight at once, on up to `width` connections, `depth` on each (`BulkRuns.begin` sets
+    them; None: as many as the bulk's connections carry). Loop thread, but for `answered`
+    and what is read once it is set."""
 
     __slots__ = ("affixes", "again", "answered", "base_url", "columns", "depth", "headers",
-                 "left", "limit", "max_body", "next", "others", "out", "queued", "targets")
+                 "left", "limit", "max_body", "next", "others", "out", "queued", "targets",
+                 "width")
 
     #: Whether a request may go again after the server may have taken it (a GET).
     idempotent = True
+    #: Whether a connection that read its answers rests before it reads again.
+    rests = True
 
     def __init__(self, base_url: str, targets: Sequence[bytes], headers: Headers,
                  max_body: int, limit: int | None = None) -> None:
@@ -84,7 +88,8 @@ class BulkRun(abc.ABC):
         self.headers = headers
         self.max_body = max_body
         self.limit = limit
-        self.depth: int | None = None if limit is None else -(-limit // min(limit, BULK_WIDTH))
+        self.width: int | None = None
+        self.depth: int | None = None
         self.columns = (array("Q", bytes(8 * len(targets))), array("Q", bytes(8 * len(targets))))
         self.others: dict[int, Response | Exception] = {}
         self.affixes: tuple[bytes, ...] | None = None  # the first connection's
@@ -187,11 +192,17 @@ class AppendRun(BulkRun):
     """Appends, POSTs of `bodies[i]` (protobuf AppendInput) to target i: `starts[i]`,
     `ends[i]` request i's ack (a plain 200 AppendAck). Never sent twice: one whose answer
     was not read when its connection failed is kept in `others` as that failure (it may
-    have landed: the caller knows how to find out)."""
+    have landed: the caller knows how to find out).
+
+    One in flight a connection, on as many as its `limit` (up to the fan-out's width),
+    none resting: s2-lite answers a connection's appends one at a time, each after its
+    durability wait (~6 ms), so a deeper connection or a rest got no more answers a read,
+    only waits (8 connections 8 deep: 4-7x the wall time, 10,000 appends)."""
 
     __slots__ = ("bodies",)
 
     idempotent = False
+    rests = False
 
     def __init__(self, base_url: str, targets: Sequence[bytes], headers: Headers,
                  bodies: Sequence[bytes], max_body: int, limit: int | None) -> None:
@@ -239,10 +250,11 @@ class BulkRuns:
     """The bulk runs of a `Fanout` (its loop thread)."""
 
     def __init__(self, ssl_context: Callable[[], ssl.SSLContext], timeouts: AsyncTimeouts,
-                 width: int, depth: int, deadlines: Deadlines) -> None:
+                 width: int, depth: int, deadlines: Deadlines, wide: int) -> None:
         self._ssl_context = ssl_context
         self._timeouts = timeouts
         self._width = width
+        self._wide = wide  # the most connections per origin of a run with a limit
         self.depth = depth
         self._deadlines = deadlines  # the fan-out's
         self._origins: dict[str, _Origin] = {}
@@ -253,6 +265,9 @@ class BulkRuns:
         self._waking: asyncio.TimerHandle | None = None
 
     def begin(self, run: BulkRun) -> None:
+        if run.limit is not None:  # its requests in flight, one a connection
+            run.width = min(run.limit, self._wide)
+            run.depth = -(-run.limit // run.width)
         self._runs.add(run)
         run.answered.add_done_callback(lambda _: self._runs.discard(run))
         origin = self._origins.get(run.base_url)
@@ -274,7 +289,8 @@ class BulkRuns:
         unsent = len(run_.again) + len(run_.targets) - run_.next
         if run_.limit is not None:
             unsent = min(unsent, run_.limit - run_.out)
-        for _ in range(min(self._width - origin.open, -(-unsent // self.depth_of(run_)))):
+        width = self._width if run_.width is None else run_.width
+        for _ in range(min(width - origin.open, -(-unsent // self.depth_of(run_)))):
             origin.open += 1
             task = asyncio.get_running_loop().create_task(self._connect(origin, run_))
             self._opening.add(task)
@@ -456,14 +472,14 @@ class BulkPipe(Pipe[int]):
 
     def _progressed(self) -> None:
         """More of the run's requests, or the next run's, or idle; the answers to those
-        in flight are read after a rest."""
+        in flight are read after a rest (if the run rests)."""
         run = self.run
         assert run is not None
         if run.unsent:
             self._send()
         if not self.in_flight:
             self._bulk.free(self)
-        if self.in_flight:
+        if self.in_flight and run.rests:
             self._bulk.rest(self)
 
     def _lost(self) -> None:

@@ -122,7 +122,7 @@ class Fanout(Closeable):
         self._opening: set[asyncio.Task[None]] = set()
         self._deadlines = Deadlines(timeouts.read)  # of every connection, bulk ones too
         self._bulk = BulkRuns(ssl_context, timeouts, *bulk_shape(width, depth),
-                               self._deadlines)
+                              self._deadlines, width)
 
     def __repr__(self) -> str:
         return f"Fanout(width={self._width}, depth={self._depth})"
