@@ -136,11 +136,12 @@ class BulkRun(abc.ABC):
             i = again.popleft()
             ranges.append((i, i + 1))
             room -= 1
+            self.out += 1
         if room > 0 and self.next < len(self.targets):
             end = min(len(self.targets), self.next + room)
             ranges.append((self.next, end))
+            self.out += end - self.next
             self.next = end
-        self.out += sum(end - start for start, end in ranges)
         return ranges
 
     def fail_unsent(self, exc: Exception) -> None:
@@ -223,9 +224,11 @@ class AppendRun(BulkRun):
     def requests(self, start: int, end: int) -> list[bytes]:
         assert self.affixes is not None
         before, mid, after = self.affixes
+        targets, bodies = self.targets, self.bodies
         out: list[bytes] = []
-        for target, body in zip(self.targets[start:end], self.bodies[start:end], strict=True):
-            out += (before, target, mid, b"%d" % len(body), after, body)
+        for i in range(start, end):
+            body = bodies[i]
+            out += (before, targets[i], mid, b"%d" % len(body), after, body)
         return out
 
     def read(self, buf: bytearray, pos: int, first: int, count: int) -> tuple[int, int, int]:
