@@ -46,7 +46,7 @@ from ._response import Response
 __all__ = ["BULK_TAILS", "AppendRun", "BulkRun", "BulkRuns", "TailRun"]
 
 Headers = list[tuple[bytes, bytes]]
-#: Whether this install reads tail answers in bulk (the C decoders are there).
+#: Whether this install reads tail and append answers in bulk (the C decoders are there).
 BULK_TAILS = fastwire is not None
 #: Seconds a bulk connection waits, once it has read its answers, before it reads again
 #: (the requests in flight are tens of ms of the server's work: none the slower for it).
