@@ -322,8 +322,8 @@ def _bulk_appends(basin: Basin, route: BasinRoute, streams: Sequence[str],
                            limit=in_flight, then=then)
         results.update(zip(missing, again, strict=True))
     others: dict[int, AppendAck | ServiceError] = {}
-    for i, r in results.items():
-        outcome = _append_outcome(r, streams[i], basin.name)
+    for i in sorted(results):  # in order, as the fan-out path gives them
+        outcome = _append_outcome(results[i], streams[i], basin.name)
         if isinstance(outcome, AppendAck):  # a 200 spelt otherwise, or after a creation
             starts[i], ends[i] = outcome.start.seq_num, outcome.end.seq_num
         else:
