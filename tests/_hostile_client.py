@@ -61,6 +61,22 @@ def s2_check_tails(url: str) -> Callable[[], dict[str, Any]]:
     return lambda: {"outcome": basin.check_tails([f"s{i}" for i in range(64)])}
 
 
+def s2_append_bodies(url: str) -> Callable[[], dict[str, Any]]:
+    """A writer's first appends to 64 streams at once, in bulk (`append_bodies`): the
+    outcome is the first append's error (each append's is returned, not raised)."""
+    client = _s2(url)
+    basin = client.basin("hostile-basin")
+    body = b"\x0a\x03\x12\x01x"  # an AppendInput of one record
+
+    def run() -> dict[str, Any]:
+        acks = basin.append_bodies([f"s{i}" for i in range(64)], [body] * 64, [0] * 64,
+                                   in_flight=64)
+        first = acks.others[0]
+        return {"outcome": {"type": type(first).__name__, "text": str(first)},
+                "failed": len(acks.others)}
+    return run
+
+
 def s2_list_basins(url: str) -> Callable[[], dict[str, Any]]:
     """A control-plane call, unary."""
     client = _s2(url)
@@ -104,8 +120,9 @@ def hold_32_mib(url: str) -> Callable[[], dict[str, Any]]:
     return lambda: {"outcome": len(b"x" * (32 << 20))}
 
 
-PATHS = {f.__name__: f for f in (s2_watch, s2_check_tails, s2_list_basins, durable_sse,
-                                 durable_get, durable_read, durable_watch, hold_32_mib)}
+PATHS = {f.__name__: f for f in (s2_watch, s2_check_tails, s2_append_bodies, s2_list_basins,
+                                 durable_sse, durable_get, durable_read, durable_watch,
+                                 hold_32_mib)}
 
 
 def main(path: str, url: str) -> None:

@@ -54,7 +54,7 @@ from s2_spark._proto import s2_pb2
 from s2_spark.errors import FrameError, MalformedResponseError
 from s2_spark.wire import appends, durable, frames, records
 
-__all__ = ["TARGETS", "Disagreement"]
+__all__ = ["TARGETS", "Disagreement", "bulk_python"]
 
 
 class Disagreement(AssertionError):
@@ -749,64 +749,91 @@ def h1_pipelined(data: bytes) -> None:
            _outcome(lambda: _h1_answers([body], flags), bad))
 
 
-def _tails_c(pieces: list[bytes], count: int, max_body: int) -> tuple[Any, ...]:
-    """`_fastwire.h1_tails` over bytes as they arrive, as a `TailPipe` calls it: the
-    buffer grows by a piece, the answers whole so far are read off it, up to `count`."""
+def _bulk_c(read: str, pieces: list[bytes], count: int, max_body: int) -> tuple[Any, ...]:
+    """`_fastwire.<read>` (`h1_tails`, `h1_acks`) over bytes as they arrive, as a
+    `BulkPipe` calls it: the buffer grows by a piece, the answers whole so far are read
+    off it, up to `count`."""
     from array import array
 
-    seqs, tss = array("Q", bytes(8 * count)), array("Q", bytes(8 * count))
+    fn = getattr(records._fastwire, read)
+    firsts, seconds = array("Q", bytes(8 * count)), array("Q", bytes(8 * count))
     buf, done, stop, taken = bytearray(), 0, 0, 0
     for piece in pieces:
         buf += piece
         taken += 1
-        k, pos, stop = records._fastwire.h1_tails(  # type: ignore[union-attr]
-            buf, 0, _h1.MAX_HEAD_BYTES, max_body, seqs, tss, done, count - done)
+        k, pos, stop = fn(buf, 0, _h1.MAX_HEAD_BYTES, max_body, firsts, seconds, done,
+                          count - done)
         del buf[:pos]
         done += k
         if stop == 2 or done == count:
             break
     rest = bytes(buf) + b"".join(pieces[taken:])  # with what never came to be read
-    return done, rest, stop, list(zip(seqs[:done], tss[:done], strict=True))
+    return done, rest, stop, list(zip(firsts[:done], seconds[:done], strict=True))
 
 
-def _tails_python(data: bytes, done: int, max_body: int) -> tuple[bytes, list[Any]]:
-    """The first `done` answers of `data` read by `ResponseReader`'s Python steps, each
-    required to be what `h1_tails` took: a kept-alive 200 whose body S2's spelling of a
-    tail is (`_many._TAIL`); the bytes after them and the positions."""
+def _tail_numbers(body: bytes) -> tuple[int, int] | None:
+    """A tail answer's position, where its body is S2's spelling of one (`_many._TAIL`)."""
     from s2_spark.s2._many import _TAIL
 
+    m = _TAIL.fullmatch(body)
+    return None if m is None else (int(m[1]), int(m[2]))
+
+
+def _ack_numbers(body: bytes) -> tuple[int, int] | None:
+    """An append answer's start and end seq_num, where protobuf reads an AppendAck."""
+    ack = _ack_reference(body)
+    return None if ack is None else (ack[0], ack[2])
+
+
+def bulk_python(data: bytes, done: int, max_body: int,
+                numbers: Callable[[bytes], tuple[int, int] | None]) -> tuple[bytes, list[Any]]:
+    """The Python reference of `h1_tails` and `h1_acks`: the first `done` answers of
+    `data` read by `ResponseReader`'s Python steps, each required to be what C took: a
+    kept-alive 200 whose body `numbers` reads; the bytes after them and the numbers."""
     got, rest = [], bytearray(data)
     with _without_fast_answer():
         for _ in range(done):
             reader = ResponseReader(max_body=max_body)
             reader.adopt(rest)
-            m = _TAIL.fullmatch(reader.body) if reader.done else None
-            if not (reader.done and reader.status == 200 and reader.keep_alive and m):
+            pair = numbers(reader.body) if reader.done else None
+            if not (reader.done and reader.status == 200 and reader.keep_alive and pair):
                 raise Disagreement(f"C took an answer Python reads otherwise: {reader.status}")
-            got.append((int(m[1]), int(m[2])))
+            got.append(pair)
             rest = reader.rest()
     return bytes(rest), got
 
 
-def h1_tails(data: bytes) -> None:
-    """Tail lookups' answers read in bulk (`_fastwire.h1_tails`, C) against `ResponseReader`
-    and `_many._TAIL` (Python): every answer C takes is a plain 200 tail to Python too,
-    with the same position and end; where C waits for more, Python has not read the
-    answer whole; at once and in pieces, C takes the same answers."""
+def _h1_bulk(read: str, numbers: Callable[[bytes], tuple[int, int] | None], data: bytes
+             ) -> None:
+    """`h1_tails` / `h1_acks` (C) against `bulk_python`: every answer C takes is a plain
+    200 to Python too, with the same numbers and end; where C waits for more, Python has
+    not read the answer whole; at once and in pieces, C takes the same answers."""
     if len(data) < 2:
         return
     count, max_body, body = data[0] % 8 + 1, 64 if data[1] & 1 else 16 << 10, data[2:]
-    done, rest, stop, got = _tails_c(_cuts(body, data[1]), count, max_body)
-    _agree("h1 tails, in pieces and at once", (done, got),
-           _tails_c([body], count, max_body)[::3])
-    rest_py, got_py = _tails_python(body, done, max_body)
-    _agree("h1 tails, C and Python", (got, rest), (got_py, rest_py))
-    if stop == 1 and rest == _tails_c([body], count, max_body)[1]:
+    done, rest, stop, got = _bulk_c(read, _cuts(body, data[1]), count, max_body)
+    _agree(f"{read}, in pieces and at once", (done, got),
+           _bulk_c(read, [body], count, max_body)[::3])
+    rest_py, got_py = bulk_python(body, done, max_body, numbers)
+    _agree(f"{read}, C and Python", (got, rest), (got_py, rest_py))
+    if stop == 1 and rest == _bulk_c(read, [body], count, max_body)[1]:
         # not whole yet, all of it read: Python's reader waits too (no error, not done)
         with _without_fast_answer():
             reader = ResponseReader(max_body=max_body)
             reader.adopt(bytearray(rest))
-            _agree("h1 tails, an answer begun", False, reader.done)
+            _agree(f"{read}, an answer begun", False, reader.done)
+
+
+def h1_tails(data: bytes) -> None:
+    """Tail lookups' answers read in bulk (`_fastwire.h1_tails`) against `bulk_python`
+    and `_many._TAIL` (`_h1_bulk`)."""
+    _h1_bulk("h1_tails", _tail_numbers, data)
+
+
+def h1_acks(data: bytes) -> None:
+    """Appends' answers read in bulk (`_fastwire.h1_acks`) against `bulk_python` and
+    protobuf's AppendAck (`_h1_bulk`)."""
+    _h1_bulk("h1_acks", _ack_numbers, data)
 
 
 def _streamed_read(pieces: list[bytes]) -> Any:
@@ -1301,6 +1328,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "h1_streamed": h1_streamed,
     "h1_pipelined": h1_pipelined,
     "h1_tails": h1_tails,
+    "h1_acks": h1_acks,
     "h2_frames": h2_frames,
 }
 """Every fuzz target by name; the first eight call one C entry point each (the first two

@@ -171,6 +171,9 @@ def test_a_durable_watch_reads_no_more_of_an_endless_answer_than_it_needs() -> N
     ("s2_check_tails", EndlessChunkedBody,
      ("S2Error", f"a body over {SMALL_ANSWER} bytes (the most this request takes)"),
      64, 2 * GROWTH),
+    ("s2_append_bodies", EndlessChunkedBody,
+     ("S2Error", f"a body over {SMALL_ANSWER} bytes (the most this request takes)"),
+     64, 2 * GROWTH),
     ("s2_list_basins", EndlessChunkedBody,
      ("S2Error", f"a body over {MAX_BODY_BYTES} bytes (MAX_BODY_BYTES)"), 1, GROWTH),
     ("durable_get", EndlessChunkedBody,
@@ -188,7 +191,8 @@ def test_a_body_without_end_fails_the_call_at_its_limit(
     (`check_tails` of 64 streams, all in flight) takes `SMALL_ANSWER` of each; its bound
     allows for 64 connections read up to 256 KiB at a time (asyncio's reads) before each
     sees its limit: 16.5 MiB seen once; with `MAX_BODY_BYTES` a call, 129 MiB. A read as
-    it arrives fails on one message over the limit, not on the answer's length."""
+    it arrives fails on one message over the limit, not on the answer's length. Appends
+    in bulk (64 in flight, one a connection) fail each at its limit, never sent again."""
     with server() as hostile:
         result = run_to_end(path, hostile)
     assert result["outcome"]["type"] == error[0], result

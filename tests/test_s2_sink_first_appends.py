@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from fuzz_targets import TARGETS, _ack_reference, _bulk_c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_s2_sink import all_records, wid
@@ -269,3 +270,48 @@ def test_acks_read_in_bulk_are_ack_of_s(answers: list[bytes]) -> None:
         return
     assert acks_of(answers) == ([a.start.seq_num for a in acks], [a.end.seq_num for a in acks])
     assert ack_objects(answers) == acks
+
+
+_HEADS = {  # the answers of another kind a connection may carry between plain acks
+    "404": b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n",
+    "412": b"HTTP/1.1 412 Precondition Failed\r\ncontent-type: application/json\r\n",
+    "close": b"HTTP/1.1 200 OK\r\nconnection: close\r\n",
+    "1.0": b"HTTP/1.0 200 OK\r\n",
+}
+
+
+@st.composite
+def _connection(draw: st.DrawFn) -> tuple[bytes, int]:
+    """Append answers on one connection: plain 200s of `_answers` bodies (damaged ones
+    too), answers of other kinds (an error status, chunked, closing, HTTP/1.0) between
+    them, and the bytes cut anywhere; and how many plain acks lead them whole."""
+    raw, ends = b"", []  # where each leading plain ack ends
+    plain = True
+    for _ in range(draw(st.integers(0, 6))):
+        body = draw(_answers())
+        kind = draw(st.sampled_from(["plain", "plain", "plain", "chunked", *_HEADS]))
+        if kind == "chunked":
+            raw += (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                    + (b"%x\r\n%s\r\n" % (len(body), body) if body else b"") + b"0\r\n\r\n")
+        else:
+            head = _HEADS.get(kind, b"HTTP/1.1 200 OK\r\ncontent-type: application/protobuf\r\n")
+            raw += head + b"content-length: %d\r\n\r\n" % len(body) + body
+        plain = plain and kind == "plain" and _ack_reference(body) is not None
+        if plain:
+            ends.append(len(raw))
+    cut = draw(st.integers(0, len(raw))) if draw(st.booleans()) else len(raw)
+    return raw[:cut], sum(end <= cut for end in ends)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_connection(), st.integers(0, 255), st.integers(0, 255))
+def test_acks_read_in_bulk_off_a_connection_are_the_python_readers(
+        answers: tuple[bytes, int], count: int, cuts: int) -> None:
+    """`_fastwire.h1_acks` against its Python reference (`fuzz_targets.bulk_python`,
+    `ResponseReader` and protobuf), fed at once and in pieces: every ack C takes is a
+    plain 200 AppendAck to Python too, with the same numbers; C takes every leading plain
+    ack of a whole connection (up to its count); the rest is left to `ResponseReader`."""
+    raw, leading = answers
+    TARGETS["h1_acks"](bytes([count, cuts]) + raw)
+    most = count % 8 + 1  # as the target reads its count
+    assert _bulk_c("h1_acks", [raw], most, 16 << 10)[0] == min(most, leading)

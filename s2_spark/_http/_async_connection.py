@@ -290,9 +290,26 @@ class AsyncConnection:
         """What comes before and after a GET's target (a path under the base URL, as
         bytes) on this connection: the requests of a bulk run differ only by their
         target, so each is the two joined around it, built once."""
-        head = request_head(b"GET", b"\x00", [(b"host", self._host_header), *headers])
-        before, after = head.split(b"\x00", 1)
-        return before + self._target(""), after
+        before, after = self._affixes(b"GET", headers, 1)
+        return before, after
+
+    def post_affixes(self, headers: Headers) -> tuple[bytes, bytes, bytes]:
+        """`get_affixes` of a POST, its head's end (after its body's length, as
+        `request_bytes` puts it last) the third: a request is target, length and body
+        joined between them."""
+        before, mid, end = self._affixes(b"POST", [*headers, (b"content-length", b"\x00")],
+                                         2)
+        return before, mid, end
+
+    def _affixes(self, method: bytes, headers: Headers, cuts: int) -> list[bytes]:
+        """The head of a request on this connection cut at its `cuts` NULs (the target,
+        and a header value left to each request)."""
+        head = request_head(method, b"\x00", [(b"host", self._host_header), *headers])
+        parts = head.split(b"\x00")
+        if len(parts) != cuts + 1:
+            raise ValueError("a header holds a NUL")
+        parts[0] += self._target("")
+        return parts
 
     def _target(self, target: str) -> bytes:
         path = self._prefix + target

@@ -1,16 +1,19 @@
-"""Tail lookups in bulk: thousands of GETs whose answers are read straight into arrays.
+"""Tail lookups and appends in bulk: thousands of requests whose answers are read
+straight into arrays.
 
 A fan-out request costs its loop thread a callback, a token, a `Response` and a future's
-bookkeeping per answer: 26-29 us of a tail lookup's 31-33 us (issue 54). Here the
-requests of a run are its targets joined between two affixes built once, pipelined
-`depth` deep on up to `width` connections per origin; the answers that came together are
-read in one C call (`_fastwire.h1_tails`: a plain 200 in S2's own spelling of a tail),
-their positions written into two arrays. A `TailPipe` is a `Pipe` (`_pipe`, the
-connection's life as a `Pipeline`'s) of GETs only: an answer of any other kind (an error
-status, another spelling, a body framed otherwise, a fault) is read by `ResponseReader` as
-a `Pipeline` reads it and kept as its `Response` (or exception) in `others`, for the
-caller to handle as it handles a fan-out's answer; a request behind one that failed or
-closed its connection goes again (GETs only: taken twice, no harm).
+bookkeeping per answer: 26-29 us of a tail lookup's 31-33 us, 35-60 us of an append
+(issue 54). Here the requests of a run are its targets (and an append's length and body)
+joined between affixes built once, pipelined up to a depth on up to `width` connections
+per origin; the answers that came together are read in one C call (`_fastwire.h1_tails`:
+a plain 200 in S2's own spelling of a tail; `h1_acks`: a plain 200 AppendAck), their two
+numbers written into two arrays. A `BulkPipe` is a `Pipe` (`_pipe`, the connection's
+life as a `Pipeline`'s) of one run's requests at a time: an answer of any other kind (an
+error status, another spelling, a body framed otherwise, a fault) is read by
+`ResponseReader` as a `Pipeline` reads it and kept as its `Response` (or exception) in
+`others`, for the caller to handle as it handles a fan-out's answer. A request behind one
+that failed or closed its connection goes again if it is a GET (taken twice, no harm);
+an append there fails with that failure (it may have landed), as the fan-out's would.
 
 The answers are read many at a time, not as they come: a server writes each on its own
 (s2-lite does), and a loop that reads them as they come (it keeps up with the server, so
@@ -19,11 +22,13 @@ the C that reads it: 1.1-1.9 answers a read, 15-45 us of client CPU a lookup on 
 the most where the server is slowest. So a connection that has read its answers and has
 more in flight rests `READ_WINDOW` before it reads again, and the fan-out's requests in
 flight go on at most `BULK_WIDTH` connections, deeper (`bulk_shape`): each read then
-takes what one connection got in the window (10-20 answers on s2-lite).
+takes what one connection got in the window (10-20 answers on s2-lite). Appends are
+answered otherwise: an `AppendRun`'s connections carry one each and never rest.
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import concurrent.futures
 import ssl
@@ -33,15 +38,15 @@ from collections.abc import Callable, Sequence
 
 from s2_spark.wire._accelerator import fastwire
 
-from ._async_connection import AsyncTimeouts
+from ._async_connection import AsyncConnection, AsyncTimeouts
 from ._h1 import MAX_HEAD_BYTES, ResponseReader
 from ._pipe import Deadlines, Pipe
 from ._response import Response
 
-__all__ = ["BULK_TAILS", "BulkTails", "TailRun"]
+__all__ = ["BULK_TAILS", "AppendRun", "BulkRun", "BulkRuns", "TailRun"]
 
 Headers = list[tuple[bytes, bytes]]
-#: Whether this install reads tail answers in bulk (the C decoders are there).
+#: Whether this install reads tail and append answers in bulk (the C decoders are there).
 BULK_TAILS = fastwire is not None
 #: Seconds a bulk connection waits, once it has read its answers, before it reads again
 #: (the requests in flight are tens of ms of the server's work: none the slower for it).
@@ -58,27 +63,40 @@ def bulk_shape(width: int, depth: int) -> tuple[int, int]:
     return conns, width * depth // conns
 
 
-class TailRun:
-    """One run's tail lookups: `seqs[i]`, `tss[i]` the tail of request i where `others`
-    has no entry for it, else its answer of another kind or the error it failed with.
-    Loop thread, but for `answered` and what is read once it is set."""
+class BulkRun(abc.ABC):
+    """One bulk run's requests, a target each under `base_url`: `columns[0][i]`,
+    `columns[1][i]` the two numbers read from request i's plain answer where `others` has
+    no entry for it, else its answer of another kind or the error it failed with. A
+    subclass says how its requests are written and its answers read. At most `limit` in
+    flight at once, on up to `width` connections, `depth` on each (`BulkRuns.begin` sets
+    them; None: as many as the bulk's connections carry). Loop thread, but for `answered`
+    and what is read once it is set."""
 
-    __slots__ = ("affixes", "again", "answered", "base_url", "headers", "left", "max_body",
-                 "next", "others", "queued", "seqs", "targets", "tss")
+    __slots__ = ("affixes", "again", "answered", "base_url", "columns", "depth", "headers",
+                 "left", "limit", "max_body", "next", "others", "out", "queued", "targets",
+                 "width")
+
+    #: Whether a request may go again after the server may have taken it (a GET).
+    idempotent = True
+    #: Whether a connection that read its answers rests before it reads again.
+    rests = True
 
     def __init__(self, base_url: str, targets: Sequence[bytes], headers: Headers,
-                 max_body: int) -> None:
+                 max_body: int, limit: int | None = None) -> None:
         self.base_url = base_url
         self.targets = targets
         self.headers = headers
         self.max_body = max_body
-        self.seqs = array("Q", bytes(8 * len(targets)))
-        self.tss = array("Q", bytes(8 * len(targets)))
+        self.limit = limit
+        self.width: int | None = None
+        self.depth: int | None = None
+        self.columns = (array("Q", bytes(8 * len(targets))), array("Q", bytes(8 * len(targets))))
         self.others: dict[int, Response | Exception] = {}
-        self.affixes: tuple[bytes, bytes] | None = None  # the first connection's
+        self.affixes: tuple[bytes, ...] | None = None  # the first connection's
         self.next = 0  # the next request never sent
         self.again: deque[int] = deque()  # requests to send again
         self.left = len(targets)  # requests without their answer
+        self.out = 0  # requests taken to send, without their answer
         self.queued = False  # among its origin's runs with requests to send
         self.answered: concurrent.futures.Future[None] = concurrent.futures.Future()
 
@@ -86,8 +104,14 @@ class TailRun:
     def unsent(self) -> bool:
         return bool(self.again) or self.next < len(self.targets)
 
+    @property
+    def room(self) -> bool:
+        """Whether it may send one more now (its `limit`)."""
+        return self.limit is None or self.out < self.limit
+
     def settle(self, k: int) -> None:
         self.left -= k
+        self.out -= k
         if self.left == 0 and not self.answered.done():
             self.answered.set_result(None)
 
@@ -96,19 +120,121 @@ class TailRun:
         self.others[i] = result
         self.settle(1)
 
+    def resend(self, i: int) -> None:
+        """Request i goes again (the server did not take it, or may take it twice)."""
+        self.again.append(i)
+        self.out -= 1
+
     def take(self, room: int) -> list[tuple[int, int]]:
-        """Up to `room` requests to send, as ranges [start, end), those sent again first."""
+        """Up to `room` requests to send (fewer at its `limit`), as ranges [start, end),
+        those sent again first."""
+        if self.limit is not None:
+            room = min(room, self.limit - self.out)
         ranges = []
         again = self.again
-        while again and room:
+        while again and room > 0:
             i = again.popleft()
             ranges.append((i, i + 1))
             room -= 1
-        if room and self.next < len(self.targets):
+            self.out += 1
+        if room > 0 and self.next < len(self.targets):
             end = min(len(self.targets), self.next + room)
             ranges.append((self.next, end))
+            self.out += end - self.next
             self.next = end
         return ranges
+
+    def fail_unsent(self, exc: Exception) -> None:
+        """Every request not sent yet fails with `exc` (none can be sent)."""
+        unsent = [*self.again, *range(self.next, len(self.targets))]
+        self.again.clear()
+        self.next = len(self.targets)
+        self.out += len(unsent)
+        for i in unsent:
+            self.keep(i, exc)
+
+    def set_affixes(self, conn: AsyncConnection) -> None:
+        """What each request is joined between, as `conn` writes it (every connection
+        of the origin alike)."""
+        self.affixes = conn.get_affixes(self.headers)
+
+    def requests(self, start: int, end: int) -> list[bytes]:
+        """Requests `start` .. `end`, as written."""
+        assert self.affixes is not None
+        before, after = self.affixes
+        return [before + t + after for t in self.targets[start:end]]
+
+    @abc.abstractmethod
+    def read(self, buf: bytearray, pos: int, first: int, count: int) -> tuple[int, int, int]:
+        """The plain answers in `buf` from `pos` to requests `first` .. (up to `count`),
+        read in C into `columns`: as `_fastwire.h1_tails` returns."""
+
+
+class TailRun(BulkRun):
+    """Tail lookups: `seqs[i]`, `tss[i]` the tail of request i (a plain 200 answer)."""
+
+    __slots__ = ()
+
+    @property
+    def seqs(self) -> array[int]:
+        return self.columns[0]
+
+    @property
+    def tss(self) -> array[int]:
+        return self.columns[1]
+
+    def read(self, buf: bytearray, pos: int, first: int, count: int) -> tuple[int, int, int]:
+        assert fastwire is not None
+        return fastwire.h1_tails(buf, pos, MAX_HEAD_BYTES, self.max_body,  # type: ignore[no-any-return]
+                                 *self.columns, first, count)
+
+
+class AppendRun(BulkRun):
+    """Appends, POSTs of `bodies[i]` (protobuf AppendInput) to target i: `starts[i]`,
+    `ends[i]` request i's ack (a plain 200 AppendAck). Never sent twice: one whose answer
+    was not read when its connection failed is kept in `others` as that failure (it may
+    have landed: the caller knows how to find out).
+
+    One in flight a connection, on as many as its `limit` (up to the fan-out's width),
+    none resting: s2-lite answers a connection's appends one at a time, each after its
+    durability wait (~6 ms), so a deeper connection or a rest got no more answers a read,
+    only waits (8 connections 8 deep: 4-7x the wall time, 10,000 appends)."""
+
+    __slots__ = ("bodies",)
+
+    idempotent = False
+    rests = False
+
+    def __init__(self, base_url: str, targets: Sequence[bytes], headers: Headers,
+                 bodies: Sequence[bytes], max_body: int, limit: int | None) -> None:
+        super().__init__(base_url, targets, headers, max_body, limit)
+        self.bodies = bodies
+
+    @property
+    def starts(self) -> array[int]:
+        return self.columns[0]
+
+    @property
+    def ends(self) -> array[int]:
+        return self.columns[1]
+
+    def set_affixes(self, conn: AsyncConnection) -> None:
+        self.affixes = conn.post_affixes(self.headers)
+
+    def requests(self, start: int, end: int) -> list[bytes]:
+        assert self.affixes is not None
+        before, mid, after = self.affixes
+        targets, bodies = self.targets, self.bodies
+        out: list[bytes] = []
+        for i in range(start, end):
+            body = bodies[i]
+            out += (before, targets[i], mid, b"%d" % len(body), after, body)
+        return out
+
+    def read(self, buf: bytearray, pos: int, first: int, count: int) -> tuple[int, int, int]:
+        assert fastwire is not None
+        return fastwire.h1_acks(buf, pos, MAX_HEAD_BYTES, self.max_body,  # type: ignore[no-any-return]
+                                *self.columns, first, count)
 
 
 class _Origin:
@@ -118,29 +244,33 @@ class _Origin:
     __slots__ = ("idle", "open", "runs")
 
     def __init__(self) -> None:
-        self.idle: list[TailPipe] = []
+        self.idle: list[BulkPipe] = []
         self.open = 0
-        self.runs: deque[TailRun] = deque()
+        self.runs: deque[BulkRun] = deque()
 
 
-class BulkTails:
+class BulkRuns:
     """The bulk runs of a `Fanout` (its loop thread)."""
 
     def __init__(self, ssl_context: Callable[[], ssl.SSLContext], timeouts: AsyncTimeouts,
-                 width: int, depth: int, deadlines: Deadlines) -> None:
+                 width: int, depth: int, deadlines: Deadlines, wide: int) -> None:
         self._ssl_context = ssl_context
         self._timeouts = timeouts
         self._width = width
+        self._wide = wide  # the most connections per origin of a run with a limit
         self.depth = depth
         self._deadlines = deadlines  # the fan-out's
         self._origins: dict[str, _Origin] = {}
-        self._runs: set[TailRun] = set()
+        self._runs: set[BulkRun] = set()
         self._opening: set[asyncio.Task[None]] = set()
-        self._conns: set[TailPipe] = set()  # open
-        self._resting: list[TailPipe] = []  # not reading until `_wake`
+        self._conns: set[BulkPipe] = set()  # open
+        self._resting: list[BulkPipe] = []  # not reading until `_wake`
         self._waking: asyncio.TimerHandle | None = None
 
-    def begin(self, run: TailRun) -> None:
+    def begin(self, run: BulkRun) -> None:
+        if run.limit is not None:  # its requests in flight, one a connection
+            run.width = min(run.limit, self._wide)
+            run.depth = -(-run.limit // run.width)
         self._runs.add(run)
         run.answered.add_done_callback(lambda _: self._runs.discard(run))
         origin = self._origins.get(run.base_url)
@@ -148,7 +278,7 @@ class BulkTails:
             origin = self._origins[run.base_url] = _Origin()
         self.queue(origin, run)
 
-    def queue(self, origin: _Origin, run: TailRun) -> None:
+    def queue(self, origin: _Origin, run: BulkRun) -> None:
         """`run` has requests to send: idle connections take them, and new ones open
         for what is left (up to `width`)."""
         if not run.queued and run.unsent:
@@ -160,22 +290,29 @@ class BulkTails:
         if run_ is None:
             return
         unsent = len(run_.again) + len(run_.targets) - run_.next
-        for _ in range(min(self._width - origin.open, -(-unsent // self.depth))):
+        if run_.limit is not None:
+            unsent = min(unsent, run_.limit - run_.out)
+        width = self._width if run_.width is None else run_.width
+        for _ in range(min(width - origin.open, -(-unsent // self.depth_of(run_)))):
             origin.open += 1
             task = asyncio.get_running_loop().create_task(self._connect(origin, run_))
             self._opening.add(task)
             task.add_done_callback(self._opening.discard)
 
+    def depth_of(self, run: BulkRun) -> int:
+        """Requests of `run` in flight on one connection at most."""
+        return self.depth if run.depth is None else min(self.depth, run.depth)
+
     @staticmethod
-    def work(origin: _Origin) -> TailRun | None:
-        """The first of the origin's runs with requests to send."""
+    def work(origin: _Origin) -> BulkRun | None:
+        """The first of the origin's runs with requests to send now (short of its limit)."""
         runs = origin.runs
         while runs and not runs[0].unsent:
             runs.popleft().queued = False
-        return runs[0] if runs else None
+        return next((run for run in runs if run.room and run.unsent), None)
 
-    async def _connect(self, origin: _Origin, run: TailRun) -> None:
-        conn = TailPipe(run.base_url, self._ssl_context, self, origin, self._deadlines)
+    async def _connect(self, origin: _Origin, run: BulkRun) -> None:
+        conn = BulkPipe(run.base_url, self._ssl_context, self, origin, self._deadlines)
         try:
             await conn.connect(self._timeouts)
         except Exception as exc:
@@ -191,11 +328,9 @@ class BulkTails:
         while origin.runs:
             run = origin.runs.popleft()
             run.queued = False
-            for start, end in run.take(len(run.again) + len(run.targets)):
-                for i in range(start, end):
-                    run.keep(i, exc)
+            run.fail_unsent(exc)
 
-    def free(self, conn: TailPipe) -> None:
+    def free(self, conn: BulkPipe) -> None:
         """A connection with nothing in flight: it takes the next run's requests, or idles."""
         run = self.work(conn.origin)
         if run is not None:
@@ -203,7 +338,7 @@ class BulkTails:
         else:
             conn.origin.idle.append(conn)
 
-    def lost(self, conn: TailPipe) -> None:
+    def lost(self, conn: BulkPipe) -> None:
         """A connection closed: the others, or a new one, take what it had to send again."""
         origin = conn.origin
         origin.open -= 1
@@ -213,7 +348,7 @@ class BulkTails:
         if conn.run is not None:
             self.queue(origin, conn.run)
 
-    def rest(self, conn: TailPipe) -> None:
+    def rest(self, conn: BulkPipe) -> None:
         """`conn` read its answers and has more in flight: it reads again (with every
         other that rests by then) after `READ_WINDOW`, many answers at once."""
         if self._waking is None:
@@ -243,41 +378,39 @@ class BulkTails:
         self._runs.clear()
 
 
-class TailPipe(Pipe[int]):
-    """One connection of bulk tail lookups, up to `depth` in flight, answered in order
-    (loop thread). `_ranges`: the requests in flight, oldest first, as [start, end) of
-    its run's."""
+class BulkPipe(Pipe[int]):
+    """One connection of bulk runs, one run at a time, up to its depth in flight,
+    answered in order (loop thread). `_ranges`: the requests in flight, oldest first, as
+    [start, end) of its run's."""
 
     def __init__(self, base_url: str, ssl_context: Callable[[], ssl.SSLContext],
-                 bulk: BulkTails, origin: _Origin, deadlines: Deadlines) -> None:
+                 bulk: BulkRuns, origin: _Origin, deadlines: Deadlines) -> None:
         super().__init__(base_url, ssl_context, deadlines)
         self._bulk = bulk
         self.origin = origin
-        self.run: TailRun | None = None
+        self.run: BulkRun | None = None
         self._ranges: deque[list[int]] = deque()
 
-    def serve(self, run: TailRun) -> None:
-        """Send `run`'s next requests, up to `depth` in flight."""
+    def serve(self, run: BulkRun) -> None:
+        """Send `run`'s next requests, up to its depth in flight."""
         assert self._transport is not None
         if run is not self.run:
             self.run = run
             if run.affixes is None:
-                run.affixes = self._conn.get_affixes(run.headers)
+                run.set_affixes(self._conn)
         self._send()
 
     def _send(self) -> None:
         run = self.run
         assert run is not None and self._transport is not None and run.affixes is not None
-        ranges = run.take(self._bulk.depth - self.in_flight)
+        ranges = run.take(self._bulk.depth_of(run) - self.in_flight)
         if not ranges:
             return
-        before, after = run.affixes
-        targets = run.targets
         out = []
         for start, end in ranges:
             self._ranges.append([start, end])
             self.in_flight += end - start
-            out += [before + t + after for t in targets[start:end]]
+            out += run.requests(start, end)
         self._sent()
         self._transport.write(b"".join(out))
 
@@ -297,13 +430,12 @@ class TailPipe(Pipe[int]):
     # -- what `Pipe` asks ------------------------------------------------------------------
 
     def _read_plain(self, buf: bytearray) -> tuple[int, bool]:
-        """The plain 200s in C (`h1_tails`), straight into the run's arrays."""
-        assert fastwire is not None and self.run is not None
+        """The plain 200s in C (`BulkRun.read`), straight into the run's arrays."""
+        assert self.run is not None
         run, ranges, pos = self.run, self._ranges, 0
         while ranges and pos < len(buf):
             r = ranges[0]
-            k, pos, stop = fastwire.h1_tails(buf, pos, MAX_HEAD_BYTES, run.max_body,
-                                             run.seqs, run.tss, r[0], r[1] - r[0])
+            k, pos, stop = run.read(buf, pos, r[0], r[1] - r[0])
             if k:
                 r[0] += k
                 self.in_flight -= k
@@ -335,21 +467,22 @@ class TailPipe(Pipe[int]):
 
     def _again(self, request: int) -> None:
         assert self.run is not None
-        self.run.again.append(request)
+        self.run.resend(request)
 
     def _idempotent(self, request: int) -> bool:
-        return True  # GETs
+        assert self.run is not None
+        return self.run.idempotent
 
     def _progressed(self) -> None:
         """More of the run's requests, or the next run's, or idle; the answers to those
-        in flight are read after a rest."""
+        in flight are read after a rest (if the run rests)."""
         run = self.run
         assert run is not None
         if run.unsent:
             self._send()
-        elif not self.in_flight:
+        if not self.in_flight:
             self._bulk.free(self)
-        if self.in_flight:
+        if self.in_flight and run.rests:
             self._bulk.rest(self)
 
     def _lost(self) -> None:

@@ -26,12 +26,12 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TypeVar, cast
 
 from s2_spark._closeable import Closeable
 
 from ._async_connection import AsyncTimeouts
-from ._bulk import BulkTails, TailRun, bulk_shape
+from ._bulk import AppendRun, BulkRun, BulkRuns, TailRun, bulk_shape
 from ._pipe import Deadlines
 from ._pipeline import Flusher, Pipeline, ResendError
 from ._response import MAX_BODY_BYTES, Response
@@ -63,6 +63,7 @@ class Call:
     max_body: int = MAX_BODY_BYTES
 
 
+BulkRunT = TypeVar("BulkRunT", bound=BulkRun)
 #: `Fanout.run`'s `then`: the request to send after call i's response, or None.
 FollowUp = Callable[[int, Response], "Call | None"]
 
@@ -120,8 +121,8 @@ class Fanout(Closeable):
         self._runs: set[_Run] = set()
         self._opening: set[asyncio.Task[None]] = set()
         self._deadlines = Deadlines(timeouts.read)  # of every connection, bulk ones too
-        self._bulk = BulkTails(ssl_context, timeouts, *bulk_shape(width, depth),
-                               self._deadlines)
+        self._bulk = BulkRuns(ssl_context, timeouts, *bulk_shape(width, depth),
+                              self._deadlines, width)
 
     def __repr__(self) -> str:
         return f"Fanout(width={self._width}, depth={self._depth})"
@@ -147,8 +148,17 @@ class Fanout(Closeable):
         """Tail lookups, a GET of each target under `base_url`, their answers read in bulk
         (`_bulk`: positions into arrays, answers of another kind kept as they are).
         Only where `_bulk.BULK_TAILS` (the C decoders are there)."""
-        run = TailRun(base_url, targets, headers, max_body)
-        if targets:
+        return self._bulk_run(TailRun(base_url, targets, headers, max_body))
+
+    def run_appends(self, base_url: str, targets: Sequence[bytes], headers: Headers,
+                    bodies: Sequence[bytes], max_body: int, limit: int) -> AppendRun:
+        """Appends, a POST of `bodies[i]` to `targets[i]` under `base_url` (at most
+        `limit` in flight), their acks read in bulk as `run_tails` reads tails; never
+        sent twice (an unknown outcome is kept as its failure)."""
+        return self._bulk_run(AppendRun(base_url, targets, headers, bodies, max_body, limit))
+
+    def _bulk_run(self, run: BulkRunT) -> BulkRunT:
+        if run.targets:
             self._started().call_soon_threadsafe(self._bulk.begin, run)
             run.answered.result()
         return run

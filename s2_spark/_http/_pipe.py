@@ -1,5 +1,5 @@
 """One HTTP/1.1 connection carrying many requests in order (pipelining): the life both the
-fan-out's `Pipeline` and the bulk tail lookups' `TailPipe` share.
+fan-out's `Pipeline` and the bulk runs' `BulkPipe` share.
 
 A `Pipe` connects through `AsyncConnection` (its route, tunnel and TLS) and takes its
 transport; the requests on it are answered in the order they went. What HTTP/1.1 says a
@@ -17,7 +17,7 @@ pipelining client must do, it does, once for both kinds:
   last answer (or of its first request): `Deadlines` looks at all of them on one timer.
 
 The subclasses differ only in what they queue and in how they read plain answers
-(`_read_plain`): a `Pipeline` reads every answer with `ResponseReader`, a `TailPipe` reads
+(`_read_plain`): a `Pipeline` reads every answer with `ResponseReader`, a `BulkPipe` reads
 plain 200s in bulk in C and hands only the others to the same reader.
 """
 

@@ -127,14 +127,15 @@ def _tail_of(body: bytes) -> Position:
 _UNQUOTED = re.compile(r"[A-Za-z0-9_.~-]*")
 
 
-def _tail_targets(names: Sequence[str]) -> list[bytes]:
-    """Each stream's tail lookup path. Names that need no quoting (the usual kind) make
-    all the paths in one pass of C: a name at a time through `records_path` cost 3 us more
-    a lookup once a plan's names outnumber its cache, as 100,000 streams' do."""
+def _paths(names: Sequence[str], after: str = "") -> list[bytes]:
+    """Each stream's `records_path`, `after` added (a tail lookup's "/tail"). Names that
+    need no quoting (the usual kind) make all the paths in one pass of C: a name at a time
+    through `records_path` cost 3 us more a lookup once a plan's names outnumber its
+    cache, as 100,000 streams' do."""
     if names and _UNQUOTED.fullmatch("".join(names)):
-        paths = "/records/tail\n/streams/".join(names)
-        return f"/streams/{paths}/records/tail".encode().split(b"\n")
-    return [(records_path(n) + "/tail").encode() for n in names]
+        paths = f"/records{after}\n/streams/".join(names)
+        return f"/streams/{paths}/records{after}".encode().split(b"\n")
+    return [(records_path(n) + after).encode() for n in names]
 
 
 def check_tails(basin: Basin, names: Sequence[str]) -> dict[str, Position | None]:
@@ -161,7 +162,7 @@ def _bulk_tails(basin: Basin, names: Sequence[str], out: dict[str, Position | No
     from the run's arrays, any other answer handled as `_tail_result` handles it."""
     route = basin.transport.route(basin.name)
     run = basin.transport.fanout().run_tails(
-        route.origin.base_url, _tail_targets(names), route.headers, SMALL_ANSWER)
+        route.origin.base_url, _paths(names, "/tail"), route.headers, SMALL_ANSWER)
     others = run.others
     if not others:  # the usual run: every answer a plain tail
         out.update(zip(names, map(Position, run.seqs, run.tss), strict=True))
@@ -276,8 +277,11 @@ def append_bodies(basin: Basin, streams: Sequence[str], bodies: Sequence[bytes],
     streams cost, with no object per append but its request. `condition_sizes[i]`: the
     bytes of body i's last field, its fencing token condition, which a stream created
     on the way (`create_missing`) has replaced by the empty token's. The same outcomes as
-    `append_each`, never retried."""
+    `append_each`, never retried. Uncompressed, they go as a bulk run (`_bulk_appends`)."""
     route = basin.transport.route(basin.name)
+    if BULK_TAILS and route.compression is Compression.NONE:
+        return _bulk_appends(basin, route, streams, bodies, condition_sizes, in_flight,
+                             create_missing)
     calls = _append_calls(route, streams, bodies)
     then = (_CreateThenAppend(basin, streams, _Unconditioned(bodies, condition_sizes))
             if create_missing else None)
@@ -293,6 +297,37 @@ def append_bodies(basin: Basin, streams: Sequence[str], bodies: Sequence[bytes],
             starts[i], ends[i] = next(got)
         else:
             others[i] = _append_outcome(r, streams[i], basin.name)
+    return BodyAcks(starts, ends, others)
+
+
+def _bulk_appends(basin: Basin, route: BasinRoute, streams: Sequence[str],
+                  bodies: Sequence[bytes], condition_sizes: Sequence[int], in_flight: int,
+                  create_missing: bool) -> BodyAcks:
+    """`append_bodies` as a bulk run (`Fanout.run_appends`): the plain acks straight from
+    the run's arrays, the few answered 404 created and appended again through the fan-out
+    (`_CreateThenAppend`) when `create_missing`, any other outcome as `append_each`'s."""
+    fanout = basin.transport.fanout()
+    run = fanout.run_appends(route.origin.base_url, _paths(streams),
+                             route.headers + PROTO_HEADERS, bodies, SMALL_ANSWER, in_flight)
+    starts, ends, results = run.starts.tolist(), run.ends.tolist(), run.others
+    if not results:  # the common case: every append acknowledged
+        return BodyAcks(starts, ends, {})
+    missing = [i for i, r in results.items()
+               if isinstance(r, Response) and r.status_code == 404] if create_missing else []
+    if missing:
+        unconditioned = _Unconditioned(bodies, condition_sizes)
+        then = _CreateThenAppend(basin, [streams[i] for i in missing],
+                                 lambda k: unconditioned(missing[k]), created=True)
+        again = fanout.run([_create_call(route, streams[i]) for i in missing],
+                           limit=in_flight, then=then)
+        results.update(zip(missing, again, strict=True))
+    others: dict[int, AppendAck | ServiceError] = {}
+    for i in sorted(results):  # in order, as the fan-out path gives them
+        outcome = _append_outcome(results[i], streams[i], basin.name)
+        if isinstance(outcome, AppendAck):  # a 200 spelt otherwise, or after a creation
+            starts[i], ends[i] = outcome.start.seq_num, outcome.end.seq_num
+        else:
+            others[i] = outcome
     return BodyAcks(starts, ends, others)
 
 
@@ -326,17 +361,19 @@ def _append_outcome(result: Response | Exception, stream: str, basin: str
 
 class _CreateThenAppend:
     """`append_each`'s follow-up: a 404 asks for the stream's creation, and the creation
-    (or a 409: another writer's) for the append again under the empty token."""
+    (or a 409: another writer's) for the append again under the empty token. `created`:
+    the calls are those creations already (their appends were answered 404 elsewhere)."""
 
     def __init__(self, basin: Basin, streams: Sequence[str],
-                 unconditioned: Callable[[int], bytes]) -> None:
+                 unconditioned: Callable[[int], bytes], *, created: bool = False) -> None:
         self._route = basin.transport.route(basin.name)
         self._streams = streams
         self._unconditioned = unconditioned  # append i's AppendInput under token ""
+        self._first = int(created)  # the step a call's first answer is at
         self._steps: dict[int, int] = {}  # only the few answered 404 take a step
 
     def __call__(self, i: int, response: Response) -> Call | None:
-        step = self._steps.get(i, 0)
+        step = self._steps.get(i, self._first)
         if step == 0 and response.status_code != 404:
             return None
         self._steps[i] = step + 1

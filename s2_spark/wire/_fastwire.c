@@ -7,7 +7,8 @@
  * the bytes the arrays hold. encode_records: the reverse for AppendRecord entries of an
  * AppendInput. h1_response: a whole plain HTTP/1.1 answer (the fan-out's tail lookups,
  * acks and small reads, many to a buffer) read in one call, as _h1.ResponseReader does;
- * h1_tails: the tail lookups' answers of a bulk run, many in one call, into arrays.
+ * h1_tails: the tail lookups' answers of a bulk run, many in one call, into arrays;
+ * h1_acks: the same for a bulk run's appends (AppendAck answers).
  * append_acks: many AppendAck answers read in one call into numbers; sink_bodies: a
  * writer's first append to each of many streams (records, mark with digest, token) built
  * in one call, as the sink builds one (backends/s2/_first_appends.py).
@@ -1370,10 +1371,13 @@ static int tail_body(const uint8_t *p, Py_ssize_t n, uint64_t *seq, uint64_t *ts
     return tail_number(d, comma - d, seq) && tail_number(comma + b, e - (comma + b), ts);
 }
 
-/* One answer at p[0..n): 1 a plain 200 tail (its end in *end), 0 more bytes needed,
- * 2 any other answer, or bytes the Python reader is to judge. */
-static int tail_answer(const uint8_t *p, Py_ssize_t n, Py_ssize_t head_left,
-                       long long max_body, uint64_t *seq, uint64_t *ts, Py_ssize_t *end) {
+/* One answer at p[0..n): 1 a plain 200 whose body `body` reads into *a and *b (its end in
+ * *end), 0 more bytes needed, 2 any other answer, or bytes the Python reader is to judge. */
+typedef int (*body_fn)(const uint8_t *p, Py_ssize_t n, uint64_t *a, uint64_t *b);
+
+static int plain_answer(const uint8_t *p, Py_ssize_t n, Py_ssize_t head_left,
+                        long long max_body, body_fn body, uint64_t *a, uint64_t *b,
+                        Py_ssize_t *end) {
     Py_ssize_t head = find_head_end(p, n);
     if (head < 0) return n > head_left ? 2 : 0;
     if (head + 4 > head_left) return 2;
@@ -1384,65 +1388,86 @@ static int tail_answer(const uint8_t *p, Py_ssize_t n, Py_ssize_t head_left,
         (length = h1_length(&h)) < 0 || length > max_body)
         return 2;
     if (length > n - (head + 4)) return 0;
-    if (!tail_body(p + head + 4, (Py_ssize_t)length, seq, ts)) return 2;
+    if (!body(p + head + 4, (Py_ssize_t)length, a, b)) return 2;
     *end = head + 4 + (Py_ssize_t)length;
     return 1;
 }
 
-/* h1_tails(buf, pos, head_left, max_body, seqs, tss, first, count): the tail lookups'
- * answers in buf from pos, read while each is a whole plain 200 with S2's own spelling
- * of a tail (a kept-alive HTTP/1.1 answer, its body framed by Content-Length), their
- * positions written to seqs[first + k] and tss[first + k] (writable uint64 buffers), at
- * most count of them. Returns (answers read, position after them, why it stopped):
- * 0 count read or no bytes left, 1 the next answer is not all here, 2 the next answer is
- * of another kind (or a fault): the Python reader reads that one, so its errors stay
- * the only ones. No Python object per answer. */
-static PyObject *fw_h1_tails(PyObject *self, PyObject *args) {
-    PyObject *data, *seqs_o, *tss_o;
+/* An AppendAck answer (protobuf, as append_acks reads it): its start and end seq_num. */
+static int ack_body(const uint8_t *p, Py_ssize_t n, uint64_t *start, uint64_t *end) {
+    uint64_t ack[6];
+    perr_t err = {NULL};
+    if (!parse_ack(p, p + n, ack, &err)) return 0;
+    *start = ack[0];
+    *end = ack[2];
+    return 1;
+}
+
+/* The answers in buf from pos, read while each is a whole plain 200 (a kept-alive
+ * HTTP/1.1 answer, its body framed by Content-Length) whose body `body` reads, its two
+ * numbers written to as[first + k] and bs[first + k] (writable uint64 buffers), at most
+ * count of them. Returns (answers read, position after them, why it stopped): 0 count
+ * read or no bytes left, 1 the next answer is not all here, 2 the next answer is of
+ * another kind (or a fault): the Python reader reads that one, so its errors stay the
+ * only ones. No Python object per answer. */
+static PyObject *h1_bulk(PyObject *args, const char *name, body_fn body) {
+    PyObject *data, *as_o, *bs_o;
     Py_ssize_t pos, head_left, first, count;
     long long max_body;
-    if (!PyArg_ParseTuple(args, "OnnLOOnn", &data, &pos, &head_left, &max_body, &seqs_o,
-                          &tss_o, &first, &count))
+    if (!PyArg_ParseTuple(args, "OnnLOOnn", &data, &pos, &head_left, &max_body, &as_o,
+                          &bs_o, &first, &count))
         return NULL;
-    Py_buffer b, sq, tm;
+    Py_buffer b, av, bv;
     if (PyObject_GetBuffer(data, &b, PyBUF_SIMPLE) < 0) return NULL;
-    if (PyObject_GetBuffer(seqs_o, &sq, PyBUF_WRITABLE) < 0) {
+    if (PyObject_GetBuffer(as_o, &av, PyBUF_WRITABLE) < 0) {
         PyBuffer_Release(&b);
         return NULL;
     }
-    if (PyObject_GetBuffer(tss_o, &tm, PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&sq);
+    if (PyObject_GetBuffer(bs_o, &bv, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&av);
         PyBuffer_Release(&b);
         return NULL;
     }
     PyObject *out = NULL;
-    if (pos < 0 || pos > b.len || first < 0 || count < 0 || first > sq.len / 8 - count ||
-        first > tm.len / 8 - count) {
-        PyErr_SetString(PyExc_ValueError, "h1_tails: position or range out of bounds");
+    if (pos < 0 || pos > b.len || first < 0 || count < 0 || first > av.len / 8 - count ||
+        first > bv.len / 8 - count) {
+        PyErr_Format(PyExc_ValueError, "%s: position or range out of bounds", name);
         goto done;
     }
     const uint8_t *p = (const uint8_t *)b.buf;
     Py_ssize_t k = 0;
     int stop = 0;
     while (k < count && pos < b.len) {
-        uint64_t seq = 0, ts = 0;
+        uint64_t x = 0, y = 0;
         Py_ssize_t end = 0;
-        int got = tail_answer(p + pos, b.len - pos, head_left, max_body, &seq, &ts, &end);
+        int got = plain_answer(p + pos, b.len - pos, head_left, max_body, body, &x, &y, &end);
         if (got != 1) {
             stop = got == 0 ? 1 : 2;
             break;
         }
-        memcpy((uint8_t *)sq.buf + 8 * (first + k), &seq, 8);
-        memcpy((uint8_t *)tm.buf + 8 * (first + k), &ts, 8);
+        memcpy((uint8_t *)av.buf + 8 * (first + k), &x, 8);
+        memcpy((uint8_t *)bv.buf + 8 * (first + k), &y, 8);
         pos += end;
         k++;
     }
     out = Py_BuildValue("(nni)", k, pos, stop);
 done:
-    PyBuffer_Release(&tm);
-    PyBuffer_Release(&sq);
+    PyBuffer_Release(&bv);
+    PyBuffer_Release(&av);
     PyBuffer_Release(&b);
     return out;
+}
+
+/* h1_tails(buf, pos, head_left, max_body, seqs, tss, first, count): h1_bulk of tail
+ * lookups' answers in S2's own spelling of a tail, their positions into seqs and tss. */
+static PyObject *fw_h1_tails(PyObject *self, PyObject *args) {
+    return h1_bulk(args, "h1_tails", tail_body);
+}
+
+/* h1_acks(buf, pos, head_left, max_body, starts, ends, first, count): h1_bulk of appends'
+ * answers, each an AppendAck (protobuf), their start and end seq_num into starts, ends. */
+static PyObject *fw_h1_acks(PyObject *self, PyObject *args) {
+    return h1_bulk(args, "h1_acks", ack_body);
 }
 
 static PyMethodDef methods[] = {
@@ -1458,6 +1483,8 @@ static PyMethodDef methods[] = {
      "A whole plain HTTP/1.1 answer at the start of a buffer, or None."},
     {"h1_tails", fw_h1_tails, METH_VARARGS,
      "Plain tail lookups' answers off a buffer, their positions into arrays."},
+    {"h1_acks", fw_h1_acks, METH_VARARGS,
+     "Plain append answers off a buffer, their acks' start and end into arrays."},
     {"_set_error_type", fw_set_error_type, METH_O, "Set the exception type for bad input."},
     {NULL, NULL, 0, NULL},
 };
