@@ -19,7 +19,7 @@ from typing import Any
 
 from s2_spark.durable import DurableConfig, DurableStreamsClient
 from s2_spark.retry import RetryPolicy
-from s2_spark.s2 import S2Client, S2Config
+from s2_spark.s2 import S2Client, S2Config, SmallRead
 
 #: Retries end soon: a watch's test needs one failure, not a client that tries for 2
 #: minutes. A call that hits a limit is never retried (the tests count its requests).
@@ -77,6 +77,21 @@ def s2_append_bodies(url: str) -> Callable[[], dict[str, Any]]:
     return run
 
 
+def s2_read_many(url: str) -> Callable[[], dict[str, Any]]:
+    """Small reads of 16 streams at once, in bulk (`read_many`): the outcome is the first
+    read's error (each read's is returned, not raised). 16: each takes `MAX_BODY_BYTES`
+    before it fails, and 64 of those are the hostile server's cap."""
+    client = _s2(url)
+    basin = client.basin("hostile-basin")
+
+    def run() -> dict[str, Any]:
+        got = basin.read_many([SmallRead(f"s{i}", 0, 1) for i in range(16)])
+        first = got[0]
+        return {"outcome": {"type": type(first).__name__, "text": str(first)},
+                "failed": sum(isinstance(g, Exception) for g in got)}
+    return run
+
+
 def s2_list_basins(url: str) -> Callable[[], dict[str, Any]]:
     """A control-plane call, unary."""
     client = _s2(url)
@@ -120,7 +135,8 @@ def hold_32_mib(url: str) -> Callable[[], dict[str, Any]]:
     return lambda: {"outcome": len(b"x" * (32 << 20))}
 
 
-PATHS = {f.__name__: f for f in (s2_watch, s2_check_tails, s2_append_bodies, s2_list_basins,
+PATHS = {f.__name__: f for f in (s2_watch, s2_check_tails, s2_append_bodies, s2_read_many,
+                                 s2_list_basins,
                                  durable_sse, durable_get, durable_read, durable_watch,
                                  hold_32_mib)}
 

@@ -750,25 +750,29 @@ def h1_pipelined(data: bytes) -> None:
 
 
 def _bulk_c(read: str, pieces: list[bytes], count: int, max_body: int) -> tuple[Any, ...]:
-    """`_fastwire.<read>` (`h1_tails`, `h1_acks`) over bytes as they arrive, as a
-    `BulkPipe` calls it: the buffer grows by a piece, the answers whole so far are read
-    off it, up to `count`."""
+    """`_fastwire.<read>` (`h1_tails`, `h1_acks`, `h1_bodies`) over bytes as they arrive,
+    as a `BulkPipe` calls it: the buffer grows by a piece, the answers whole so far are
+    read off it, up to `count` (`h1_bodies`' bodies taken where it says, as `ReadRun`
+    takes them, before the buffer is cut)."""
     from array import array
 
     fn = getattr(records._fastwire, read)
     firsts, seconds = array("Q", bytes(8 * count)), array("Q", bytes(8 * count))
-    buf, done, stop, taken = bytearray(), 0, 0, 0
+    buf, done, stop, taken, got = bytearray(), 0, 0, 0, []
     for piece in pieces:
         buf += piece
         taken += 1
         k, pos, stop = fn(buf, 0, _h1.MAX_HEAD_BYTES, max_body, firsts, seconds, done,
                           count - done)
+        pairs = zip(firsts[done:done + k], seconds[done:done + k], strict=True)
+        got += ([bytes(buf[a:a + n]) for a, n in pairs] if read == "h1_bodies"
+                else list(pairs))
         del buf[:pos]
         done += k
         if stop == 2 or done == count:
             break
     rest = bytes(buf) + b"".join(pieces[taken:])  # with what never came to be read
-    return done, rest, stop, list(zip(firsts[:done], seconds[:done], strict=True))
+    return done, rest, stop, got
 
 
 def _tail_numbers(body: bytes) -> tuple[int, int] | None:
@@ -786,28 +790,31 @@ def _ack_numbers(body: bytes) -> tuple[int, int] | None:
 
 
 def bulk_python(data: bytes, done: int, max_body: int,
-                numbers: Callable[[bytes], tuple[int, int] | None]) -> tuple[bytes, list[Any]]:
-    """The Python reference of `h1_tails` and `h1_acks`: the first `done` answers of
-    `data` read by `ResponseReader`'s Python steps, each required to be what C took: a
-    kept-alive 200 whose body `numbers` reads; the bytes after them and the numbers."""
+                numbers: Callable[[bytes], Any | None]) -> tuple[bytes, list[Any]]:
+    """The Python reference of `h1_tails`, `h1_acks` and `h1_bodies`: the first `done`
+    answers of `data` read by `ResponseReader`'s Python steps, each required to be what C
+    took: a kept-alive 200, not coded (no Content-Encoding), whose body `numbers` reads;
+    the bytes after them and the numbers (the bodies)."""
     got, rest = [], bytearray(data)
     with _without_fast_answer():
         for _ in range(done):
             reader = ResponseReader(max_body=max_body)
             reader.adopt(rest)
             pair = numbers(reader.body) if reader.done else None
-            if not (reader.done and reader.status == 200 and reader.keep_alive and pair):
+            coded = any(name == b"content-encoding" for name, _ in reader.headers)
+            if not (reader.done and reader.status == 200 and reader.keep_alive
+                    and not coded and pair is not None):
                 raise Disagreement(f"C took an answer Python reads otherwise: {reader.status}")
             got.append(pair)
             rest = reader.rest()
     return bytes(rest), got
 
 
-def _h1_bulk(read: str, numbers: Callable[[bytes], tuple[int, int] | None], data: bytes
-             ) -> None:
-    """`h1_tails` / `h1_acks` (C) against `bulk_python`: every answer C takes is a plain
-    200 to Python too, with the same numbers and end; where C waits for more, Python has
-    not read the answer whole; at once and in pieces, C takes the same answers."""
+def _h1_bulk(read: str, numbers: Callable[[bytes], Any | None], data: bytes) -> None:
+    """`h1_tails` / `h1_acks` / `h1_bodies` (C) against `bulk_python`: every answer C
+    takes is a plain 200 to Python too, with the same numbers and end; where C waits for
+    more, Python has not read the answer whole; at once and in pieces, C takes the same
+    answers."""
     if len(data) < 2:
         return
     count, max_body, body = data[0] % 8 + 1, 64 if data[1] & 1 else 16 << 10, data[2:]
@@ -834,6 +841,12 @@ def h1_acks(data: bytes) -> None:
     """Appends' answers read in bulk (`_fastwire.h1_acks`) against `bulk_python` and
     protobuf's AppendAck (`_h1_bulk`)."""
     _h1_bulk("h1_acks", _ack_numbers, data)
+
+
+def h1_bodies(data: bytes) -> None:
+    """Small reads' answers read in bulk (`_fastwire.h1_bodies`: where each plain body
+    lies, taken as bytes) against `bulk_python`, any body as it came (`_h1_bulk`)."""
+    _h1_bulk("h1_bodies", bytes, data)
 
 
 def _streamed_read(pieces: list[bytes]) -> Any:
@@ -1329,6 +1342,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "h1_pipelined": h1_pipelined,
     "h1_tails": h1_tails,
     "h1_acks": h1_acks,
+    "h1_bodies": h1_bodies,
     "h2_frames": h2_frames,
 }
 """Every fuzz target by name; the first eight call one C entry point each (the first two

@@ -11,6 +11,9 @@ from typing import Any
 
 import pytest
 from _s2_target import s2_config
+from fuzz_targets import TARGETS, _bulk_c
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from s2_spark.errors import NotFoundError, Position, ReadPastTailError
 from s2_spark.s2 import AppendRecord, RetryPolicy, S2Client, S2Config, SmallRead
@@ -259,3 +262,102 @@ def test_appends_in_bulk_over_cut_connections_land_at_most_once(
         assert tail is not None and tail.seq_num <= 1, name
         if i not in acks.others:
             assert (acks.starts[i], acks.ends[i], tail.seq_num) == (0, 1, 1), name
+
+
+# -- small reads in bulk (`read_many`: `Fanout.run_reads`) ----------------------------------
+
+def _read_view(got: Any) -> Any:
+    """A read's batch as plain values (rows, headers and all, tail, counts), or its
+    error's type and message."""
+    if isinstance(got, Exception):
+        return type(got).__name__, str(got)
+    return (got.batch.to_pylist(), got.batch.schema, got.tail, got.count, got.first_seq_num,
+            got.last_seq_num, got.metered_bytes)
+
+
+@pytest.mark.parametrize("where", ["target", pytest.param("local", marks=pytest.mark.local_server)])
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_reads_in_bulk_give_what_the_fanout_gives(
+    s2_server: Any, streams: tuple[str, dict[str, int]], monkeypatch: pytest.MonkeyPatch,
+    where: str, compression: Any,
+) -> None:
+    """The same reads in bulk and through the fan-out (`BULK_TAILS` off): the same
+    batches (records, seq nums, timestamps, headers, tails) and the same errors: streams
+    with records (a count limit on some), an empty one, one read at its tail, a missing
+    one; compressed answers (over 1 KiB) are others of the run, decoded as before."""
+    from s2_spark.s2 import _many
+
+    basin, tails = streams
+    reads = [SmallRead(s, k % 3, 3 if k % 2 else 100) for k, s in enumerate(tails)] + [
+        SmallRead("s00", 0, 5), SmallRead("s01", 1, 1), SmallRead("nope", 0, 1)]
+    with S2Client(s2_config(s2_server.url, compression=compression)) as c:
+        b = c.basin(basin)
+        b.stream("s07").append([AppendRecord(b"h", headers=[(b"k", b"v")])])
+        got = {}
+        for bulk in (True, False):
+            monkeypatch.setattr(_many, "BULK_TAILS", bulk)
+            for headers in (True, False):
+                got[bulk, headers] = [_read_view(r) for r in b.read_many(
+                    reads, include_headers=headers, include_command_records=True)]
+    for headers in (True, False):
+        assert got[True, headers] == got[False, headers]
+    views = got[True, True]
+    assert views[-1][0] == "S2NotFoundError" and views[-2][0] == "ReadPastTailError"
+    for k, view in enumerate(views[:40]):  # k records (s07 one more) read from k % 3
+        left = k + (k == 7) - k % 3
+        assert view[3] == min(3 if k % 2 else 100, left) if left > 0 else (
+            view[0] == "ReadPastTailError"), k
+
+
+_OTHER_HEADS = {  # the answers of another kind a connection may carry between plain ones
+    "404": b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n",
+    "coded": b"HTTP/1.1 200 OK\r\ncontent-encoding: zstd\r\n",
+    "close": b"HTTP/1.1 200 OK\r\nconnection: close\r\n",
+    "1.0": b"HTTP/1.0 200 OK\r\n",
+}
+
+
+@st.composite
+def _read_connection(draw: st.DrawFn) -> tuple[bytes, list[bytes], bool]:
+    """Small reads' answers on one connection: plain 200s of any body (`h1_bodies` reads
+    none: a damaged ReadBatch is `decode_read_many`'s to refuse), answers of other kinds
+    between them (an error status, chunked, coded, closing, HTTP/1.0), the bytes cut
+    anywhere or a byte of them changed; the bodies of the plain answers leading them
+    whole, and whether those are known (nothing changed)."""
+    raw, leading, ends, plain = b"", [], [], True
+    for _ in range(draw(st.integers(0, 6))):
+        body = draw(st.binary(max_size=80))
+        kind = draw(st.sampled_from(["plain", "plain", "plain", "chunked", *_OTHER_HEADS]))
+        if kind == "chunked":
+            raw += (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                    + (b"%x\r\n%s\r\n" % (len(body), body) if body else b"") + b"0\r\n\r\n")
+        else:
+            head = _OTHER_HEADS.get(kind, b"HTTP/1.1 200 OK\r\ncontent-type: x\r\n")
+            raw += head + b"content-length: %d\r\n\r\n" % len(body) + body
+        plain = plain and kind == "plain"
+        if plain:
+            leading.append(body)
+            ends.append(len(raw))
+    cut = draw(st.integers(0, len(raw))) if draw(st.booleans()) else len(raw)
+    raw = raw[:cut]
+    known = not (raw and draw(st.integers(0, 3)) == 0)
+    if not known:
+        at = draw(st.integers(0, len(raw) - 1))
+        raw = raw[:at] + bytes([draw(st.integers(0, 255))]) + raw[at + 1:]
+    return raw, [b for b, end in zip(leading, ends, strict=True) if end <= cut], known
+
+
+@settings(max_examples=300, deadline=None)
+@given(_read_connection(), st.integers(0, 255), st.integers(0, 255))
+def test_bodies_read_in_bulk_off_a_connection_are_the_python_readers(
+        answers: tuple[bytes, list[bytes], bool], count: int, cuts: int) -> None:
+    """`_fastwire.h1_bodies` against its Python reference (`fuzz_targets.bulk_python`,
+    `ResponseReader`), fed at once and in pieces: every body C takes is a kept-alive,
+    uncoded 200's to Python too; C takes every leading plain answer of a whole connection
+    (up to its count, and its body limit); the rest is left to `ResponseReader`."""
+    raw, leading, known = answers
+    TARGETS["h1_bodies"](bytes([count, cuts]) + raw)
+    most, max_body = count % 8 + 1, 64 if cuts & 1 else 16 << 10  # as the target reads them
+    if known:
+        short = next((k for k, b in enumerate(leading) if len(b) > max_body), len(leading))
+        assert _bulk_c("h1_bodies", [raw], most, max_body)[3] == leading[:min(most, short)]

@@ -33,6 +33,7 @@ from hostile import (
 )
 from raw_server import RawServer
 
+from s2_spark._http._bulk import BULK_WIDTH
 from s2_spark._http._h1 import MAX_HEAD_BYTES, BodyReader, ResponseReader
 from s2_spark._http._response import MAX_BODY_BYTES, BodyTooLargeError
 from s2_spark.s2._many import SMALL_ANSWER
@@ -42,6 +43,9 @@ CHILD = Path(__file__).with_name("_hostile_client.py")
 #: can fill (`MAX_BODY_BYTES`, or `MAX_UNSENT` of answers: 4 MiB each), held twice while
 #: it is joined, and a margin for the allocator.
 GROWTH = 16 << 10
+#: What small reads in bulk may grow by (KiB): `MAX_BODY_BYTES` an answer, as the
+#: fan-out's reads took, on each of `BULK_WIDTH` connections, held twice, and `GROWTH`.
+READS_BOUND = 2 * BULK_WIDTH * (MAX_BODY_BYTES >> 10) + GROWTH
 #: Seconds a client has to reach the state a test waits for.
 DEADLINE = 120.0
 
@@ -174,6 +178,8 @@ def test_a_durable_watch_reads_no_more_of_an_endless_answer_than_it_needs() -> N
     ("s2_append_bodies", EndlessChunkedBody,
      ("S2Error", f"a body over {SMALL_ANSWER} bytes (the most this request takes)"),
      64, 2 * GROWTH),
+    ("s2_read_many", EndlessChunkedBody,
+     ("S2Error", f"a body over {MAX_BODY_BYTES} bytes (MAX_BODY_BYTES)"), 16, READS_BOUND),
     ("s2_list_basins", EndlessChunkedBody,
      ("S2Error", f"a body over {MAX_BODY_BYTES} bytes (MAX_BODY_BYTES)"), 1, GROWTH),
     ("durable_get", EndlessChunkedBody,
@@ -192,7 +198,10 @@ def test_a_body_without_end_fails_the_call_at_its_limit(
     allows for 64 connections read up to 256 KiB at a time (asyncio's reads) before each
     sees its limit: 16.5 MiB seen once; with `MAX_BODY_BYTES` a call, 129 MiB. A read as
     it arrives fails on one message over the limit, not on the answer's length. Appends
-    in bulk (64 in flight, one a connection) fail each at its limit, never sent again."""
+    in bulk (64 in flight, one a connection) fail each at its limit, never sent again.
+    Small reads in bulk take `MAX_BODY_BYTES` of each, as the fan-out's did, on at most
+    `BULK_WIDTH` connections at a time: a GET behind a failed one goes again, so each
+    fails at its limit on a connection of its own."""
     with server() as hostile:
         result = run_to_end(path, hostile)
     assert result["outcome"]["type"] == error[0], result

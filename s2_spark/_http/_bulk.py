@@ -1,5 +1,5 @@
-"""Tail lookups and appends in bulk: thousands of requests whose answers are read
-straight into arrays.
+"""Tail lookups, small reads and appends in bulk: thousands of requests whose answers are
+read straight into arrays.
 
 A fan-out request costs its loop thread a callback, a token, a `Response` and a future's
 bookkeeping per answer: 26-29 us of a tail lookup's 31-33 us, 35-60 us of an append
@@ -7,9 +7,11 @@ bookkeeping per answer: 26-29 us of a tail lookup's 31-33 us, 35-60 us of an app
 joined between affixes built once, pipelined up to a depth on up to `width` connections
 per origin; the answers that came together are read in one C call (`_fastwire.h1_tails`:
 a plain 200 in S2's own spelling of a tail; `h1_acks`: a plain 200 AppendAck), their two
-numbers written into two arrays. A `BulkPipe` is a `Pipe` (`_pipe`, the connection's
-life as a `Pipeline`'s) of one run's requests at a time: an answer of any other kind (an
-error status, another spelling, a body framed otherwise, a fault) is read by
+numbers written into two arrays (`h1_bodies`, a small read's: where its body lies, taken
+as bytes for `decode_read_many`, which decodes the run's ReadBatches together). A
+`BulkPipe` is a `Pipe` (`_pipe`, the connection's life as a `Pipeline`'s) of one run's
+requests at a time: an answer of any other kind (an error status, another spelling, a
+coded body or one framed otherwise, a fault) is read by
 `ResponseReader` as a `Pipeline` reads it and kept as its `Response` (or exception) in
 `others`, for the caller to handle as it handles a fan-out's answer. A request behind one
 that failed or closed its connection goes again if it is a GET (taken twice, no harm);
@@ -43,10 +45,11 @@ from ._h1 import MAX_HEAD_BYTES, ResponseReader
 from ._pipe import Deadlines, Pipe
 from ._response import Response
 
-__all__ = ["BULK_TAILS", "AppendRun", "BulkRun", "BulkRuns", "TailRun"]
+__all__ = ["BULK_TAILS", "AppendRun", "BulkRun", "BulkRuns", "ReadRun", "TailRun"]
 
 Headers = list[tuple[bytes, bytes]]
-#: Whether this install reads tail and append answers in bulk (the C decoders are there).
+#: Whether this install reads tail, read and append answers in bulk (the C decoders are
+#: there).
 BULK_TAILS = fastwire is not None
 #: Seconds a bulk connection waits, once it has read its answers, before it reads again
 #: (the requests in flight are tens of ms of the server's work: none the slower for it).
@@ -187,6 +190,33 @@ class TailRun(BulkRun):
         assert fastwire is not None
         return fastwire.h1_tails(buf, pos, MAX_HEAD_BYTES, self.max_body,  # type: ignore[no-any-return]
                                  *self.columns, first, count)
+
+
+class ReadRun(BulkRun):
+    """Small reads (GETs): `bodies[i]` the body of request i's plain 200 answer, as it
+    came (a ReadBatch), None where `others` has its answer. `h1_bodies` says where each
+    lies in the connection's buffer (into `columns`); it is copied out before the buffer
+    moves on, one bytes per read as the fan-out's `Response` held, and no other object."""
+
+    __slots__ = ("bodies",)
+
+    def __init__(self, base_url: str, targets: Sequence[bytes], headers: Headers,
+                 max_body: int) -> None:
+        super().__init__(base_url, targets, headers, max_body)
+        self.bodies: list[bytes | None] = [None] * len(targets)
+
+    def read(self, buf: bytearray, pos: int, first: int, count: int) -> tuple[int, int, int]:
+        assert fastwire is not None
+        offsets, lengths = self.columns
+        got: tuple[int, int, int] = fastwire.h1_bodies(
+            buf, pos, MAX_HEAD_BYTES, self.max_body, offsets, lengths, first, count)
+        if got[0]:
+            bodies = self.bodies
+            with memoryview(buf) as view:  # released before the buffer is cut
+                for i in range(first, first + got[0]):
+                    at = offsets[i]
+                    bodies[i] = view[at:at + lengths[i]].tobytes()
+        return got
 
 
 class AppendRun(BulkRun):

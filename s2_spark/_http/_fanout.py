@@ -31,7 +31,7 @@ from typing import TypeVar, cast
 from s2_spark._closeable import Closeable
 
 from ._async_connection import AsyncTimeouts
-from ._bulk import AppendRun, BulkRun, BulkRuns, TailRun, bulk_shape
+from ._bulk import AppendRun, BulkRun, BulkRuns, ReadRun, TailRun, bulk_shape
 from ._pipe import Deadlines
 from ._pipeline import Flusher, Pipeline, ResendError
 from ._response import MAX_BODY_BYTES, Response
@@ -149,6 +149,12 @@ class Fanout(Closeable):
         (`_bulk`: positions into arrays, answers of another kind kept as they are).
         Only where `_bulk.BULK_TAILS` (the C decoders are there)."""
         return self._bulk_run(TailRun(base_url, targets, headers, max_body))
+
+    def run_reads(self, base_url: str, targets: Sequence[bytes], headers: Headers,
+                  max_body: int) -> ReadRun:
+        """Small reads, a GET of each target under `base_url`, read in bulk as `run_tails`
+        reads tails: each plain answer's body as bytes, any other kept as it is."""
+        return self._bulk_run(ReadRun(base_url, targets, headers, max_body))
 
     def run_appends(self, base_url: str, targets: Sequence[bytes], headers: Headers,
                     bodies: Sequence[bytes], max_body: int, limit: int) -> AppendRun:

@@ -206,18 +206,17 @@ def read_many(basin: Basin, reads: Sequence[SmallRead], *,
         params = read_params(seq_num=r.seq_num, timestamp=None, tail_offset=None,
                              count=r.count, bytes=None, until=None, clamp=False, wait=None)
         targets.append(records_path(r.stream) + query(params))
-    results = _gets(basin, targets, PROTO_ACCEPT)
-    plain = [i for i, result in enumerate(results)
-             if isinstance(result, Response) and result.status_code == 200]
+    bodies, others = _read_answers(basin, targets)
     decoded = iter(decode_read_many(
-        [results[i].content for i in plain],  # type: ignore[union-attr]
-        [reads[i].stream for i in plain], include_command_records=include_command_records,
-        include_headers=include_headers))
+        [body for body in bodies if body is not None],
+        [r.stream for r, body in zip(reads, bodies, strict=True) if body is not None],
+        include_command_records=include_command_records, include_headers=include_headers))
     out: list[DecodedBatch | S2Error] = []
-    for r, result in zip(reads, results, strict=True):
-        if isinstance(result, Response) and result.status_code == 200:
+    for i, r in enumerate(reads):
+        if bodies[i] is not None:
             out.append(next(decoded))
             continue
+        result = others[i]
         if (too_large := _too_large(result, f"a read of {r.stream!r}")) is not None:
             out.append(too_large)
             continue
@@ -228,6 +227,28 @@ def read_many(basin: Basin, reads: Sequence[SmallRead], *,
         except S2Error as exc:
             out.append(exc)
     return out
+
+
+def _read_answers(basin: Basin, targets: Sequence[str]
+                  ) -> tuple[list[bytes | None], dict[int, Response | Exception]]:
+    """Each read's body where it was answered 200, else (in the dict) its answer or the
+    error it failed with. A bulk run (`Fanout.run_reads`) where `BULK_TAILS`: its plain
+    answers' bodies as they came, its others (a coded or chunked 200 among them) as the
+    fan-out would give them, a 200's decoded body moved to the bodies."""
+    if BULK_TAILS:
+        route = basin.transport.route(basin.name)
+        run = basin.transport.fanout().run_reads(
+            route.origin.base_url, [t.encode() for t in targets],
+            route.headers + PROTO_ACCEPT, MAX_BODY_BYTES)
+        bodies, others = run.bodies, run.others
+    else:
+        bodies, others = [None] * len(targets), dict(enumerate(_gets(basin, targets,
+                                                                      PROTO_ACCEPT)))
+    for i, result in list(others.items()):
+        if isinstance(result, Response) and result.status_code == 200:
+            bodies[i] = result.content
+            del others[i]
+    return bodies, others
 
 
 def append_each(basin: Basin, appends: Sequence[SingleAppend], *, in_flight: int,

@@ -8,7 +8,8 @@
  * AppendInput. h1_response: a whole plain HTTP/1.1 answer (the fan-out's tail lookups,
  * acks and small reads, many to a buffer) read in one call, as _h1.ResponseReader does;
  * h1_tails: the tail lookups' answers of a bulk run, many in one call, into arrays;
- * h1_acks: the same for a bulk run's appends (AppendAck answers).
+ * h1_acks: the same for a bulk run's appends (AppendAck answers); h1_bodies: where a bulk
+ * run's small reads' answers (ReadBatch bodies, decoded later) lie in the buffer.
  * append_acks: many AppendAck answers read in one call into numbers; sink_bodies: a
  * writer's first append to each of many streams (records, mark with digest, token) built
  * in one call, as the sink builds one (backends/s2/_first_appends.py).
@@ -1216,7 +1217,7 @@ static int has_close(const uint8_t *v, Py_ssize_t n) {
 }
 
 typedef struct {
-    int version11, status, close, lengths, transfer;
+    int version11, status, close, lengths, transfer, coded;
     const uint8_t *length; /* the first Content-Length value */
     Py_ssize_t length_len;
 } h1_head_t;
@@ -1259,6 +1260,8 @@ static int h1_field(const uint8_t *p, Py_ssize_t n, PyObject *headers, h1_head_t
         h->transfer = 1;
     } else if (nlen == 10 && memcmp(lower, "connection", 10) == 0) {
         h->close |= has_close(v, e - v);
+    } else if (nlen == 16 && memcmp(lower, "content-encoding", 16) == 0) {
+        h->coded = 1; /* the bulk readers leave a coded body to Response, which decodes */
     }
     if (headers == NULL) return 1; /* h1_tails: the fields are checked, not kept */
     PyObject *pair = Py_BuildValue("(y#y#)", lower, nlen, (const char *)v, (Py_ssize_t)(e - v));
@@ -1371,8 +1374,9 @@ static int tail_body(const uint8_t *p, Py_ssize_t n, uint64_t *seq, uint64_t *ts
     return tail_number(d, comma - d, seq) && tail_number(comma + b, e - (comma + b), ts);
 }
 
-/* One answer at p[0..n): 1 a plain 200 whose body `body` reads into *a and *b (its end in
- * *end), 0 more bytes needed, 2 any other answer, or bytes the Python reader is to judge. */
+/* One answer at p[0..n): 1 a plain 200 (no Content-Encoding) whose body `body` reads into
+ * *a and *b (body NULL: the body's offset in p and its length), its end in *end; 0 more
+ * bytes needed; 2 any other answer, or bytes the Python reader is to judge. */
 typedef int (*body_fn)(const uint8_t *p, Py_ssize_t n, uint64_t *a, uint64_t *b);
 
 static int plain_answer(const uint8_t *p, Py_ssize_t n, Py_ssize_t head_left,
@@ -1384,11 +1388,16 @@ static int plain_answer(const uint8_t *p, Py_ssize_t n, Py_ssize_t head_left,
     h1_head_t h = {0};
     if (h1_head(p, head, NULL, &h) <= 0) return 2;
     long long length;
-    if (h.status != 200 || !h.version11 || h.close || h.transfer || h.lengths == 0 ||
-        (length = h1_length(&h)) < 0 || length > max_body)
+    if (h.status != 200 || !h.version11 || h.close || h.transfer || h.coded ||
+        h.lengths == 0 || (length = h1_length(&h)) < 0 || length > max_body)
         return 2;
     if (length > n - (head + 4)) return 0;
-    if (!body(p + head + 4, (Py_ssize_t)length, a, b)) return 2;
+    if (body == NULL) {
+        *a = (uint64_t)(head + 4);
+        *b = (uint64_t)length;
+    } else if (!body(p + head + 4, (Py_ssize_t)length, a, b)) {
+        return 2;
+    }
     *end = head + 4 + (Py_ssize_t)length;
     return 1;
 }
@@ -1404,7 +1413,8 @@ static int ack_body(const uint8_t *p, Py_ssize_t n, uint64_t *start, uint64_t *e
 }
 
 /* The answers in buf from pos, read while each is a whole plain 200 (a kept-alive
- * HTTP/1.1 answer, its body framed by Content-Length) whose body `body` reads, its two
+ * HTTP/1.1 answer, its body framed by Content-Length, not coded) whose body `body` reads
+ * (NULL: any body, its offset in buf and length the two numbers), its two
  * numbers written to as[first + k] and bs[first + k] (writable uint64 buffers), at most
  * count of them. Returns (answers read, position after them, why it stopped): 0 count
  * read or no bytes left, 1 the next answer is not all here, 2 the next answer is of
@@ -1445,6 +1455,7 @@ static PyObject *h1_bulk(PyObject *args, const char *name, body_fn body) {
             stop = got == 0 ? 1 : 2;
             break;
         }
+        if (body == NULL) x += (uint64_t)pos; /* h1_bodies: the offset in buf */
         memcpy((uint8_t *)av.buf + 8 * (first + k), &x, 8);
         memcpy((uint8_t *)bv.buf + 8 * (first + k), &y, 8);
         pos += end;
@@ -1470,6 +1481,13 @@ static PyObject *fw_h1_acks(PyObject *self, PyObject *args) {
     return h1_bulk(args, "h1_acks", ack_body);
 }
 
+/* h1_bodies(buf, pos, head_left, max_body, offsets, lengths, first, count): h1_bulk of
+ * small reads' answers, any body: where each lies in buf, for the caller to take before
+ * buf moves on (its ReadBatch is decoded with the others' later, decode_read_many). */
+static PyObject *fw_h1_bodies(PyObject *self, PyObject *args) {
+    return h1_bulk(args, "h1_bodies", NULL);
+}
+
 static PyMethodDef methods[] = {
     {"decode_read_batches", fw_decode_read_batches, METH_VARARGS,
      "Decode ReadBatch messages, read in place, to one set of buffers."},
@@ -1485,6 +1503,8 @@ static PyMethodDef methods[] = {
      "Plain tail lookups' answers off a buffer, their positions into arrays."},
     {"h1_acks", fw_h1_acks, METH_VARARGS,
      "Plain append answers off a buffer, their acks' start and end into arrays."},
+    {"h1_bodies", fw_h1_bodies, METH_VARARGS,
+     "Plain answers off a buffer, their bodies' offsets and lengths into arrays."},
     {"_set_error_type", fw_set_error_type, METH_O, "Set the exception type for bad input."},
     {NULL, NULL, 0, NULL},
 };
