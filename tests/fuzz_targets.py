@@ -749,6 +749,16 @@ def h1_pipelined(data: bytes) -> None:
            _outcome(lambda: _h1_answers([body], flags), bad))
 
 
+def h1_answer(head: bytes | None, body: bytes) -> bytes:
+    """One HTTP/1.1 answer of `body`, as the bulk readers' tests put them on a connection:
+    after `head` (its status line and fields) with its content-length, or a chunked 200
+    (`head` None)."""
+    if head is None:
+        return (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                + (b"%x\r\n%s\r\n" % (len(body), body) if body else b"") + b"0\r\n\r\n")
+    return head + b"content-length: %d\r\n\r\n" % len(body) + body
+
+
 def _bulk_c(read: str, pieces: list[bytes], count: int, max_body: int) -> tuple[Any, ...]:
     """`_fastwire.<read>` (`h1_tails`, `h1_acks`, `h1_bodies`) over bytes as they arrive,
     as a `BulkPipe` calls it: the buffer grows by a piece, the answers whole so far are

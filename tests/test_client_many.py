@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from _s2_target import s2_config
-from fuzz_targets import TARGETS, _bulk_c
+from fuzz_targets import TARGETS, _bulk_c, h1_answer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -309,6 +309,7 @@ def test_reads_in_bulk_give_what_the_fanout_gives(
             view[0] == "ReadPastTailError"), k
 
 
+_PLAIN = b"HTTP/1.1 200 OK\r\ncontent-type: x\r\n"  # a plain answer's head
 _OTHER_HEADS = {  # the answers of another kind a connection may carry between plain ones
     "404": b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n",
     "coded": b"HTTP/1.1 200 OK\r\ncontent-encoding: zstd\r\n",
@@ -328,12 +329,7 @@ def _read_connection(draw: st.DrawFn) -> tuple[bytes, list[bytes], bool]:
     for _ in range(draw(st.integers(0, 6))):
         body = draw(st.binary(max_size=80))
         kind = draw(st.sampled_from(["plain", "plain", "plain", "chunked", *_OTHER_HEADS]))
-        if kind == "chunked":
-            raw += (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
-                    + (b"%x\r\n%s\r\n" % (len(body), body) if body else b"") + b"0\r\n\r\n")
-        else:
-            head = _OTHER_HEADS.get(kind, b"HTTP/1.1 200 OK\r\ncontent-type: x\r\n")
-            raw += head + b"content-length: %d\r\n\r\n" % len(body) + body
+        raw += h1_answer(None if kind == "chunked" else _OTHER_HEADS.get(kind, _PLAIN), body)
         plain = plain and kind == "plain"
         if plain:
             leading.append(body)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from fuzz_targets import TARGETS, _ack_reference, _bulk_c
+from fuzz_targets import TARGETS, _ack_reference, _bulk_c, h1_answer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_s2_sink import all_records, wid
@@ -272,6 +272,7 @@ def test_acks_read_in_bulk_are_ack_of_s(answers: list[bytes]) -> None:
     assert ack_objects(answers) == acks
 
 
+_PLAIN = b"HTTP/1.1 200 OK\r\ncontent-type: application/protobuf\r\n"  # a plain answer's head
 _HEADS = {  # the answers of another kind a connection may carry between plain acks
     "404": b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n",
     "412": b"HTTP/1.1 412 Precondition Failed\r\ncontent-type: application/json\r\n",
@@ -290,12 +291,7 @@ def _connection(draw: st.DrawFn) -> tuple[bytes, int]:
     for _ in range(draw(st.integers(0, 6))):
         body = draw(_answers())
         kind = draw(st.sampled_from(["plain", "plain", "plain", "chunked", *_HEADS]))
-        if kind == "chunked":
-            raw += (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
-                    + (b"%x\r\n%s\r\n" % (len(body), body) if body else b"") + b"0\r\n\r\n")
-        else:
-            head = _HEADS.get(kind, b"HTTP/1.1 200 OK\r\ncontent-type: application/protobuf\r\n")
-            raw += head + b"content-length: %d\r\n\r\n" % len(body) + body
+        raw += h1_answer(None if kind == "chunked" else _HEADS.get(kind, _PLAIN), body)
         plain = plain and kind == "plain" and _ack_reference(body) is not None
         if plain:
             ends.append(len(raw))
