@@ -7,15 +7,16 @@
   messages framed by `_h1` (a response parser fuzzed against h11): each watched stream's
   long-polls; `Pipe` (`_pipe`) its connection made to carry many requests at once
   (HTTP/1.1 pipelining), as a `Pipeline` (`_pipeline`) the connections of a `Fanout` (many
-  small requests at once), as a `BulkPipe` (`_bulk`) those of its tail lookups and appends
-  in bulk.
+  small requests at once), as a `BulkPipe` (`_bulk`) those of its tail lookups, small
+  reads and appends in bulk.
 * `Http2Origin` (`_h2_origin`, on `_h2_connection`): requests to one origin over HTTP/2,
   many to a connection: the tail watch's long-polls, where the service speaks it.
 * `StreamedGets` (under `HttpClient.send(views=True)`): a read session's GET on a direct
   route read off a socket of its own into kept buffers, the body as views into them.
 * `Fanout`: the calls of a batch sent together from threaded code, on one event loop;
-  tail lookups and appends in bulk (`_bulk`, `Fanout.run_tails`, `Fanout.run_appends`):
-  their answers read by one C call many at a time, straight into arrays of numbers.
+  tail lookups, small reads and appends in bulk (`_bulk`, `Fanout.run_tails`,
+  `run_reads`, `run_appends`): their answers read by one C call many at a time, straight
+  into arrays of numbers (a read's body taken as bytes).
 * `Response` (every path's answer) decodes bodies by their Content-Encoding, the one place
   that does; a body that does not decode is a `BodyDecodingError`, one longer than its
   request takes a `BodyTooLargeError` (never retried: the server's doing).
