@@ -361,6 +361,23 @@ def test_many_payloads_decode_as_each_alone_into_slices_of_one_batch() -> None:
         decode_read_many([payloads[0], b"\x12\x02\x08"], ["a", "b"])
 
 
+def test_many_payloads_fail_as_decoding_them_one_by_one_fails() -> None:
+    """`decode_read_many` meets the first error payload by payload (a payload's numbers
+    checked before the next is read), and takes any stream name (UTF-8 per row)."""
+    good = make_batch([(3, 4, [], b"x")])
+    too_far = make_batch([(1 << 63, 1, [], b"")])
+    with pytest.raises(FrameError, match="seq_num 9223372036854775808 is out of range"):
+        decode_read_many([good, too_far, b"\x12\x02\x08"], ["a", "b", "c"])
+    with pytest.raises(FrameError, match="malformed S2 ReadBatch message: "):
+        decode_read_many([good, b"\x12\x02\x08", too_far], ["a", "b", "c"])
+    with pytest.raises(UnicodeEncodeError):
+        decode_read_many([good, b"\x12\x02\x08"], ["a", "\ud800"])
+    with pytest.raises(ValueError):
+        decode_read_many([good, good], ["a"])
+    got = decode_read_many([good, make_batch([]), good], ["é/ü", "", "流"])
+    assert [g.batch.column("stream").to_pylist() for g in got] == [["é/ü"], [], ["流"]]
+
+
 def _groups(field: int, depth: int) -> bytes:
     """`depth` nested groups of an unknown field (start tags, then end tags)."""
     return bytes([field << 3 | 3]) * depth + bytes([field << 3 | 4]) * depth

@@ -256,12 +256,12 @@ static void emit_headers(const rec_t *r, int32_t *name_off, size_t *ni, uint8_t 
     perr_t err;
     const uint8_t *p = r->start, *end = r->end;
     while (p < end) {
-        uint32_t f;
-        int wt;
+        uint32_t f = 0; /* set: the record was read once already (as they are below) */
+        int wt = 0;
         read_tag(&p, end, &f, &wt, &err);
         if (f == 3 && wt == WT_LEN) {
-            const uint8_t *h, *n, *v;
-            size_t hl, nl, vl;
+            const uint8_t *h = p, *n, *v;
+            size_t hl = 0, nl, vl;
             read_len(&p, end, &h, &hl, &err);
             parse_header(h, h + hl, &n, &nl, &v, &vl, &err);
             memcpy(name_data + *name_pos, n, nl);
@@ -390,6 +390,178 @@ static int hold_parts(PyObject *payloads, parts_t *parts) {
     return 1;
 }
 
+/* What the kept records of a message (or of several) need in the output buffers, and the
+ * metered bytes of all of them. */
+typedef struct {
+    size_t n_out, body, hdr, name, value, stream;
+    uint64_t metered;
+} totals_t;
+
+static int too_large(const totals_t *t) {
+    return t->body > INT32_MAX || t->name > INT32_MAX || t->value > INT32_MAX ||
+           t->hdr > INT32_MAX || t->stream > INT32_MAX;
+}
+
+/* Checks the records' numbers and adds up what they need (`slen`: the stream name's
+ * bytes a kept record takes). Returns 1, or 0 with a Python error set. */
+static int count_records(const rec_t *recs, size_t n_recs, int include_cmd, size_t slen,
+                         totals_t *t) {
+    *t = (totals_t){0, 0, 0, 0, 0, 0, 0};
+    for (size_t i = 0; i < n_recs; i++) {
+        const rec_t *r = &recs[i];
+        if (r->seq_num > (uint64_t)INT64_MAX) {
+            PyErr_Format(FrameErrorType ? FrameErrorType : PyExc_ValueError,
+                         "S2 record seq_num %llu is out of range",
+                         (unsigned long long)r->seq_num);
+            return 0;
+        }
+        if (r->timestamp > (uint64_t)(INT64_MAX / 1000)) {
+            PyErr_Format(FrameErrorType ? FrameErrorType : PyExc_ValueError,
+                         "S2 record timestamp %llu ms is out of range for microseconds",
+                         (unsigned long long)r->timestamp);
+            return 0;
+        }
+        t->metered += 8 + 2 * (uint64_t)r->n_headers + r->name_bytes + r->value_bytes +
+                      r->body_len;
+        if (r->is_command && !include_cmd) continue;
+        t->n_out++;
+        t->body += r->body_len;
+        t->hdr += r->n_headers;
+        t->name += r->name_bytes;
+        t->value += r->value_bytes;
+    }
+    if ((t->n_out && slen * t->n_out / t->n_out != slen) || too_large(t)) goto large;
+    t->stream = slen * t->n_out;
+    if (t->stream <= INT32_MAX) return 1;
+large:
+    frame_error("batch too large for 32-bit Arrow offsets");
+    return 0;
+}
+
+/* `into` += `t` (each part checked already: no sum overflows). */
+static void add_totals(totals_t *into, const totals_t *t) {
+    into->n_out += t->n_out;
+    into->body += t->body;
+    into->hdr += t->hdr;
+    into->name += t->name;
+    into->value += t->value;
+    into->stream += t->stream;
+    into->metered += t->metered;
+}
+
+/* The output buffers being filled, and where each is at. */
+typedef struct {
+    int32_t *soff, *boff, *loff, *noff, *voff;
+    uint8_t *sdata, *bdata, *ndata, *vdata;
+    int64_t *seqs, *tss;
+    size_t j, spos, bpos, hi, npos, vpos;
+} fill_t;
+
+/* The 11 buffers for `t` (the header ones None without headers), and `f` at their starts.
+ * Returns 1, or 0 with a Python error set (the buffers made so far in `bufs`). */
+static int new_bufs(const totals_t *t, int include_headers, PyObject *bufs[11], fill_t *f) {
+    size_t n_out = t->n_out;
+    bufs[0] = new_bytes((n_out + 1) * 4); /* stream offsets */
+    bufs[1] = new_bytes(t->stream);       /* stream data */
+    bufs[2] = new_bytes(n_out * 8);       /* seq_num */
+    bufs[3] = new_bytes(n_out * 8);       /* timestamp us */
+    bufs[4] = new_bytes((n_out + 1) * 4); /* body offsets */
+    bufs[5] = new_bytes(t->body);         /* body data */
+    for (int k = 0; k < 6; k++)
+        if (!bufs[k]) return 0;
+    *f = (fill_t){(int32_t *)U8(bufs[0]), (int32_t *)U8(bufs[4]), NULL, NULL, NULL,
+                  U8(bufs[1]), U8(bufs[5]), NULL, NULL, (int64_t *)U8(bufs[2]),
+                  (int64_t *)U8(bufs[3]), 0, 0, 0, 0, 0, 0};
+    f->soff[0] = f->boff[0] = 0;
+    if (!include_headers) {
+        for (int k = 6; k < 11; k++) {
+            bufs[k] = Py_None;
+            Py_INCREF(Py_None);
+        }
+        return 1;
+    }
+    size_t sizes[5] = {(n_out + 1) * 4, (t->hdr + 1) * 4, t->name, (t->hdr + 1) * 4, t->value};
+    for (int k = 6; k < 11; k++) /* list, name and value offsets and data */
+        if (!(bufs[k] = new_bytes(sizes[k - 6]))) return 0;
+    f->loff = (int32_t *)U8(bufs[6]);
+    f->noff = (int32_t *)U8(bufs[7]);
+    f->ndata = U8(bufs[8]);
+    f->voff = (int32_t *)U8(bufs[9]);
+    f->vdata = U8(bufs[10]);
+    f->loff[0] = f->noff[0] = f->voff[0] = 0;
+    return 1;
+}
+
+/* Pass 2 (no Python API): the kept records, of stream `s`, into the buffers after what
+ * `f` holds already. */
+static void fill_records(const rec_t *recs, size_t n_recs, int include_cmd,
+                         const uint8_t *s, size_t slen, fill_t *f) {
+    for (size_t i = 0; i < n_recs; i++) {
+        const rec_t *r = &recs[i];
+        if (r->is_command && !include_cmd) continue;
+        size_t j = f->j;
+        memcpy(f->sdata + f->spos, s, slen);
+        f->spos += slen;
+        f->soff[j + 1] = (int32_t)f->spos;
+        f->seqs[j] = (int64_t)r->seq_num;
+        f->tss[j] = (int64_t)r->timestamp * 1000;
+        memcpy(f->bdata + f->bpos, r->body, r->body_len);
+        f->bpos += r->body_len;
+        f->boff[j + 1] = (int32_t)f->bpos;
+        if (f->loff) {
+            if (r->n_headers)
+                emit_headers(r, f->noff, &f->hi, f->ndata, &f->npos, f->voff, f->vdata,
+                             &f->vpos);
+            f->loff[j + 1] = (int32_t)f->hi;
+        }
+        f->j = j + 1;
+    }
+}
+
+/* (count, first_seq, last_seq, metered, tail, n_out) of one decoded message, or NULL. */
+static PyObject *batch_meta(const rec_t *recs, size_t n_recs, const scan_t *sc,
+                            const totals_t *t) {
+    PyObject *tail = Py_None, *first = Py_None, *last = Py_None;
+    if (sc->has_tail) {
+        tail = Py_BuildValue("(KK)", (unsigned long long)sc->tail_seq,
+                             (unsigned long long)sc->tail_ts);
+        if (!tail) return NULL;
+    } else {
+        Py_INCREF(Py_None);
+    }
+    if (n_recs) {
+        first = PyLong_FromUnsignedLongLong(recs[0].seq_num);
+        last = PyLong_FromUnsignedLongLong(recs[n_recs - 1].seq_num);
+        if (!first || !last) {
+            Py_XDECREF(first);
+            Py_XDECREF(last);
+            Py_DECREF(tail);
+            return NULL;
+        }
+    } else {
+        Py_INCREF(Py_None);
+        Py_INCREF(Py_None);
+    }
+    return Py_BuildValue("(nNNKNn)", (Py_ssize_t)n_recs, first, last,
+                         (unsigned long long)t->metered, tail, (Py_ssize_t)t->n_out);
+}
+
+/* `head` (a tuple) followed by the 11 buffers, stolen (NULL'd) whatever the outcome. */
+static PyObject *with_bufs(PyObject *head, PyObject *bufs[11]) {
+    PyObject *tail = NULL, *result = NULL;
+    if (head && (tail = PyTuple_New(11)) != NULL) {
+        for (int k = 0; k < 11; k++) {
+            PyTuple_SetItem(tail, k, bufs[k]); /* steals */
+            bufs[k] = NULL;
+        }
+        result = PySequence_Concat(head, tail);
+    }
+    for (int k = 0; k < 11; k++) Py_CLEAR(bufs[k]);
+    Py_XDECREF(head);
+    Py_XDECREF(tail);
+    return result;
+}
+
 /*
  * decode_read_batches(payloads, stream_utf8, include_command_records, include_headers)
  * -> (count, first_seq, last_seq, metered, tail, n_out, stream_offsets, stream_data,
@@ -409,11 +581,13 @@ static PyObject *fw_decode_read_batches(PyObject *self, PyObject *args) {
     perr_t err = {NULL};
     scan_t sc = {NULL, 0, 0, 0, 0, 0};
     parts_t parts = {NULL, NULL, 0};
+    totals_t t;
+    fill_t f;
     PyObject *result = NULL;
     PyObject *bufs[11] = {NULL};
     int rc = 1;
 
-    if (!hold_parts(payloads, &parts)) goto error;
+    if (!hold_parts(payloads, &parts)) goto done;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < parts.n && rc == 1; i++) {
         const uint8_t *p = (const uint8_t *)parts.views[i].buf;
@@ -422,153 +596,153 @@ static PyObject *fw_decode_read_batches(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         PyErr_NoMemory();
-        goto error;
+        goto done;
     }
-    if (rc == 0) goto fail;
-    rec_t *recs = sc.recs;
-    size_t n_recs = sc.n_recs;
-    int has_tail = sc.has_tail;
-    uint64_t tail_seq = sc.tail_seq, tail_ts = sc.tail_ts;
-
-    /* Totals over the kept records; metered over all. */
-    uint64_t metered = 0;
-    size_t n_out = 0, body_total = 0, hdr_total = 0, name_total = 0, value_total = 0;
-    for (size_t i = 0; i < n_recs; i++) {
-        rec_t *r = &recs[i];
-        if (r->seq_num > (uint64_t)INT64_MAX) {
-            PyErr_Format(FrameErrorType ? FrameErrorType : PyExc_ValueError, "S2 record seq_num %llu is out of range",
-                         (unsigned long long)r->seq_num);
-            goto error;
-        }
-        if (r->timestamp > (uint64_t)(INT64_MAX / 1000)) {
-            PyErr_Format(FrameErrorType ? FrameErrorType : PyExc_ValueError,
-                         "S2 record timestamp %llu ms is out of range for microseconds",
-                         (unsigned long long)r->timestamp);
-            goto error;
-        }
-        metered += 8 + 2 * (uint64_t)r->n_headers + r->name_bytes + r->value_bytes + r->body_len;
-        if (r->is_command && !include_cmd) continue;
-        n_out++;
-        body_total += r->body_len;
-        hdr_total += r->n_headers;
-        name_total += r->name_bytes;
-        value_total += r->value_bytes;
+    if (rc == 0) {
+        frame_error(err.msg ? err.msg : "invalid data");
+        goto done;
     }
-    size_t slen = (size_t)sview.len;
-    if (body_total > INT32_MAX || name_total > INT32_MAX || value_total > INT32_MAX ||
-        hdr_total > INT32_MAX || (n_out && slen * n_out / n_out != slen) ||
-        slen * n_out > INT32_MAX) {
-        err.msg = "batch too large for 32-bit Arrow offsets";
-        goto fail;
-    }
-
-    /* Pass 2: fill the buffers. */
-    bufs[0] = new_bytes((n_out + 1) * 4); /* stream offsets */
-    bufs[1] = new_bytes(slen * n_out);    /* stream data */
-    bufs[2] = new_bytes(n_out * 8);       /* seq_num */
-    bufs[3] = new_bytes(n_out * 8);       /* timestamp us */
-    bufs[4] = new_bytes((n_out + 1) * 4); /* body offsets */
-    bufs[5] = new_bytes(body_total);      /* body data */
-    for (int k = 0; k < 6; k++)
-        if (!bufs[k]) goto error;
-    if (include_headers) {
-        bufs[6] = new_bytes((n_out + 1) * 4);     /* list offsets */
-        bufs[7] = new_bytes((hdr_total + 1) * 4); /* name offsets */
-        bufs[8] = new_bytes(name_total);
-        bufs[9] = new_bytes((hdr_total + 1) * 4); /* value offsets */
-        bufs[10] = new_bytes(value_total);
-        for (int k = 6; k < 11; k++)
-            if (!bufs[k]) goto error;
-    }
-    {
-        int32_t *soff = (int32_t *)U8(bufs[0]);
-        uint8_t *sdata = U8(bufs[1]);
-        int64_t *seqs = (int64_t *)U8(bufs[2]);
-        int64_t *tss = (int64_t *)U8(bufs[3]);
-        int32_t *boff = (int32_t *)U8(bufs[4]);
-        uint8_t *bdata = U8(bufs[5]);
-        int32_t *loff = NULL, *noff = NULL, *voff = NULL;
-        uint8_t *ndata = NULL, *vdata = NULL;
-        size_t hi = 0, npos = 0, vpos = 0;
-        if (include_headers) {
-            loff = (int32_t *)U8(bufs[6]);
-            noff = (int32_t *)U8(bufs[7]);
-            ndata = U8(bufs[8]);
-            voff = (int32_t *)U8(bufs[9]);
-            vdata = U8(bufs[10]);
-            loff[0] = noff[0] = voff[0] = 0;
-        }
-        soff[0] = 0;
-        boff[0] = 0;
-        size_t j = 0, bpos = 0;
-        const uint8_t *sbuf = (const uint8_t *)sview.buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (size_t i = 0; i < n_recs; i++) {
-            const rec_t *r = &recs[i];
-            if (r->is_command && !include_cmd) continue;
-            memcpy(sdata + j * slen, sbuf, slen);
-            soff[j + 1] = (int32_t)((j + 1) * slen);
-            seqs[j] = (int64_t)r->seq_num;
-            tss[j] = (int64_t)r->timestamp * 1000;
-            memcpy(bdata + bpos, r->body, r->body_len);
-            bpos += r->body_len;
-            boff[j + 1] = (int32_t)bpos;
-            if (include_headers) {
-                if (r->n_headers)
-                    emit_headers(r, noff, &hi, ndata, &npos, voff, vdata, &vpos);
-                loff[j + 1] = (int32_t)hi;
-            }
-            j++;
-        }
-        Py_END_ALLOW_THREADS
-    }
-
-    {
-        PyObject *tail = Py_None;
-        if (has_tail) {
-            tail = Py_BuildValue("(KK)", (unsigned long long)tail_seq,
-                                 (unsigned long long)tail_ts);
-            if (!tail) goto error;
-        } else {
-            Py_INCREF(Py_None);
-        }
-        PyObject *first = Py_None, *last = Py_None;
-        if (n_recs) {
-            first = PyLong_FromUnsignedLongLong(recs[0].seq_num);
-            last = PyLong_FromUnsignedLongLong(recs[n_recs - 1].seq_num);
-            if (!first || !last) {
-                Py_XDECREF(first);
-                Py_XDECREF(last);
-                Py_DECREF(tail);
-                goto error;
-            }
-        } else {
-            Py_INCREF(Py_None);
-            Py_INCREF(Py_None);
-        }
-        for (int k = 6; k < 11; k++) {
-            if (!bufs[k]) {
-                bufs[k] = Py_None;
-                Py_INCREF(Py_None);
-            }
-        }
-        result = Py_BuildValue("(nNNKNnNNNNNNNNNNN)", (Py_ssize_t)n_recs, first, last,
-                               (unsigned long long)metered, tail, (Py_ssize_t)n_out, bufs[0],
-                               bufs[1], bufs[2], bufs[3], bufs[4], bufs[5], bufs[6], bufs[7],
-                               bufs[8], bufs[9], bufs[10]);
-        for (int k = 0; k < 11; k++) bufs[k] = NULL; /* stolen by N */
-    }
-    goto done;
-
-fail:
-    frame_error(err.msg ? err.msg : "invalid data");
-error:
-    for (int k = 0; k < 11; k++) Py_XDECREF(bufs[k]);
-    result = NULL;
+    if (!count_records(sc.recs, sc.n_recs, include_cmd, (size_t)sview.len, &t)) goto done;
+    if (!new_bufs(&t, include_headers, bufs, &f)) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    fill_records(sc.recs, sc.n_recs, include_cmd, (const uint8_t *)sview.buf,
+                 (size_t)sview.len, &f);
+    Py_END_ALLOW_THREADS
+    result = with_bufs(batch_meta(sc.recs, sc.n_recs, &sc, &t), bufs);
 done:
+    for (int k = 0; k < 11; k++) Py_XDECREF(bufs[k]);
     free(sc.recs);
     release_parts(&parts);
     PyBuffer_Release(&sview);
+    return result;
+}
+
+/* One payload of decode_read_many: its records recs[start, end), its tail. */
+typedef struct {
+    size_t start, end;
+    scan_t tail; /* has_tail, tail_seq, tail_ts only */
+    totals_t t;
+    const char *stream;
+    Py_ssize_t slen;
+} many_t;
+
+/* Payload `one`'s records (NULL, not NULL + 0, where no payload had any). */
+static const rec_t *recs_of(const scan_t *sc, const many_t *one) {
+    return sc->recs ? sc->recs + one->start : NULL;
+}
+
+/* Scans payloads [0, n) each as a message of its own (no Python API): returns how many
+ * scanned whole, `rc` the last scan's outcome (as scan_batch's). */
+static Py_ssize_t scan_each(const parts_t *parts, scan_t *sc, many_t *each, int *rc,
+                            perr_t *err) {
+    Py_ssize_t i = 0;
+    for (; i < parts->n; i++) {
+        const uint8_t *p = (const uint8_t *)parts->views[i].buf;
+        sc->has_tail = 0;
+        sc->tail_seq = sc->tail_ts = 0;
+        each[i].start = sc->n_recs;
+        *rc = scan_batch(p, p + parts->views[i].len, sc, err);
+        if (*rc != 1) break;
+        each[i].end = sc->n_recs;
+        each[i].tail = (scan_t){NULL, 0, 0, sc->has_tail, sc->tail_seq, sc->tail_ts};
+    }
+    return i;
+}
+
+/* Payload i's stream as UTF-8 (held by the list): 1, or 0 with a Python error set. */
+static int stream_of(PyObject *streams, Py_ssize_t i, many_t *one) {
+    PyObject *s = PyList_GetItem(streams, i);
+    return s && (one->stream = PyUnicode_AsUTF8AndSize(s, &one->slen)) != NULL;
+}
+
+/* Checks and counts payloads [0, scanned) in order (each as decode_read_batches would,
+ * its stream encoded first), their totals into `all`; then the scan's failure, if one
+ * stopped it (its stream encoded first), then the sums' size. Returns 1, or 0 with a
+ * Python error set. */
+static int count_each(PyObject *streams, many_t *each, Py_ssize_t scanned, const scan_t *sc,
+                      int include_cmd, int rc, const perr_t *err, totals_t *all) {
+    *all = (totals_t){0, 0, 0, 0, 0, 0, 0};
+    for (Py_ssize_t i = 0; i < scanned; i++) {
+        if (!stream_of(streams, i, &each[i]) ||
+            !count_records(recs_of(sc, &each[i]), each[i].end - each[i].start,
+                           include_cmd, (size_t)each[i].slen, &each[i].t))
+            return 0;
+        add_totals(all, &each[i].t);
+    }
+    if (rc != 1 && !stream_of(streams, scanned, &each[scanned])) return 0;
+    if (rc < 0) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    if (rc == 0) {
+        frame_error(err->msg ? err->msg : "invalid data");
+        return 0;
+    }
+    if (!too_large(all)) return 1;
+    frame_error("batch too large for 32-bit Arrow offsets");
+    return 0;
+}
+
+/* The (count, first_seq, last_seq, metered, tail, n_out) of each payload, or NULL. */
+static PyObject *metas_of(const many_t *each, Py_ssize_t n, const scan_t *sc) {
+    PyObject *metas = PyList_New(n);
+    for (Py_ssize_t i = 0; metas && i < n; i++) {
+        PyObject *meta = batch_meta(recs_of(sc, &each[i]), each[i].end - each[i].start,
+                                    &each[i].tail, &each[i].t);
+        if (!meta) Py_CLEAR(metas);
+        else PyList_SetItem(metas, i, meta); /* steals */
+    }
+    return metas;
+}
+
+/*
+ * decode_read_many(payloads, streams, include_command_records, include_headers)
+ * -> (metas, n_out, stream_offsets, ... value_data) as decode_read_batches's buffers:
+ * each payload a ReadBatch of its own, of stream streams[i] (a list of str as long as
+ * payloads), as decode_read_batches([payload], stream) decodes it, the kept records of
+ * all in one set of buffers, in order; metas[i] payload i's (count, first_seq, last_seq,
+ * metered, tail, n_out). The first error is the one decoding them one by one meets.
+ */
+static PyObject *fw_decode_read_many(PyObject *self, PyObject *args) {
+    PyObject *payloads, *streams, *result = NULL, *bufs[11] = {NULL};
+    int include_cmd, include_headers, rc = 1;
+    if (!PyArg_ParseTuple(args, "OO!pp", &payloads, &PyList_Type, &streams, &include_cmd,
+                          &include_headers))
+        return NULL;
+    perr_t err = {NULL};
+    scan_t sc = {NULL, 0, 0, 0, 0, 0};
+    parts_t parts = {NULL, NULL, 0};
+    many_t *each = NULL;
+    totals_t all;
+    fill_t f;
+    Py_ssize_t scanned;
+
+    if (!hold_parts(payloads, &parts)) goto done;
+    if (PyList_Size(streams) != parts.n) {
+        PyErr_SetString(PyExc_ValueError, "one stream a payload");
+        goto done;
+    }
+    if (!(each = (many_t *)PyMem_Calloc(parts.n ? (size_t)parts.n : 1, sizeof(many_t)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    scanned = scan_each(&parts, &sc, each, &rc, &err);
+    Py_END_ALLOW_THREADS
+    if (!count_each(streams, each, scanned, &sc, include_cmd, rc, &err, &all)) goto done;
+    if (!new_bufs(&all, include_headers, bufs, &f)) goto done;
+    /* With the GIL: the streams' UTF-8 is theirs, held by the list (as long as it is). */
+    for (Py_ssize_t i = 0; i < parts.n; i++)
+        fill_records(recs_of(&sc, &each[i]), each[i].end - each[i].start, include_cmd,
+                     (const uint8_t *)each[i].stream, (size_t)each[i].slen, &f);
+    PyObject *metas = metas_of(each, parts.n, &sc);
+    result = with_bufs(metas ? Py_BuildValue("(Nn)", metas, (Py_ssize_t)all.n_out) : NULL,
+                       bufs);
+done:
+    for (int k = 0; k < 11; k++) Py_XDECREF(bufs[k]);
+    PyMem_Free(each);
+    free(sc.recs);
+    release_parts(&parts);
     return result;
 }
 
@@ -1491,6 +1665,8 @@ static PyObject *fw_h1_bodies(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"decode_read_batches", fw_decode_read_batches, METH_VARARGS,
      "Decode ReadBatch messages, read in place, to one set of buffers."},
+    {"decode_read_many", fw_decode_read_many, METH_VARARGS,
+     "Decode ReadBatch messages, each its own stream's, to one set of buffers."},
     {"encode_records", fw_encode_records, METH_VARARGS, "Encode AppendRecord entries."},
     {"crc32", fw_crc32, METH_VARARGS, "zlib.crc32(data, value), folded where the CPU can."},
     {"append_acks", fw_append_acks, METH_VARARGS,

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
@@ -124,95 +123,33 @@ def decode_read_many(
         return [decode_read_batch(p, s, include_command_records=include_command_records,
                                   include_headers=include_headers)
                 for p, s in zip(payloads, streams, strict=True)]
-    parts = [_fastwire.decode_read_batches([p], s.encode(), include_command_records,
-                                           include_headers)
-             for p, s in zip(payloads, streams, strict=True)]
-    rows = [part[5] for part in parts]
-    n = sum(rows)
-    column = _joined_column
-    arrays = [column(pa.string(), n, parts, 6),
-              pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(
-                  b"".join(part[8] for part in parts))]),
-              pa.Array.from_buffers(TIMESTAMP_TYPE, n, [None, pa.py_buffer(
-                  b"".join(part[9] for part in parts))])]
-    if include_headers:
-        n_headers = sum(len(part[13]) // 4 - 1 for part in parts)
-        structs = pa.Array.from_buffers(
-            HEADER_STRUCT, n_headers, [None],
-            children=[column(pa.binary(), n_headers, parts, 13),
-                      column(pa.binary(), n_headers, parts, 15)])
-        arrays.append(pa.Array.from_buffers(HEADER_TYPE, n, [None, _joined_offsets(
-            [part[12] for part in parts])], children=[structs]))
-    arrays.append(column(pa.binary(), n, parts, 10))
+    if len(payloads) != len(streams):
+        raise ValueError("decode_read_many: one stream a payload")
+    metas, n, *buffers = _fastwire.decode_read_many(
+        payloads, list(streams), include_command_records, include_headers)
     batch = pa.RecordBatch.from_arrays(
-        arrays, schema=READ_SCHEMA if include_headers else READ_SCHEMA_NO_HEADERS)
+        _arrays(n, buffers, include_headers),
+        schema=READ_SCHEMA if include_headers else READ_SCHEMA_NO_HEADERS)
     out, row = [], 0
-    for part, k in zip(parts, rows, strict=True):
-        count, first, last, metered, tail = part[:5]
-        out.append(DecodedBatch(batch=batch.slice(row, k),
-                                tail=None if tail is None else Position(tail[0], tail[1]),
-                                count=count, first_seq_num=first, last_seq_num=last,
-                                metered_bytes=metered))
+    for count, first, last, metered, tail, k in metas:  # positional: a third less a read
+        out.append(DecodedBatch(batch.slice(row, k), None if tail is None else Position(*tail),
+                                count, first, last, metered))
         row += k
     return out
 
 
-def _joined_offsets(offsets: Sequence[bytes]) -> pa.Buffer:
-    """Int32 offsets of several arrays (each from 0) as those of their concatenation:
-    the lengths they give, less the steps from one array's end to the next one's 0,
-    summed again (a few numpy calls, not one per array)."""
-    every = np.frombuffer(b"".join(offsets), np.int32)
-    ends = np.cumsum([len(o) // 4 for o in offsets])
-    lengths = np.delete(np.diff(every.astype(np.int64)), ends[:-1] - 1)
-    joined = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=joined[1:])
-    if joined[-1] > np.iinfo(np.int32).max:
-        raise FrameError("malformed S2 ReadBatch message: batch too large for 32-bit "
-                         "Arrow offsets")
-    return pa.py_buffer(joined.astype(np.int32))
-
-
-def _joined_column(type_: pa.DataType, n: int, parts: Sequence[Any], k: int) -> pa.Array:
-    """The variable-size column whose offsets are item k of each part, data item k + 1."""
-    return pa.Array.from_buffers(type_, n, [None, _joined_offsets([p[k] for p in parts]),
-                                            pa.py_buffer(b"".join(p[k + 1] for p in parts))])
-
-
-def _decode_c(
-    payloads: Sequence[Payload],
-    stream: str,
-    include_command_records: bool,
-    include_headers: bool,
-) -> DecodedBatch:
-    assert _fastwire is not None
-    (
-        count,
-        first,
-        last,
-        metered,
-        tail,
-        n,
-        stream_off,
-        stream_data,
-        seqs,
-        tss,
-        body_off,
-        body_data,
-        hdr_off,
-        name_off,
-        name_data,
-        value_off,
-        value_data,
-    ) = _fastwire.decode_read_batches(
-        payloads, stream.encode(), include_command_records, include_headers
-    )
+def _arrays(n: int, buffers: Sequence[Any], include_headers: bool) -> list[pa.Array]:
+    """The columns of `n` rows on the C decoder's buffers (`decode_read_batches`'s order:
+    stream, seq_num, timestamp, body, then the headers' list, name and value ones)."""
     buf = pa.py_buffer
+    stream_off, stream_data, seqs, tss, body_off, body_data = buffers[:6]
     arrays = [
         pa.Array.from_buffers(pa.string(), n, [None, buf(stream_off), buf(stream_data)]),
         pa.Array.from_buffers(pa.int64(), n, [None, buf(seqs)]),
         pa.Array.from_buffers(TIMESTAMP_TYPE, n, [None, buf(tss)]),
     ]
     if include_headers:
+        hdr_off, name_off, name_data, value_off, value_data = buffers[6:]
         n_headers = len(name_off) // 4 - 1
         names = pa.Array.from_buffers(pa.binary(), n_headers, [None, buf(name_off), buf(name_data)])
         values = pa.Array.from_buffers(
@@ -223,9 +160,22 @@ def _decode_c(
             pa.Array.from_buffers(HEADER_TYPE, n, [None, buf(hdr_off)], children=[structs])
         )
     arrays.append(pa.Array.from_buffers(pa.binary(), n, [None, buf(body_off), buf(body_data)]))
+    return arrays
+
+
+def _decode_c(
+    payloads: Sequence[Payload],
+    stream: str,
+    include_command_records: bool,
+    include_headers: bool,
+) -> DecodedBatch:
+    assert _fastwire is not None
+    count, first, last, metered, tail, n, *buffers = _fastwire.decode_read_batches(
+        payloads, stream.encode(), include_command_records, include_headers
+    )
     schema = READ_SCHEMA if include_headers else READ_SCHEMA_NO_HEADERS
     return DecodedBatch(
-        batch=pa.RecordBatch.from_arrays(arrays, schema=schema),
+        batch=pa.RecordBatch.from_arrays(_arrays(n, buffers, include_headers), schema=schema),
         tail=None if tail is None else Position(tail[0], tail[1]),
         count=count,
         first_seq_num=first,
