@@ -201,15 +201,15 @@ def read_many(basin: Basin, reads: Sequence[SmallRead], *,
     is a slice (`decode_read_many`)."""
     from s2_spark.wire.records import decode_read_many
 
-    targets = []
-    for r in reads:
-        params = read_params(seq_num=r.seq_num, timestamp=None, tail_offset=None,
-                             count=r.count, bytes=None, until=None, clamp=False, wait=None)
-        targets.append(records_path(r.stream) + query(params))
-    bodies, others = _read_answers(basin, targets)
+    bodies, others = _read_answers(basin, _read_targets(reads))
+    streams = [r.stream for r in reads]
+    if not others:  # the usual run: every read answered 200
+        return list(decode_read_many(bodies, streams,  # type: ignore[arg-type]
+                                     include_command_records=include_command_records,
+                                     include_headers=include_headers))
     decoded = iter(decode_read_many(
         [body for body in bodies if body is not None],
-        [r.stream for r, body in zip(reads, bodies, strict=True) if body is not None],
+        [s for s, body in zip(streams, bodies, strict=True) if body is not None],
         include_command_records=include_command_records, include_headers=include_headers))
     out: list[DecodedBatch | S2Error] = []
     for i, r in enumerate(reads):
@@ -229,7 +229,30 @@ def read_many(basin: Basin, reads: Sequence[SmallRead], *,
     return out
 
 
-def _read_answers(basin: Basin, targets: Sequence[str]
+def _u64s(values: list[int]) -> bool:
+    """Whether each value is a plain int in [0, 2**64) (as `check_u64` takes, and as
+    `query` writes in decimal)."""
+    return not values or (set(map(type, values)) == {int}
+                          and min(values) >= 0 and max(values) < 1 << 64)
+
+
+def _read_targets(reads: Sequence[SmallRead]) -> list[bytes]:
+    """Each read's target, `records_path` and `query(read_params(...))`'s. Plain ints
+    (the usual kind) make them in one pass (`_paths`, a `%` each): built read by read
+    through `read_params` and `query` they cost 3 us a read."""
+    starts, counts = [r.seq_num for r in reads], [r.count for r in reads]
+    if _u64s(starts) and _u64s(counts):
+        return [b"%b?seq_num=%d&count=%d" % t
+                for t in zip(_paths([r.stream for r in reads]), starts, counts, strict=True)]
+    targets = []
+    for r in reads:  # the checks' errors, as a read alone raises them
+        params = read_params(seq_num=r.seq_num, timestamp=None, tail_offset=None,
+                             count=r.count, bytes=None, until=None, clamp=False, wait=None)
+        targets.append((records_path(r.stream) + query(params)).encode())
+    return targets
+
+
+def _read_answers(basin: Basin, targets: list[bytes]
                   ) -> tuple[list[bytes | None], dict[int, Response | Exception]]:
     """Each read's body where it was answered 200, else (in the dict) its answer or the
     error it failed with. A bulk run (`Fanout.run_reads`) where `BULK_TAILS`: its plain
@@ -238,12 +261,11 @@ def _read_answers(basin: Basin, targets: Sequence[str]
     if BULK_TAILS:
         route = basin.transport.route(basin.name)
         run = basin.transport.fanout().run_reads(
-            route.origin.base_url, [t.encode() for t in targets],
-            route.headers + PROTO_ACCEPT, MAX_BODY_BYTES)
+            route.origin.base_url, targets, route.headers + PROTO_ACCEPT, MAX_BODY_BYTES)
         bodies, others = run.bodies, run.others
     else:
-        bodies, others = [None] * len(targets), dict(enumerate(_gets(basin, targets,
-                                                                      PROTO_ACCEPT)))
+        bodies, others = [None] * len(targets), dict(enumerate(_gets(
+            basin, [t.decode() for t in targets], PROTO_ACCEPT)))
     for i, result in list(others.items()):
         if isinstance(result, Response) and result.status_code == 200:
             bodies[i] = result.content
