@@ -162,10 +162,13 @@ class BulkRun(abc.ABC):
         self.affixes = conn.get_affixes(self.headers)
 
     def requests(self, start: int, end: int) -> list[bytes]:
-        """Requests `start` .. `end`, as written."""
+        """Requests `start` .. `end`, as written: in one join (one bytes a request, then
+        joined again for the write, cost a tail lookup or read 0.5 us)."""
         assert self.affixes is not None
+        if start >= end:
+            return []
         before, after = self.affixes
-        return [before + t + after for t in self.targets[start:end]]
+        return [before, (after + before).join(self.targets[start:end]), after]
 
     @abc.abstractmethod
     def read(self, buf: bytearray, pos: int, first: int, count: int) -> tuple[int, int, int]:
