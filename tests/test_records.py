@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from fuzz_targets import _batch_view
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -463,6 +464,35 @@ def test_random_batches_match_protobuf(
         include_command_records=include_command_records,
         include_headers=include_headers,
     )
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    batches=st.lists(st.tuples(
+        st.lists(record_st, max_size=6),
+        st.none() | st.tuples(st.integers(0, (1 << 64) - 1), st.integers(0, (1 << 64) - 1)),
+        st.text(max_size=12)), max_size=8),
+    include_command_records=st.booleans(),
+    include_headers=st.booleans(),
+)
+def test_random_many_match_protobuf_one_by_one(
+    batches: list[tuple[list[tuple[int, int, list[tuple[bytes, bytes]], bytes]],
+                        tuple[int, int] | None, str]],
+    include_command_records: bool,
+    include_headers: bool,
+) -> None:
+    """`decode_read_many` (in C, `_fastwire.decode_read_many`) gives what protobuf's
+    parser gives each payload alone, as its stream's."""
+    payloads = [make_batch(records, tail) for records, tail, _ in batches]
+    streams = [stream for _, _, stream in batches]
+    kw = {"include_command_records": include_command_records,
+          "include_headers": include_headers}
+    got = decode_read_many(payloads, streams, **kw)
+    for d in got:
+        d.batch.validate(full=True)
+    assert [_batch_view(d) for d in got] == [
+        _batch_view(R._decode_python([p], s, include_command_records, include_headers))
+        for p, s in zip(payloads, streams, strict=True)]
 
 
 def outcome(impl: str, payload: bytes) -> DecodedBatch | None:
