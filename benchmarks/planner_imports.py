@@ -24,18 +24,28 @@ Steps (per format):
   commit   unpickle the DataSource, `streamWriter()`, unpickle the commit messages,
            `commit(messages, 0)` (`python_streaming_sink_runner`)
   reader   unpickle the stream reader (a read task)
+  plan     unpickle a reading DataSource, `streamReader(schema)`, pickle the reader
+           (`plan_data_source_read` for a stream; format s2 only, as the two below)
+  runner   unpickle a reading DataSource, `streamReader(schema)`, `initialOffset()`,
+           `latestOffset()`, `partitions(initial, latest)`, `commit(latest)`, `stop()`
+           (`python_streaming_source_runner`, a new interpreter per query), against a
+           local S2 server (`ServerProcess`, started here) with one stream of a few records
+  batch    unpickle a reading DataSource, `reader(schema)`, `partitions()`
+           (`plan_data_source_read` for a batch read), against that server
 
 The writers route rows by their `stream` column, so `streamWriter()` checks no target and
 talks to no server (endpoint http://127.0.0.1:1); a fixed target stream is checked on the
 driver at each `streamWriter()`, which opens a connection and imports the HTTP stack.
 Ends with one line per format:
-`planner_imports <format>: writer +<ms> ms (<r>x peer), commit ..., reader ...`.
+`planner_imports <format>: source +<ms> ms (<r>x peer), schema ..., reader ...[, plan ...,
+runner ..., batch ...]`.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import os
 import pickle
 import statistics
@@ -49,12 +59,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: Watched for: a step imports them only if it needs them.
 WATCHED = ("s2_spark.durable", "s2_spark.spark.durable", "s2_spark.s2", "s2_spark.spark.s2",
-           "s2_spark._http", "httpx", "httpcore", "pyarrow")
+           "s2_spark._http", "httpx", "httpcore", "pyarrow", "pyarrow.compute",
+           "s2_spark.spark.writer", "s2_spark.s2._append_session", "s2_spark.s2._watch")
 
 _CHILD = r"""
 import sys, time
 t0 = time.process_time()
-import pyspark.sql.datasource
+import {floor}
 import pickle
 t1 = time.process_time()
 before = set(sys.modules)
@@ -76,12 +87,41 @@ _STEPS = {
                "w = ds.streamWriter(pickle.loads(blobs['input']), False)\n"
                "w.commit(pickle.loads(blobs['messages']), 0)"),
     "reader": "r = pickle.loads(blobs['reader'])",
+    "plan": ("from pyspark.sql.datasource_internal import _streamReader\n"
+             "ds = pickle.loads(blobs['server-source'])\n"
+             "pickle.dumps(_streamReader(ds, pickle.loads(blobs['read-schema'])))"),
+    "runner": ("from pyspark.sql.datasource_internal import _streamReader\n"
+               "ds = pickle.loads(blobs['server-source'])\n"
+               "r = _streamReader(ds, pickle.loads(blobs['read-schema']))\n"
+               "first = r.initialOffset()\n"
+               "if hasattr(r, 'getDefaultReadLimit'):  # admission control (4.2+)\n"
+               "    last = r.latestOffset(first, r.getDefaultReadLimit())\n"
+               "else:\n"
+               "    last = r.latestOffset()\n"
+               "assert r.partitions(first, last), (first, last)\n"
+               "r.commit(last)\n"
+               "r.stop()"),
+    "batch": ("ds = pickle.loads(blobs['server-source'])\n"
+              "assert ds.reader(pickle.loads(blobs['read-schema'])).partitions()"),
 }
 
+#: What each step's interpreter has imported before it starts: pyspark's own worker
+#: module (the runner's and the read planner's import pyarrow), so a step's figures are
+#: ours alone. The peer, every other step's floor: `pyspark.sql.datasource`.
+_PEER = "pyspark.sql.datasource"
+_FLOORS = {"plan": "pyspark.sql.worker.plan_data_source_read",
+           "batch": "pyspark.sql.worker.plan_data_source_read",
+           "runner": "pyspark.sql.streaming.python_streaming_source_runner"}
 
-def _objects(fmt: str) -> dict[str, Any]:
+#: Steps that talk to a server: format s2 only (its local server starts in a moment).
+_SERVER_STEPS = ("plan", "runner", "batch")
+
+
+def _objects(fmt: str, server: str | None = None) -> dict[str, Any]:
     """What Spark pickles for `fmt`: the data source (writing options), the write input's
-    schema, a stream writer, its tasks' commit messages, and a stream reader."""
+    schema, a stream writer, its tasks' commit messages, and a stream reader; with
+    `server` (an S2 endpoint whose basin `my-basin` has stream `events`), a reading data
+    source for it and its schema."""
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
     from s2_spark.spark.writer import WriteCommitMessage
@@ -111,7 +151,12 @@ def _objects(fmt: str) -> dict[str, Any]:
         results = [DsResult("events", "http://127.0.0.1:1/v1/stream/events", 10, 1, 0)]
     body = "body" if fmt == "s2" else "value"
     schema = StructType([StructField(body, BinaryType()), StructField("stream", StringType())])
+    served = {}
+    if server is not None:
+        served_source = S2DataSource({**options, "endpoint": server, "stream": "events"})
+        served = {"server-source": served_source, "read-schema": served_source.schema()}
     return {
+        **served,
         "source": source,
         "input": schema,
         "writer": source.streamWriter(schema, False),
@@ -126,7 +171,7 @@ def _run(step: str, paths: dict[str, str], pycache: str | None, *, importtime: b
     """One fresh interpreter: floor CPU s, step CPU s, modules the step added, and (with
     `importtime`, which slows the imports it times) the cumulative importtime (us) of the
     step's top-level imports. `pycache`: where bytecode is kept (None: none is)."""
-    code = _CHILD.format(paths=paths, code=_STEPS[step])
+    code = _CHILD.format(paths=paths, code=_STEPS[step], floor=_FLOORS.get(step, _PEER))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     if pycache is None:
@@ -170,38 +215,61 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="planner-imports-") as tmp:
         pycache = None if args.compile else str(Path(tmp, "pycache"))
         print(f"bytecode: {'none, compiled every run' if pycache is None else 'cached'}")
-        for fmt in args.format or ["s2", "durable-streams"]:
-            paths = {}
-            for key, obj in _objects(fmt).items():
-                path = Path(tmp, f"{fmt}-{key}.pickle")
-                path.write_bytes(pickle.dumps(obj))
-                paths[key] = str(path)
-            sizes = ", ".join(f"{k} {Path(p).stat().st_size} B" for k, p in paths.items()
-                              if k in ("source", "writer", "messages", "reader"))
-            print(f"{fmt}: pickled {sizes}")
-            floors: list[float] = []
-            summary = []
-            for step in _STEPS:
-                if pycache is not None and not args.no_warmup:
-                    _run(step, paths, pycache)  # warm-up: writes the bytecode
-                runs = [_run(step, paths, pycache) for _ in range(args.runs)]
-                timed = [_run(step, paths, pycache, importtime=True) for _ in range(args.runs)]
-                floors += [r[0] for r in runs]
-                cpu = statistics.median(r[1] for r in runs) * 1000
-                micros = statistics.median(r[3] for r in timed)
-                added = runs[-1][2]
-                watched = [w for w in WATCHED if w in added]
-                floor = statistics.median(floors) * 1000
-                print(f"  {step:8} +{cpu:6.1f} ms CPU ({cpu / floor:.2f}x peer), "
-                      f"{len(added):3} modules, importtime {micros / 1000:6.1f} ms; "
-                      f"watched: {', '.join(watched) or 'none'}")
-                print(f"           top-level: {', '.join(_top(added)) or 'none'}")
-                if args.modules:
-                    print(f"           {' '.join(added)}")
-                summary.append(f"{step} +{cpu:.0f} ms ({cpu / floor:.2f}x peer)")
-            floor = statistics.median(floors) * 1000
-            print(f"  floor (import pyspark.sql.datasource): {floor:.1f} ms CPU")
-            print(f"planner_imports {fmt}: " + ", ".join(summary))
+        with contextlib.ExitStack() as stack:
+            for fmt in args.format or ["s2", "durable-streams"]:
+                _measure(fmt, args, tmp, pycache,
+                         _served(stack) if fmt == "s2" else None)
+
+
+def _served(stack: contextlib.ExitStack) -> str:
+    """A local S2 server (a child process, so its CPU is not counted) whose basin
+    `my-basin` has stream `events` with a few records."""
+    from _streams import fill  # benchmarks/ is on sys.path
+
+    from s2_spark.testing import ServerProcess
+
+    server = stack.enter_context(ServerProcess())
+    fill(server.url, "my-basin", "events", 5, 10)
+    return server.url
+
+
+def _measure(fmt: str, args: argparse.Namespace, tmp: str, pycache: str | None,
+             server: str | None) -> None:
+    """Every step of `fmt` (with `server`, the steps that talk to it too), printed."""
+    paths = {}
+    for key, obj in _objects(fmt, server).items():
+        path = Path(tmp, f"{fmt}-{key}.pickle")
+        path.write_bytes(pickle.dumps(obj))
+        paths[key] = str(path)
+    sizes = ", ".join(f"{k} {Path(p).stat().st_size} B" for k, p in paths.items()
+                      if k in ("source", "writer", "messages", "reader"))
+    print(f"{fmt}: pickled {sizes}")
+    floors: list[float] = []
+    summary = []
+    for step in _STEPS:
+        if step in _SERVER_STEPS and server is None:
+            continue
+        if pycache is not None and not args.no_warmup:
+            _run(step, paths, pycache)  # warm-up: writes the bytecode
+        runs = [_run(step, paths, pycache) for _ in range(args.runs)]
+        timed = [_run(step, paths, pycache, importtime=True) for _ in range(args.runs)]
+        if step not in _FLOORS:
+            floors += [r[0] for r in runs]
+        cpu = statistics.median(r[1] for r in runs) * 1000
+        micros = statistics.median(r[3] for r in timed)
+        added = runs[-1][2]
+        watched = [w for w in WATCHED if w in added]
+        floor = statistics.median(floors) * 1000
+        print(f"  {step:8} +{cpu:6.1f} ms CPU ({cpu / floor:.2f}x peer), "
+              f"{len(added):3} modules, importtime {micros / 1000:6.1f} ms; "
+              f"watched: {', '.join(watched) or 'none'}")
+        print(f"           top-level: {', '.join(_top(added)) or 'none'}")
+        if args.modules:
+            print(f"           {' '.join(added)}")
+        summary.append(f"{step} +{cpu:.0f} ms ({cpu / floor:.2f}x peer)")
+    floor = statistics.median(floors) * 1000
+    print(f"  floor (import pyspark.sql.datasource): {floor:.1f} ms CPU")
+    print(f"planner_imports {fmt}: " + ", ".join(summary))
 
 
 if __name__ == "__main__":
