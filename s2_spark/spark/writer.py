@@ -17,10 +17,9 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from pyspark.sql.datasource import (
-    DataSource,
     DataSourceArrowWriter,
     DataSourceStreamWriter,
     DataSourceWriter,
@@ -54,7 +53,6 @@ __all__ = [
     "WriteCommitMessage",
     "WriteFormat",
     "WriterOptions",
-    "WritingDataSource",
     "batch_writer",
     "query_run_id",
     "stream_writer",
@@ -295,23 +293,3 @@ def stream_writer(fmt: WriteFormat[Any, Any], options: Mapping[str, str], schema
     opts, layout, plan = _checked_recently(fmt, options, schema, overwrite)
     cls = StreamArrowWriter if HAS_STREAM_ARROW_WRITER else StreamRowWriter
     return cls(fmt, opts, layout, plan, WriteJob.plan(streaming=True))
-
-
-class WritingDataSource(DataSource):
-    """The writing half every format shares (`RangeDataSource` is the reading half):
-    the writer options checked against the format's declaration, then the writers above
-    over the format's `write_format`."""
-
-    write_format: ClassVar[WriteFormat[Any, Any]]
-
-    @settled
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        """`df.write`: exactly-once appends (with `mode("append")`)."""
-        self.write_format.options.check(self.options, "write")
-        return batch_writer(self.write_format, self.options, schema, overwrite)
-
-    @settled
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        """`df.writeStream`: exactly-once across task retries and query restarts."""
-        self.write_format.options.check(self.options, "write")
-        return stream_writer(self.write_format, self.options, schema, overwrite)

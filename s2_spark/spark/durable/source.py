@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
@@ -16,8 +17,8 @@ from s2_spark.backends.durable.options import (
     parse_durable_selection,
 )
 from s2_spark.errors import NotFoundError, OptionError
+from s2_spark.spark._writing import WritingDataSource
 from s2_spark.spark.datasource import RangeDataSource, document_options
-from s2_spark.spark.durable._writer import write_format
 from s2_spark.spark.durable._writer_options import DURABLE_WRITE_OPTIONS
 from s2_spark.spark.options import (
     BYTE_TRIGGER_OPTIONS,
@@ -33,10 +34,16 @@ from s2_spark.spark.options import (
     ReadOptions,
     TriggerUnits,
 )
-from s2_spark.spark.writer import WritingDataSource
 
 if TYPE_CHECKING:  # the backend (the client, pyarrow) is imported when a read starts
     from s2_spark.backends.base import StreamBackend
+    from s2_spark.backends.durable.sink import DurableInputLayout
+    from s2_spark.spark.durable._writer_options import DurableWriteOptions
+    from s2_spark.spark.writer import WriteFormat
+
+    #: Made on first use (`__getattr__`): the writers are imported by a write, not by a
+    #: reading interpreter that unpickles the data source.
+    DURABLE_WRITE_FORMAT: WriteFormat[DurableWriteOptions, DurableInputLayout]
 
 __all__ = [
     "DURABLE_OPTIONS",
@@ -95,9 +102,20 @@ DURABLE_READ_FORMAT = ReadFormat(
     options=DURABLE_OPTIONS,
 )
 
-#: Pickled writers name it (`home`) rather than carry its option declarations.
-DURABLE_WRITE_FORMAT = write_format(DURABLE_OPTIONS,
-                                    home=(__name__, "DURABLE_WRITE_FORMAT"))
+@functools.cache
+def _write_format() -> WriteFormat[DurableWriteOptions, DurableInputLayout]:
+    """`DURABLE_WRITE_FORMAT`, made once. Pickled writers name it (`home`) rather than
+    carry its option declarations."""
+    from s2_spark.spark.durable._writer import write_format
+
+    return write_format(DURABLE_OPTIONS, home=(__name__, "DURABLE_WRITE_FORMAT"))
+
+
+def __getattr__(name: str) -> Any:
+    """`DURABLE_WRITE_FORMAT`, imported with the writers on first use (PEP 562)."""
+    if name == "DURABLE_WRITE_FORMAT":
+        return _write_format()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def durable_read_schema(kind: StreamKind) -> StructType:
@@ -154,7 +172,7 @@ class DurableStreamsDataSource(RangeDataSource, WritingDataSource):
     """
 
     read_format = DURABLE_READ_FORMAT
-    write_format = DURABLE_WRITE_FORMAT
+    write_format_home = (__name__, "DURABLE_WRITE_FORMAT")
 
     @classmethod
     def name(cls) -> str:

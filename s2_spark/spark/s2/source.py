@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import (
@@ -22,6 +23,7 @@ from s2_spark.backends.s2.options import (
     parse_s2_selection,
     seq_num_position,
 )
+from s2_spark.spark._writing import WritingDataSource
 from s2_spark.spark.datasource import RangeDataSource, document_options
 from s2_spark.spark.options import (
     BYTE_TRIGGER_OPTIONS,
@@ -29,12 +31,17 @@ from s2_spark.spark.options import (
     ReadFormat,
     ReadOptions,
 )
-from s2_spark.spark.s2._writer import write_format
 from s2_spark.spark.s2._writer_options import S2_WRITE_OPTIONS
-from s2_spark.spark.writer import WritingDataSource
 
 if TYPE_CHECKING:  # the backend (the client, pyarrow) is imported when a read starts
     from s2_spark.backends.base import StreamBackend
+    from s2_spark.backends.s2.settings import InputLayout
+    from s2_spark.spark.s2._writer_options import WriteOptions
+    from s2_spark.spark.writer import WriteFormat
+
+    #: Made on first use (`__getattr__`): the writers, the sink and its plan are
+    #: imported by a write, not by a reading interpreter that unpickles the data source.
+    S2_WRITE_FORMAT: WriteFormat[WriteOptions, InputLayout]
 
 __all__ = ["S2_OPTIONS", "S2_READ_FORMAT", "S2_WRITE_FORMAT", "S2DataSource", "read_schema"]
 
@@ -79,8 +86,20 @@ S2_READ_FORMAT = ReadFormat(
     options=S2_OPTIONS,
 )
 
-#: Pickled writers name it (`home`) rather than carry its option declarations.
-S2_WRITE_FORMAT = write_format(S2_OPTIONS, home=(__name__, "S2_WRITE_FORMAT"))
+@functools.cache
+def _write_format() -> WriteFormat[WriteOptions, InputLayout]:
+    """`S2_WRITE_FORMAT`, made once. Pickled writers name it (`home`) rather than carry its
+    option declarations."""
+    from s2_spark.spark.s2._writer import write_format
+
+    return write_format(S2_OPTIONS, home=(__name__, "S2_WRITE_FORMAT"))
+
+
+def __getattr__(name: str) -> Any:
+    """`S2_WRITE_FORMAT`, imported with the write path on first use (PEP 562)."""
+    if name == "S2_WRITE_FORMAT":
+        return _write_format()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class S2DataSource(RangeDataSource, WritingDataSource):
@@ -109,7 +128,7 @@ class S2DataSource(RangeDataSource, WritingDataSource):
     """
 
     read_format = S2_READ_FORMAT
-    write_format = S2_WRITE_FORMAT
+    write_format_home = (__name__, "S2_WRITE_FORMAT")
 
     @classmethod
     def name(cls) -> str:
