@@ -33,7 +33,7 @@ from s2_spark._http._bulk import BULK_TAILS
 from s2_spark.errors import AlreadyExistsError, NotFoundError, Position, S2Error, ServiceError
 from s2_spark.wire.frames import Compression
 
-from ._append_session import PROTO_ACCEPT, PROTO_HEADERS, ack_objects, ack_of, acks_of
+from ._acks import PROTO_ACCEPT, PROTO_HEADERS, ack_objects, ack_of, acks_of
 from ._errors import error_from_decoding, error_from_response, error_from_transport
 from ._params import read_params
 from ._stream import records_path

@@ -37,7 +37,7 @@ from s2_spark.errors import (
 from s2_spark.retry import AttemptOutcome, ResumableRead, RetryLoop, run_attempts
 from s2_spark.wire.frames import FrameDecoder, Message
 
-from ._append_session import SESSION_HEADERS
+from ._acks import SESSION_HEADERS
 from ._errors import (
     error_from_decoding,
     error_from_response,

@@ -10,26 +10,20 @@ from urllib.parse import quote
 from s2_spark.errors import Position, S2BadRequestError, SeqNumMismatchError, ServiceError
 from s2_spark.retry import RetryLoop, RetryPolicy
 
-from ._append_progress import BatchesProgress
-from ._append_session import (
-    MAX_INPUTS_PER_SESSION,
-    PROTO_ACCEPT,
-    PROTO_HEADERS,
-    SessionResult,
-    ack_of,
-    run_append_session,
-)
+from ._acks import PROTO_ACCEPT, PROTO_HEADERS, ack_of
 from ._config import S2Config
-from ._encode import encode_append_records
+from ._limits import MAX_INPUTS_PER_SESSION
 from ._params import check_u64, read_params
 from ._read_session import ReadSession
 from ._transport import Transport
 from ._types import MAX_BATCH_BYTES, MAX_BATCH_RECORDS, AppendAck, AppendRecord
-from ._verify import landed_batches
 
 if TYPE_CHECKING:
     from s2_spark.wire.appends import AppendBatch
     from s2_spark.wire.records import DecodedBatch
+
+    from ._append_progress import BatchesProgress
+    from ._append_session import SessionResult
 
 __all__ = ["StreamClient", "records_path"]
 
@@ -198,6 +192,8 @@ class StreamClient:
                 f"append to {self._target} got {len(records)} records; one batch holds at "
                 f"most {MAX_BATCH_RECORDS}: use append_many to split it"
             )
+        from ._encode import encode_append_records  # the append path: not a reader's
+
         batches = encode_append_records(records)
         if len(batches) != 1:
             total = sum(r.metered_bytes for r in records)
@@ -245,6 +241,8 @@ class StreamClient:
         except SeqNumMismatchError as e:
             # A retry after a lost response may fail only because the first attempt landed.
             if ambiguous and match_seq_num is not None:
+                from ._verify import landed_batches
+
                 acks = landed_batches(
                     self._t, self.basin, self.name, [batch], match_seq_num, e.expected_seq_num
                 )
@@ -269,6 +267,8 @@ class StreamClient:
         after sending is raised (a blind retry could duplicate records). Not atomic:
         batches acknowledged before a failure stay appended.
         """
+        from ._encode import encode_append_records
+
         batches = encode_append_records(list(records))
         if not batches:
             raise S2BadRequestError(f"append_many to {self._target} needs at least one record")
@@ -293,6 +293,9 @@ class StreamClient:
             return self.append_payload(
                 batches[0], match_seq_num=match_seq_num, fencing_token=fencing_token
             )
+        from ._append_progress import BatchesProgress
+        from ._append_session import run_append_session  # not imported by a reader
+
         loop = RetryLoop(self._t.config.retry, f"append_batches to {self._target}")
         run = BatchesProgress(batches, match_seq_num)
         while not run.finished:
@@ -322,6 +325,8 @@ class StreamClient:
     def _skip_landed(self, run: BatchesProgress, tail_seq: int) -> bool:
         """Read back the records up to `tail_seq` that a failed session may have appended;
         if they are the next batches, count them as appended (True)."""
+        from ._verify import landed_batches
+
         assert run.next_match is not None
         acks = landed_batches(
             self._t, self.basin, self.name, run.batches[run.done :], run.next_match, tail_seq
@@ -356,6 +361,8 @@ class StreamClient:
             )
         if match_seq_num is not None:
             check_u64("match_seq_num", match_seq_num)
+        from ._append_session import run_append_session  # not imported by a reader
+
         loop = RetryLoop(self._t.config.retry, f"append session of {self._target}")
         while True:
             res = run_append_session(

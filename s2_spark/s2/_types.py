@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from s2_spark.errors import Position
-from s2_spark.wire.appends import MAX_BATCH_BYTES, MAX_BATCH_RECORDS
+from s2_spark.wire._limits import MAX_BATCH_BYTES, MAX_BATCH_RECORDS
 
 __all__ = [
     "MAX_BATCH_BYTES",

@@ -16,7 +16,7 @@ from urllib.parse import quote
 from s2_spark._proto import s2_pb2
 from s2_spark.errors import Position
 
-from ._append_session import PROTO_ACCEPT
+from ._acks import PROTO_ACCEPT
 from ._transport import Transport
 from ._types import AppendAck
 

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from s2_spark.errors import RecordTooLargeError
 from s2_spark.wire._accelerator import fastwire as _fastwire
+from s2_spark.wire._limits import MAX_BATCH_BYTES, MAX_BATCH_RECORDS, MAX_RECORD_BYTES
 
 __all__ = [
     "MAX_BATCH_BYTES",
@@ -37,9 +38,6 @@ __all__ = [
     "metered_size",
 ]
 
-MAX_BATCH_RECORDS = 1000
-MAX_BATCH_BYTES = 1024 * 1024
-MAX_RECORD_BYTES = 1024 * 1024
 _U64_MAX = (1 << 64) - 1
 
 IMPLEMENTATION = "c" if _fastwire is not None else "python"
