@@ -161,3 +161,94 @@ def test_a_pickled_stream_writer_names_its_format(fmt: str) -> None:
     pickled = pickle.dumps(writer)
     assert len(pickled) < 2048, len(pickled)
     assert pickle.loads(pickled).fmt is writer.fmt
+
+
+#: What an interpreter that only reads never imports: the write path (writers, sinks, their
+#: plans), the append session and the append encoders (numpy, `pyarrow.compute`).
+_WRITE_PATH = ("s2_spark.spark.writer", "s2_spark.spark.s2._writer", "s2_spark.backends.sink",
+               "s2_spark.backends.s2.plan", "s2_spark.backends.s2.sink",
+               "s2_spark.backends.s2.stream_sink", "s2_spark.s2._append_session",
+               "s2_spark.s2._append_progress", "s2_spark.wire.appends", "pyarrow.compute")
+
+_READING = """
+import pickle, sys
+import {floor}  # what Spark's interpreter has imported already (pyarrow among it)
+from pyspark.sql.datasource_internal import _streamReader
+
+before = set(sys.modules)
+ds = pickle.loads(open({path!r}, "rb").read())
+{code}
+print(repr(sorted(set(sys.modules) - before)))
+"""
+
+#: What Spark's reading interpreters do with a reading data source, and their floors.
+_READ_STEPS = {
+    # python_streaming_source_runner: a new interpreter for each query
+    "runner": ("pyspark.sql.streaming.python_streaming_source_runner",
+               "r = _streamReader(ds, ds.schema())\n"
+               "first = r.initialOffset()\n"
+               "if hasattr(r, 'getDefaultReadLimit'):\n"
+               "    last = r.latestOffset(first, r.getDefaultReadLimit())\n"
+               "else:\n"
+               "    last = r.latestOffset()\n"
+               "assert r.partitions(first, last)\n"
+               "r.commit(last)\n"
+               "r.stop()"),
+    # plan_data_source_read: a stream's reader (pickled for the tasks), a batch's partitions
+    "plan": ("pyspark.sql.worker.plan_data_source_read",
+             "pickle.dumps(_streamReader(ds, ds.schema()))"),
+    "batch": ("pyspark.sql.worker.plan_data_source_read",
+              "assert ds.reader(ds.schema()).partitions()"),
+}
+
+
+def test_reading_interpreters_import_no_write_path(s2_server: Any, basin: Any,
+                                                    tmp_path: Path) -> None:
+    """A source runner (and a read planner) that unpickles format s2's data source and
+    looks up offsets and partitions against a server imports none of `_WRITE_PATH`."""
+    from _s2_target import token
+
+    from s2_spark.s2 import AppendRecord
+    from s2_spark.spark import S2DataSource
+
+    basin.create_stream("events")
+    basin.stream("events").append_many([AppendRecord(b"x")] * 3)
+    options = {"endpoint": s2_server.url, "basin": basin.name, "stream": "events"}
+    secret = token()
+    if secret is not None:
+        options["accessToken"] = secret
+    path = tmp_path / "source.pickle"
+    path.write_bytes(pickle.dumps(S2DataSource(options)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(PACKAGE.parent), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    for step, (floor, code) in _READ_STEPS.items():
+        child = _READING.format(floor=floor, path=str(path), code=code)
+        done = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        modules: list[str] = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+        assert "s2_spark.spark.s2.source" in modules, (step, modules)
+        if step != "plan":  # these talked to the server
+            assert "s2_spark.s2._many" in modules, (step, modules)
+        wrong = [m for m in modules if m in _WRITE_PATH]
+        assert not wrong, f"{step} imported the write path: {wrong}"
+
+
+def test_a_data_source_made_for_reading_imports_no_writer() -> None:
+    """Unpickling format s2's data source and `schema()` import no writer; the write
+    format is still there on first use (`S2_WRITE_FORMAT`, `write_format`)."""
+    source = ("S2DataSource({'endpoint': 'http://127.0.0.1:1', 'basin': 'basin-a', "
+              "'stream': 'events'})")
+    code = ("import sys, pyspark.sql.datasource\n"
+            "from s2_spark.spark import S2DataSource\n"
+            f"{source}.schema()\n"
+            f"print(sorted(m for m in sys.modules if m in {_WRITE_PATH!r}))\n"
+            "from s2_spark.spark.s2 import source\n"
+            "assert S2DataSource.write_format is source.S2_WRITE_FORMAT\n"
+            "assert source.S2_WRITE_FORMAT.home == (source.__name__, 'S2_WRITE_FORMAT')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(PACKAGE.parent), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
