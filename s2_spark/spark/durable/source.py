@@ -102,6 +102,7 @@ DURABLE_READ_FORMAT = ReadFormat(
     options=DURABLE_OPTIONS,
 )
 
+
 @functools.cache
 def _write_format() -> WriteFormat[DurableWriteOptions, DurableInputLayout]:
     """`DURABLE_WRITE_FORMAT`, made once. Pickled writers name it (`home`) rather than

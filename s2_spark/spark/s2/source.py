@@ -86,6 +86,7 @@ S2_READ_FORMAT = ReadFormat(
     options=S2_OPTIONS,
 )
 
+
 @functools.cache
 def _write_format() -> WriteFormat[WriteOptions, InputLayout]:
     """`S2_WRITE_FORMAT`, made once. Pickled writers name it (`home`) rather than carry its
