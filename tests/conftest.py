@@ -29,7 +29,7 @@ from _s2_target import (
     s2_config,
     unique_name,
 )
-from _spark_site import with_spark_site
+from _spark_site import compile_tree, with_spark_site
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 if EXTERNAL and TOKEN is not None:
@@ -56,10 +56,13 @@ _archive_maker: list[object] = []  # held, not waited for: it may outlive the ru
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Make the class archive in the background where it is missing (once: the xdist
-    controller, or the only process)."""
-    if CLASS_ARCHIVE is not None and "PYTEST_XDIST_WORKER" not in os.environ:
+    """Make the class archive in the background where it is missing, and our modules'
+    bytecode (once: the xdist controller, or the only process)."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        return
+    if CLASS_ARCHIVE is not None:
         _archive_maker.append(start_archive(CLASS_ARCHIVE))
+    compile_tree()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

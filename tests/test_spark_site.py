@@ -53,3 +53,16 @@ def test_the_session_workers_import_pyspark_compiled(spark: Any) -> None:
     files = spark.sparkContext.parallelize([0], 1).map(
         lambda _: __import__("pyspark").__file__).collect()
     assert files == [pyspark.__file__]
+
+
+def test_our_modules_are_imported_compiled() -> None:
+    """A Python the suite starts (a Spark worker, the local server, a child script) reads
+    our modules' bytecode, which the session wrote where Python writes none
+    (`compile_tree`), rather than compiling them again."""
+    run = subprocess.run([sys.executable, "-v", "-c", "import s2_spark.spark.s2.source"],
+                         capture_output=True, text=True, check=True)
+    ours = [line for line in run.stderr.splitlines() if line.startswith("# code object from")
+            and f"{os.sep}s2_spark{os.sep}" in line]
+    assert len(ours) > 20, run.stderr[-2000:]
+    compiled = [line for line in ours if not line.endswith(".pyc'")]
+    assert compiled == [], compiled
