@@ -5,6 +5,7 @@ readiness check. (s2-lite itself is built and run by every s2-lite test.)"""
 
 from __future__ import annotations
 
+import signal
 import socket
 import struct
 import sys
@@ -14,7 +15,8 @@ from pathlib import Path
 import pytest
 from raw_server import RawServer
 
-from s2_spark.testing.external import CACHE_ENV, ExternalServerError, Pinned
+from s2_spark.s2 import AppendRecord, S2Client, S2Config
+from s2_spark.testing.external import CACHE_ENV, ExternalServerError, Pinned, S2Lite
 from s2_spark.testing.external.kafka import MavenJars, _api_versions_answered, _stem
 
 
@@ -115,3 +117,25 @@ def test_kafka_is_ready_only_once_it_answers_a_request() -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         assert _api_versions_answered(s.getsockname()[1]) is False
+
+
+def test_an_in_memory_s2_lite_stops_at_once_under_a_following_read_session() -> None:
+    """s2-lite's graceful shutdown waits for every live read session to end, and a
+    following one never does, until its own drain timeout (10 s, wherever a suite ended
+    with such a session). In memory there is nothing to keep: `stop` kills it."""
+    with S2Lite() as lite, S2Client(S2Config(endpoint=lite.url)) as client:
+        stream = client.basin(_made(client)).stream("s")
+        stream.append([AppendRecord(b"x")])
+        session = iter(stream.read_session(seq_num=0))
+        assert next(session).count == 1  # live now, following past the tail
+        process = lite._proc
+        assert process is not None
+        lite.stop(timeout=600)
+        assert process.returncode == -signal.SIGKILL
+
+
+def _made(client: S2Client) -> str:
+    name = "stop-under-session"
+    client.create_basin(name)
+    client.basin(name).create_stream("s")
+    return name

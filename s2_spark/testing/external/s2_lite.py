@@ -79,6 +79,16 @@ class S2Lite(ExternalServer):
         env.setdefault("RUST_LOG", "warn")
         return env
 
+    def stop(self, timeout: float = 10.0) -> None:
+        """On `local_root`, SIGTERM then SIGKILL after `timeout` seconds (as every server
+        here). In memory there is nothing to keep, and s2-lite's graceful shutdown waits
+        for every live read session to end, which a following one never does, until its
+        own drain timeout (10 s): killed at once."""
+        if self.local_root is None:
+            self.kill()
+        else:
+            super().stop(timeout)
+
     def answers(self) -> bool:
         try:
             return httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200
