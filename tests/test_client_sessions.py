@@ -291,6 +291,7 @@ def test_bounded_session_at_tail_needs_wait(stream: StreamClient) -> None:
     assert seqs(list(stream.read_session(seq_num=0, count=3))) == [0, 1]
 
 
+@pytest.mark.local_server  # heartbeats every 0.5 s; s2-lite's come 5-15 s apart
 def test_heartbeats_then_live_records(stream: StreamClient) -> None:
     session = stream.read_session(seq_num=0, count=3, wait=30, heartbeats=True)
     with session:
