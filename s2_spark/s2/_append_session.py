@@ -53,7 +53,6 @@ __all__ = [
 ]
 
 
-
 @dataclass(slots=True)
 class SessionResult:
     """What one session achieved: acks for a prefix of the inputs, and the error if any

@@ -103,18 +103,23 @@ DURABLE_READ_FORMAT = ReadFormat(
 )
 
 
+#: Where `DURABLE_WRITE_FORMAT` is found: by pickled writers, and by the data source
+#: (`write_format`).
+_WRITE_FORMAT_HOME = (__name__, "DURABLE_WRITE_FORMAT")
+
+
 @functools.cache
 def _write_format() -> WriteFormat[DurableWriteOptions, DurableInputLayout]:
     """`DURABLE_WRITE_FORMAT`, made once. Pickled writers name it (`home`) rather than
     carry its option declarations."""
     from s2_spark.spark.durable._writer import write_format
 
-    return write_format(DURABLE_OPTIONS, home=(__name__, "DURABLE_WRITE_FORMAT"))
+    return write_format(DURABLE_OPTIONS, home=_WRITE_FORMAT_HOME)
 
 
 def __getattr__(name: str) -> Any:
     """`DURABLE_WRITE_FORMAT`, imported with the writers on first use (PEP 562)."""
-    if name == "DURABLE_WRITE_FORMAT":
+    if name == _WRITE_FORMAT_HOME[1]:
         return _write_format()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -173,7 +178,7 @@ class DurableStreamsDataSource(RangeDataSource, WritingDataSource):
     """
 
     read_format = DURABLE_READ_FORMAT
-    write_format_home = (__name__, "DURABLE_WRITE_FORMAT")
+    write_format_home = _WRITE_FORMAT_HOME
 
     @classmethod
     def name(cls) -> str:

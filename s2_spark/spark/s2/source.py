@@ -87,18 +87,23 @@ S2_READ_FORMAT = ReadFormat(
 )
 
 
+#: Where `S2_WRITE_FORMAT` is found: by pickled writers, and by the data source
+#: (`write_format`).
+_WRITE_FORMAT_HOME = (__name__, "S2_WRITE_FORMAT")
+
+
 @functools.cache
 def _write_format() -> WriteFormat[WriteOptions, InputLayout]:
     """`S2_WRITE_FORMAT`, made once. Pickled writers name it (`home`) rather than carry its
     option declarations."""
     from s2_spark.spark.s2._writer import write_format
 
-    return write_format(S2_OPTIONS, home=(__name__, "S2_WRITE_FORMAT"))
+    return write_format(S2_OPTIONS, home=_WRITE_FORMAT_HOME)
 
 
 def __getattr__(name: str) -> Any:
     """`S2_WRITE_FORMAT`, imported with the write path on first use (PEP 562)."""
-    if name == "S2_WRITE_FORMAT":
+    if name == _WRITE_FORMAT_HOME[1]:
         return _write_format()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -129,7 +134,7 @@ class S2DataSource(RangeDataSource, WritingDataSource):
     """
 
     read_format = S2_READ_FORMAT
-    write_format_home = (__name__, "S2_WRITE_FORMAT")
+    write_format_home = _WRITE_FORMAT_HOME
 
     @classmethod
     def name(cls) -> str:
