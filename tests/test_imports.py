@@ -252,3 +252,40 @@ def test_a_data_source_made_for_reading_imports_no_writer() -> None:
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_reading_a_durable_stream_imports_no_pandas() -> None:
+    """A Durable Streams read task turns JSON and byte answers into rows without pandas:
+    `pa.array` of a list or an ndarray would import it (0.4-0.6 s of CPU in each Spark
+    Python process that reads), so those arrays are made from buffers."""
+    pytest.importorskip("pandas")  # else nothing could import it
+    code = """
+import sys
+from s2_spark.backends.durable.backend import _Rows
+from s2_spark.durable import ReadPiece
+from s2_spark.wire.durable import JsonArrayPieces, bytes_batch
+
+pieces = JsonArrayPieces()
+json_piece = ReadPiece(pieces.feed(b'[1, "two"]'), b"", "0", "1", True, True, False,
+                       "application/json")
+assert pieces.finish().to_pylist() == []
+json_rows = list(_Rows("json", "s", "0", 0).batches(iter([json_piece])))
+bytes_piece = ReadPiece(None, b"abc", "0", "3", True, True, False,
+                        "application/octet-stream")
+byte_rows = list(_Rows("bytes", "s", "0", 0).batches(iter([bytes_piece])))
+assert bytes_batch([b"x", b"yz"]).column(0).to_pylist() == [b"x", b"yz"]
+print([r for b in json_rows + byte_rows for r in b.to_pylist()])
+print("pandas" in sys.modules)
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(PACKAGE.parent), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows, pandas = done.stdout.strip().splitlines()
+    assert ast.literal_eval(rows) == [
+        {"stream": "s", "offset": "0", "index": 0, "value": "1"},
+        {"stream": "s", "offset": "0", "index": 1, "value": '"two"'},
+        {"stream": "s", "offset": "0", "index": 0, "value": b"abc"},
+    ]
+    assert pandas == "False"

@@ -41,6 +41,7 @@ __all__ = [
     "JsonArrayPieces",
     "SSEEvent",
     "SSEParser",
+    "binary_array",
     "bytes_batch",
     "decode_base64_data",
     "json_array_bytes",
@@ -56,7 +57,11 @@ JSON_SCHEMA = pa.schema([pa.field("value", pa.string(), nullable=False)])
 # has no message boundaries, so a chunk is the unit the server delivered).
 BYTES_SCHEMA = pa.schema([pa.field("value", pa.binary(), nullable=False)])
 
-_EMPTY_STRINGS = pa.array([], pa.string())
+# Arrays here are made from buffers, never `pa.array(<a list or ndarray>)`: pyarrow asks
+# whether such an argument is a pandas object, importing pandas (0.4-0.6 s of CPU) into
+# every Spark Python process that reads a Durable Stream, which needs nothing of it.
+_EMPTY_STRINGS = pa.StringArray.from_buffers(0, pa.py_buffer(np.zeros(1, np.int32)),
+                                             pa.py_buffer(b""))
 
 _OTHER, _QUOTE, _BACKSLASH, _OPEN, _CLOSE, _COMMA, _SPACE, _BAD = range(8)
 _CLASSES = np.zeros(256, dtype=np.uint8)
@@ -308,7 +313,18 @@ def json_array_bytes(messages: pa.Array) -> bytes:
 
 def bytes_batch(chunks: list[bytes]) -> pa.RecordBatch:
     """One row per delivered chunk of a byte stream: `value` = the chunk's bytes."""
-    return pa.RecordBatch.from_arrays([pa.array(chunks, type=pa.binary())], schema=BYTES_SCHEMA)
+    return pa.RecordBatch.from_arrays([binary_array(chunks)], schema=BYTES_SCHEMA)
+
+
+def binary_array(chunks: list[bytes]) -> pa.Array:
+    """`chunks` as a binary array, made from buffers (see `_EMPTY_STRINGS`); together at
+    most 2 GiB, as a binary array holds."""
+    offsets = np.zeros(len(chunks) + 1, dtype=np.int64)
+    np.cumsum([len(chunk) for chunk in chunks], out=offsets[1:])
+    if offsets[-1] > np.iinfo(np.int32).max:
+        raise ValueError(f"{offsets[-1]} bytes of chunks: a binary array holds 2 GiB at most")
+    return pa.Array.from_buffers(pa.binary(), len(chunks), [
+        None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(chunks))])
 
 
 @dataclass(frozen=True, slots=True)

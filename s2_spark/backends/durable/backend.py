@@ -45,6 +45,7 @@ from s2_spark.errors import (
     OffsetGoneError,
     StreamNotFoundError,
 )
+from s2_spark.wire.durable import binary_array
 
 if TYPE_CHECKING:
     from s2_spark.durable import DurableStream, DurableStreamsClient, PieceReader, ReadPiece
@@ -307,15 +308,17 @@ class _Rows:
                 yield self._bytes_row()
 
     def _bytes_row(self) -> pa.RecordBatch:
-        row = self._batch(pa.array([bytes(self.pending)], pa.binary()), self.index)
+        row = self._batch(binary_array([bytes(self.pending)]), self.index)
         self.index += len(self.pending)
         self.pending = bytearray()
         return row
 
     def _batch(self, values: pa.Array, first_index: int) -> pa.RecordBatch:
         n = len(values)
-        index = pa.array(np.arange(first_index, first_index + n, dtype=np.int64))
-        columns = [_repeat(self.stream, n), _repeat(self.offset, n), index, values]
+        index = np.arange(first_index, first_index + n, dtype=np.int64)
+        # From buffers, not pa.array, which imports pandas (wire.durable._EMPTY_STRINGS).
+        columns = [_repeat(self.stream, n), _repeat(self.offset, n),
+                   pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(index)]), values]
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
