@@ -7,10 +7,11 @@
 The targets are in `tests/fuzz_targets.py`: each runs one input through the C accelerator
 and the pure-Python path of one decoder, or through one of the HTTP readers and the
 library it is checked against (h11, h2), and fails when they disagree. Each target runs in
-its own process (libFuzzer exits when done), seeded from `tests/data/fuzz/<target>/`; the
-inputs it finds go to `.fuzz/corpus/<target>/` (ignored by git). An input that
-fails is copied into `tests/data/fuzz/<target>/`, where `tests/test_fuzz.py` replays it
-on every test run from then on: commit it with the fix.
+its own process (libFuzzer exits when done): forked from one that has imported and
+instrumented everything, or a new interpreter under the sanitizers. It is seeded from
+`tests/data/fuzz/<target>/`; the inputs it finds go to `.fuzz/corpus/<target>/` (ignored
+by git). An input that fails is copied into `tests/data/fuzz/<target>/`, where
+`tests/test_fuzz.py` replays it on every test run from then on: commit it with the fix.
 
 `--sanitize` builds both extensions with clang (`-fsanitize=address,undefined` and
 libFuzzer's coverage counters, so the fuzzer sees C branches as well as Python ones) into
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -40,6 +42,8 @@ import subprocess
 import sys
 import sysconfig
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -95,7 +99,7 @@ def _run(name: str, args: argparse.Namespace, env: dict[str, str]) -> bool:
     leaks, each in a child process. Prints its row; a failing input is saved as a seed."""
     (WORK / "corpus" / name).mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    code, text = _phase(name, ["--seconds", str(args.seconds), "--runs", str(args.runs)], env)
+    code, text = _phase(name, env, args.seconds, args.runs)
     seconds = time.monotonic() - started  # start-up included
     units = re.search(r"stat::number_of_executed_units: (\d+)", text)
     stats = re.findall(r"cov: (\d+) ft: (\d+) corp: (\d+)", text)
@@ -103,7 +107,7 @@ def _run(name: str, args: argparse.Namespace, env: dict[str, str]) -> bool:
     cov, ft, corp = stats[-1] if stats else ("?", "?", "?")
     result = "ok" if code == 0 and "Done" in text else f"FAILED (exit {code})"
     if result == "ok" and args.sanitize:
-        code, text = _phase(name, ["--runs", "0", "--leaks"], env)
+        code, text = _phase(name, env, 0, 0, leaks=True)
         checked = re.search(r"stat::number_of_executed_units: (\d+)", text)
         result = (f"ok; no leak in {checked[1]} corpus inputs" if code == 0 and checked
                   else f"LEAK CHECK FAILED (exit {code})")
@@ -120,18 +124,43 @@ def _run(name: str, args: argparse.Namespace, env: dict[str, str]) -> bool:
     return result.startswith("ok")
 
 
-def _phase(name: str, options: list[str], env: dict[str, str]) -> tuple[int, str]:
-    """Runs `fuzz.py --child name *options`; its exit code and output (also in the log)."""
-    leaks = "--leaks" in options
+def _phase(name: str, env: dict[str, str], seconds: int, runs: int,
+           leaks: bool = False) -> tuple[int, str]:
+    """Fuzzes one target in a child process: a new `fuzz.py --child` where the extensions
+    are sanitized, else forked from this one (`_forked`). Its exit code and output (also
+    in the log)."""
     log = WORK / "logs" / f"{name}{'-leaks' if leaks else ''}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    if EXT_DIR_ENV not in env and hasattr(os, "fork"):
+        return _forked(name, seconds, runs, log), log.read_text(errors="replace")
     if "ASAN_OPTIONS" in env:  # LeakSanitizer in the leak phase only, at exit too
         env = {**env, "ASAN_OPTIONS": f"{env['ASAN_OPTIONS']}:detect_leaks={int(leaks)}"}
-    log.parent.mkdir(parents=True, exist_ok=True)
+    options = ["--seconds", str(seconds), "--runs", str(runs), *(["--leaks"] if leaks else [])]
     with log.open("w") as out:
         code = subprocess.run([sys.executable, __file__, "--child", name, "--work", str(WORK),
                                *options], env=env,
                               stdout=out, stderr=subprocess.STDOUT, cwd=ROOT).returncode
     return code, log.read_text(errors="replace")
+
+
+def _forked(name: str, seconds: int, runs: int, log: Path) -> int:
+    """Fuzz one target in a child forked from this process, which has imported and
+    instrumented the modules once (`_prepare`): each child otherwise spent ~2 s of its
+    ~3 s starting, 19 times. libFuzzer owns the child and exits it."""
+    atheris = _prepare()
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:  # libFuzzer exits it when done; getting back here is a failure
+        try:
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            _fuzz(atheris, name, seconds, runs, leaks=False)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(1)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
 def _child(name: str, seconds: int, runs: int, leaks: bool) -> int:
@@ -148,12 +177,20 @@ def _child(name: str, seconds: int, runs: int, leaks: bool) -> int:
     sanitized = hasattr(lsan, "__lsan_disable")
     if sanitized:
         lsan.__lsan_disable()
+    _fuzz(_prepare(), name, seconds, runs, leaks, lsan.__lsan_enable if sanitized else None)
+    return 0
+
+
+@functools.cache
+def _prepare() -> Any:
+    """atheris, with the decoders' modules imported (the sanitized build's extensions if
+    `EXT_DIR_ENV` names them) and instrumented, once a process."""
     import atheris
 
     ext_dir = os.environ.get(EXT_DIR_ENV)
     if ext_dir:
         _load_extensions(Path(ext_dir))
-    import fuzz_targets
+    import fuzz_targets  # noqa: F401  (the targets' own imports, before instrumenting)
 
     from s2_spark._http import _h1, _h2_connection
     from s2_spark.wire import appends, durable, frames, records
@@ -163,7 +200,14 @@ def _child(name: str, seconds: int, runs: int, leaks: bool) -> int:
         for module in (records._fastwire, appends._fastwire, durable._fastjson):
             assert Path(module.__file__).parent == Path(ext_dir), module.__file__
         _h1.fast_answer = records._fastwire.h1_response  # bound when _h1 was imported
-    target = fuzz_targets.TARGETS[name]
+    return atheris
+
+
+def _fuzz(atheris: Any, name: str, seconds: int, runs: int, leaks: bool,
+          after_setup: Callable[[], object] | None = None) -> None:
+    """libFuzzer over one target, seeded from its corpus; exits the process when done."""
+    import fuzz_targets
+
     artifacts = WORK / "artifacts" / name
     artifacts.mkdir(parents=True, exist_ok=True)
     argv = [sys.argv[0], f"-artifact_prefix={artifacts}/", "-max_len=8192", "-timeout=30",
@@ -172,11 +216,10 @@ def _child(name: str, seconds: int, runs: int, leaks: bool) -> int:
             str(WORK / "corpus" / name), str(SEEDS / name)]
     if seconds > 0:
         argv.append(f"-max_total_time={seconds}")
-    atheris.Setup(argv, target)
-    if sanitized:
-        lsan.__lsan_enable()
+    atheris.Setup(argv, fuzz_targets.TARGETS[name])
+    if after_setup is not None:
+        after_setup()
     atheris.Fuzz()
-    return 0
 
 
 # atheris keeps a reference to every comparison result that is not a bool, such as a numpy
