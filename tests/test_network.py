@@ -19,7 +19,7 @@ from conftest import Certs
 from http_proxy import HttpProxy
 
 from s2_spark.durable import DurableConfig, DurableStreamsClient, IdempotentProducer
-from s2_spark.errors import ServiceError, TlsError, UnavailableError
+from s2_spark.errors import OptionError, ServiceError, TlsError, UnavailableError
 from s2_spark.retry import RetryLoop
 from s2_spark.s2 import AppendRecord, RetryPolicy, S2Client, S2Config, TlsConfig
 from s2_spark.testing import LocalS2Server, ServerTls, TcpProxy
@@ -91,6 +91,32 @@ def test_the_budget_is_time_without_progress_and_progress_resets_it() -> None:
     assert err.attempts >= 3 and err.retried_for >= 0.3
     assert f"gave up after {err.attempts} attempts" in str(err)
     assert "retryTimeoutMs" in str(err) and TOKEN not in str(err)
+
+
+@pytest.mark.parametrize(("given", "backoffs"), [
+    ({}, (0.1, 5.0)),
+    ({"retryBackoffMs": "20", "retryMaxBackoffMs": "300"}, (0.02, 0.3)),
+    ({"retryBackoffMs": "8000"}, (8.0, 8.0)),  # the longest unset: the first's
+])
+def test_backoff_options_reach_both_formats_clients(
+    given: dict[str, str], backoffs: tuple[float, float]
+) -> None:
+    from s2_spark.backends.durable.options import parse_durable_connection
+    from s2_spark.backends.s2.options import parse_s2_connection
+
+    s2 = parse_s2_connection({"endpoint": "http://127.0.0.1:9", "basin": "b", **given},
+                             purpose="read from")
+    durable = parse_durable_connection({"baseUrl": "http://127.0.0.1:9", **given})
+    for policy in (s2.config().retry, durable.config().retry):
+        assert (policy.initial_backoff, policy.max_backoff, policy.timeout) == (*backoffs, 120)
+
+
+def test_a_longest_backoff_below_the_first_fails_naming_both() -> None:
+    from s2_spark.backends.network_options import parse_network_options
+
+    with pytest.raises(OptionError, match="option retryMaxBackoffMs=200 is below "
+                                          "retryBackoffMs=300"):
+        parse_network_options({"retryBackoffMs": "300", "retryMaxBackoffMs": "200"})
 
 
 def test_dead_pooled_connections_are_retried_at_once_then_counted() -> None:

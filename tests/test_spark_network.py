@@ -3,6 +3,8 @@ driver's and the executors') through `TcpProxy`.
 
 * A copy query whose connections are cut after a random number of bytes finishes in one
   run: no task failure, no restart, every record exactly once and in order (both formats).
+  Its retries wait 10 ms doubling to 100 ms (`FAST_RETRIES`), not 0.1 s doubling to 5 s:
+  a cut before any progress is a failure in a row, so waits grew to seconds.
 * Pooled connections that died while idle between two micro-batches cost nothing: the
   query runs with retries off (`retryTimeoutMs=0`) and still goes on.
 * TLS options: a private CA and a client certificate reach the executors; a wrong or
@@ -26,6 +28,9 @@ from s2_spark.spark._compat import HAS_ADMISSION_CONTROL
 from s2_spark.testing import LocalS2Server, ServerTls, TcpProxy
 
 pytestmark = pytest.mark.spark
+
+
+FAST_RETRIES = {"retryBackoffMs": "10", "retryMaxBackoffMs": "100"}
 
 
 def body(i: int) -> bytes:
@@ -91,7 +96,7 @@ def test_s2_copy_over_a_cutting_network_finishes_in_one_run(
     pair = S2Pair(s2_server.url, unique("basin"))
     pair.append(0, 3000)
     with TcpProxy(s2_server.url, cut_after=(16 << 10, 160 << 10), seed=7) as proxy:
-        options = {"endpoint": proxy.url, "basin": pair.basin}
+        options = {"endpoint": proxy.url, "basin": pair.basin, **FAST_RETRIES}
         q = s2_copy(spark, options, tmp_path / "ckpt", available_now=True, **read)
         q.awaitTermination()  # raises if the query failed
         assert failed_tasks(spark, q.runId) == 0
@@ -114,9 +119,9 @@ def test_durable_copy_over_a_cutting_network_finishes_in_one_run(
         # budgets below it cut the answer, the ones above let a retry through.
         with TcpProxy(ds_server.url, cut_after=(32 << 10, 160 << 10), seed=3) as proxy:
             df = (spark.readStream.format("durable-streams").option("baseUrl", proxy.url)
-                  .option("stream", src).options(**limit(700)).load())
+                  .option("stream", src).options(**limit(700), **FAST_RETRIES).load())
             q = (df.writeStream.format("durable-streams").option("baseUrl", proxy.url)
-                 .option("stream", dst).option("checkpointLocation", str(tmp_path / "ckpt"))
+                 .option("stream", dst).options(**FAST_RETRIES).option("checkpointLocation", str(tmp_path / "ckpt"))
                  .trigger(availableNow=True).start())
             q.awaitTermination()
             assert failed_tasks(spark, q.runId) == 0
@@ -235,6 +240,9 @@ def test_the_key_password_stays_out_of_checkpoints_and_plans(
 @pytest.mark.parametrize(("option", "value", "message"), [
     ("retryTimeoutMs", "-5", "option retryTimeoutMs='-5' is not accepted: use milliseconds"),
     ("retryTimeoutMs", "soon", "option retryTimeoutMs='soon' is not accepted"),
+    ("retryBackoffMs", "0", r"option retryBackoffMs='0' is not accepted: use milliseconds, "
+                            r"an integer >= 1 \(the wait before the first retry; default 100\)"),
+    ("retryMaxBackoffMs", "1s", "option retryMaxBackoffMs='1s' is not accepted"),
     ("sslKeyFile", "/k.pem", "set option sslCertFile too"),
     ("sslCertFile", "/nope/c.pem", "client certificate '/nope/c.pem' could not be loaded"),
 ])

@@ -1,4 +1,5 @@
-"""The network options every format shares (no pyspark): how long to retry, and TLS.
+"""The network options every format shares (no pyspark): how long and how often to retry,
+and TLS.
 
 Proxies need no option: both clients honour `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY`
 (and `SSL_CERT_FILE` / `SSL_CERT_DIR`) in the environment of each process, driver and
@@ -25,6 +26,18 @@ RETRY_TIMEOUT_MS = Option(
     "count.",
     default=int(DEFAULT_RETRY_TIMEOUT * 1000),
 )
+_DEFAULT_POLICY = RetryPolicy()
+RETRY_BACKOFF_MS = Option(
+    "retryBackoffMs", "milliseconds, an integer >= 1",
+    "The wait before the first retry; each retry after it waits twice the one before, up "
+    "to retryMaxBackoffMs, plus up to half again as jitter.",
+    default=round(_DEFAULT_POLICY.initial_backoff * 1000),
+)
+RETRY_MAX_BACKOFF_MS = Option(
+    "retryMaxBackoffMs", "milliseconds, an integer >= retryBackoffMs",
+    "The longest wait between two retries (before jitter).",
+    default=round(_DEFAULT_POLICY.max_backoff * 1000),
+)
 SSL_CA_FILE = Option(
     "sslCaFile", "a path", "A PEM bundle of CA certificates to trust (a private CA); "
     "readable on every node.")
@@ -34,35 +47,61 @@ SSL_CERT_FILE = Option(
 SSL_KEY_FILE = Option("sslKeyFile", "a path", "The client certificate's PEM private key.")
 SSL_KEY_PASSWORD = Option(
     "sslKeyPassword", "a password", "The private key's password (Spark redacts it).")
-NETWORK_OPTIONS = (RETRY_TIMEOUT_MS, SSL_CA_FILE, SSL_CERT_FILE, SSL_KEY_FILE, SSL_KEY_PASSWORD)
+NETWORK_OPTIONS = (RETRY_TIMEOUT_MS, RETRY_BACKOFF_MS, RETRY_MAX_BACKOFF_MS, SSL_CA_FILE,
+                   SSL_CERT_FILE, SSL_KEY_FILE, SSL_KEY_PASSWORD)
 
 _FILES = ((SSL_CA_FILE, "ca_file"), (SSL_CERT_FILE, "cert_file"), (SSL_KEY_FILE, "key_file"))
 
 
 @dataclass(frozen=True, slots=True)
 class NetworkSettings:
-    """Retry budget (seconds without progress) and TLS settings; the key password is
-    never shown."""
+    """Retry budget (seconds without progress), backoff and TLS settings; the key
+    password is never shown."""
 
     retry_timeout: float = DEFAULT_RETRY_TIMEOUT
     tls: TlsConfig | None = None
+    retry_backoff: float = _DEFAULT_POLICY.initial_backoff
+    retry_max_backoff: float = _DEFAULT_POLICY.max_backoff
 
     def retry_policy(self) -> RetryPolicy:
-        return RetryPolicy(timeout=self.retry_timeout)
+        return RetryPolicy(timeout=self.retry_timeout, initial_backoff=self.retry_backoff,
+                           max_backoff=self.retry_max_backoff)
 
 
-def _retry_timeout(options: Mapping[str, str]) -> float:
-    raw = RETRY_TIMEOUT_MS.raw(options)
+_WHAT = {
+    RETRY_TIMEOUT_MS: "how long a failing request is retried without progress; 0 turns "
+                      "retries off",
+    RETRY_BACKOFF_MS: "the wait before the first retry",
+    RETRY_MAX_BACKOFF_MS: "the longest wait between two retries",
+}
+
+
+def _seconds(option: Option, options: Mapping[str, str], least: int) -> float:
+    """A whole number of milliseconds >= `least`, in seconds; the default when unset."""
+    raw = option.raw(options)
     if raw is None:
-        return DEFAULT_RETRY_TIMEOUT
+        return int(str(option.default)) / 1000.0
     value = raw.strip()
-    if not value.isdigit():
+    if not value.isdigit() or int(value) < least:
         raise OptionError(
-            f"option retryTimeoutMs={raw!r} is not accepted: use milliseconds, an integer >= 0 "
-            f"(how long a failing request is retried without progress; default "
-            f"{DEFAULT_RETRY_TIMEOUT * 1000:.0f}, 0 turns retries off)"
+            f"option {option.name}={raw!r} is not accepted: use milliseconds, an integer "
+            f">= {least} ({_WHAT[option]}; default {option.default})"
         )
     return int(value) / 1000.0
+
+
+def _backoffs(options: Mapping[str, str]) -> tuple[float, float]:
+    """The first and the longest wait; unset, the longest is at least the first."""
+    first = _seconds(RETRY_BACKOFF_MS, options, 1)
+    longest = _seconds(RETRY_MAX_BACKOFF_MS, options, 1)
+    if RETRY_MAX_BACKOFF_MS.raw(options) is None:
+        longest = max(longest, first)
+    elif longest < first:
+        raise OptionError(
+            f"option retryMaxBackoffMs={longest * 1000:.0f} is below retryBackoffMs="
+            f"{first * 1000:.0f}: the longest wait between retries must be at least the "
+            "first")
+    return first, longest
 
 
 def _tls(options: Mapping[str, str]) -> TlsConfig | None:
@@ -95,5 +134,7 @@ def _tls(options: Mapping[str, str]) -> TlsConfig | None:
 
 
 def parse_network_options(options: Mapping[str, str]) -> NetworkSettings:
-    """`retryTimeoutMs` and the `ssl*` options, checked (TLS files are loaded once)."""
-    return NetworkSettings(retry_timeout=_retry_timeout(options), tls=_tls(options))
+    """The `retry*` and `ssl*` options, checked (TLS files are loaded once)."""
+    first, longest = _backoffs(options)
+    return NetworkSettings(retry_timeout=_seconds(RETRY_TIMEOUT_MS, options, 0),
+                           tls=_tls(options), retry_backoff=first, retry_max_backoff=longest)
