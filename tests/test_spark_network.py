@@ -121,7 +121,8 @@ def test_durable_copy_over_a_cutting_network_finishes_in_one_run(
             df = (spark.readStream.format("durable-streams").option("baseUrl", proxy.url)
                   .option("stream", src).options(**limit(700), **FAST_RETRIES).load())
             q = (df.writeStream.format("durable-streams").option("baseUrl", proxy.url)
-                 .option("stream", dst).options(**FAST_RETRIES).option("checkpointLocation", str(tmp_path / "ckpt"))
+                 .option("stream", dst).options(**FAST_RETRIES)
+                 .option("checkpointLocation", str(tmp_path / "ckpt"))
                  .trigger(availableNow=True).start())
             q.awaitTermination()
             assert failed_tasks(spark, q.runId) == 0

@@ -1,5 +1,5 @@
 """The suite's Spark Python processes import pyspark compiled (`_spark_site`): the zips
-Spark puts first go last where the pip-installed pyspark has the same files, other
+Spark puts first leave the path where the pip-installed pyspark has the same files, other
 sitecustomize modules still run, and the session's workers really do (a Spark that lays
 out its path otherwise would leave the suite slower, silently, but for this)."""
 
@@ -18,6 +18,7 @@ from _spark_site import ON, SPARK_SITE
 
 LIB = Path(pyspark.__file__).parent / "python" / "lib"
 ZIPS = [str(LIB / "pyspark.zip"), *map(str, sorted(LIB.glob("py4j-*.zip")))]
+JAR = [str(p) for p in (LIB.parent.parent / "jars").glob("spark-core_*.jar")]
 
 
 def started_with(python_path: list[str]) -> dict[str, Any]:
@@ -25,20 +26,25 @@ def started_with(python_path: list[str]) -> dict[str, Any]:
     its own (the zips first on PYTHONPATH)."""
     code = ("import json, sys, pyspark, py4j\n"
             "print(json.dumps({'path': sys.path, 'pyspark': pyspark.__file__,"
-            " 'py4j': py4j.__file__, 'marker': sys.modules.get('marked') is not None}))")
+            " 'py4j': py4j.__file__, 'marker': sys.modules.get('marked') is not None,"
+            " 'zip_importers': [p for p in sys.path_importer_cache"
+            "                   if p.endswith(('.zip', '.jar'))]}))")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(python_path)}
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, check=True)
     return json.loads(run.stdout)
 
 
-def test_the_zips_go_after_the_installed_packages() -> None:
-    assert len(ZIPS) == 2 and all(map(os.path.exists, ZIPS)), ZIPS
-    without = started_with(ZIPS)
+def test_the_zips_leave_the_path_and_the_importer_cache() -> None:
+    """The jar too, and their importers: PySpark's `importlib.invalidate_caches()` would
+    have each read its archive's index again."""
+    assert len(ZIPS) == 2 and len(JAR) == 1 and all(map(os.path.exists, ZIPS)), ZIPS
+    without = started_with([*ZIPS, *JAR])
     assert ".zip" in without["pyspark"] and ".zip" in without["py4j"]
-    got = started_with([*ZIPS, SPARK_SITE])
+    assert set(ZIPS + JAR) <= set(without["zip_importers"])
+    got = started_with([*ZIPS, *JAR, SPARK_SITE])
     assert got["pyspark"] == pyspark.__file__ and ".zip" not in got["py4j"]
-    assert got["path"][-2:] == ZIPS
+    assert not set(ZIPS + JAR) & set(got["path"] + got["zip_importers"])
 
 
 def test_another_sitecustomize_still_runs(tmp_path: Path) -> None:

@@ -1,15 +1,18 @@
 """The suite's Spark Python processes import pyspark as bytecode, not from pyspark.zip.
 
-Spark puts `$SPARK_HOME/python/lib/pyspark.zip` and py4j's zip at the head of the path of
-every Python process it starts: its daemons, the workers they fork, streaming source
-runners. The zips hold sources only, so each such process compiles every pyspark module
-it imports (and re-reads the zip's index when Spark invalidates the import caches): a
-streaming source runner spent 2.4-2.5 s of CPU starting, 1.0-1.2 s without, and Spark's
-Python processes are most of the suite's CPU. Where a zip is the pip-installed pyspark's
-own (`<site>/pyspark/python/lib/`) and `<site>`, which holds the same modules compiled, is
-on the path too, the zip moves to the end of it: same files, bytecode. The tests put this
-folder on PYTHONPATH (conftest; `S2_SPARK_PYSPARK_ZIP=1` leaves Spark's order alone, as a
-user's Spark has it). A sitecustomize further on the path runs after this one.
+Spark puts `$SPARK_HOME/python/lib/pyspark.zip`, py4j's zip and the spark-core jar at the
+head of the path of every Python process it starts: its daemons, the workers they fork,
+streaming source runners. The zips hold sources only, so each such process compiles every
+pyspark module it imports: a streaming source runner spent 2.4-2.5 s of CPU starting,
+1.0-1.2 s without, and Spark's Python processes are most of the suite's CPU. And each time
+PySpark calls `importlib.invalidate_caches()` (as it sets up a task's files) every archive
+on the path has its index read again (the jar's 6,000 entries, no Python module in them;
+the zip's 1,500): 14-16% of a source runner's or a worker's CPU. Where a zip or the jar is
+the pip-installed pyspark's own (`<site>/pyspark/python/lib/`, `<site>/pyspark/jars/`) and
+`<site>`, which holds the same modules compiled, is on the path too, it leaves the path,
+and its importer the importer cache. The tests put this folder on PYTHONPATH (conftest;
+`S2_SPARK_PYSPARK_ZIP=1` leaves Spark's path alone, as a user's Spark has it). A
+sitecustomize further on the path runs after this one.
 """
 
 import os
@@ -20,22 +23,30 @@ def _real(path: str) -> str:
     return os.path.normcase(os.path.realpath(path or "."))
 
 
-def _zips_last() -> None:
-    """Move the pip-installed pyspark's zips after the folder they came with."""
-    folders = {_real(p) for p in sys.path if not p.endswith(".zip")}
-    moved = []
-    for entry in sys.path:
-        lib = os.path.dirname(entry)
+def _drop_zips() -> None:
+    """Take the pip-installed pyspark's zips and jar off the path (and their cached
+    importers), where the folder they came with is on it."""
+    folders = {_real(p) for p in sys.path if not p.endswith((".zip", ".jar"))}
+    for entry in list(sys.path):
+        if _spark_archive(os.path.normpath(entry), folders):
+            sys.path.remove(entry)
+            sys.path_importer_cache.pop(entry, None)
+
+
+def _spark_archive(entry: str, folders: set[str]) -> bool:
+    """pyspark.zip or py4j's zip in `<site>/pyspark/python/lib/`, or the spark-core jar in
+    `<site>/pyspark/jars/` (no Python in it), with `<site>` on the path."""
+    lib, name = os.path.split(entry)
+    if lib.endswith(os.path.join("pyspark", "python", "lib")):
         site = os.path.dirname(os.path.dirname(os.path.dirname(lib)))
-        name = os.path.basename(entry)
         package = ("pyspark" if name == "pyspark.zip"
                    else "py4j" if name.startswith("py4j-") and name.endswith(".zip") else None)
-        if (package is not None and lib.endswith(os.path.join("pyspark", "python", "lib"))
-                and _real(site) in folders and os.path.isdir(os.path.join(site, package))):
-            moved.append(entry)
-    for entry in moved:
-        sys.path.remove(entry)
-    sys.path.extend(moved)
+    elif lib.endswith(os.path.join("pyspark", "jars")) and name.startswith("spark-core_"):
+        site, package = os.path.dirname(os.path.dirname(lib)), "pyspark"
+    else:
+        return False
+    return (package is not None and _real(site) in folders
+            and os.path.isdir(os.path.join(site, package)))
 
 
 def _next_sitecustomize() -> None:
@@ -50,5 +61,5 @@ def _next_sitecustomize() -> None:
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
 
-_zips_last()
+_drop_zips()
 _next_sitecustomize()
