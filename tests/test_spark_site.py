@@ -47,6 +47,14 @@ def test_the_zips_leave_the_path_and_the_importer_cache() -> None:
     assert not set(ZIPS + JAR) & set(got["path"] + got["zip_importers"])
 
 
+def test_httpx_comes_without_its_command_line_client() -> None:
+    code = "import sys, httpx; print(sorted({'rich', 'click'} & set(sys.modules)))"
+    env = {**os.environ, "PYTHONPATH": SPARK_SITE}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True)
+    assert run.stdout.strip() == "[]"
+
+
 def test_another_sitecustomize_still_runs(tmp_path: Path) -> None:
     (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['marked'] = sys\n")
     assert started_with([SPARK_SITE, str(tmp_path)])["marker"]

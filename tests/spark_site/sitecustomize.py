@@ -12,7 +12,8 @@ the pip-installed pyspark's own (`<site>/pyspark/python/lib/`, `<site>/pyspark/j
 `<site>`, which holds the same modules compiled, is on the path too, it leaves the path,
 and its importer the importer cache. The tests put this folder on PYTHONPATH (conftest;
 `S2_SPARK_PYSPARK_ZIP=1` leaves Spark's path alone, as a user's Spark has it). A
-sitecustomize further on the path runs after this one.
+sitecustomize further on the path runs after this one. Every process the suite starts has
+this folder on its path, so it also keeps httpx's command-line client unimported.
 """
 
 import os
@@ -61,5 +62,13 @@ def _next_sitecustomize() -> None:
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
 
+def _no_httpx_cli() -> None:
+    """`import httpx` imports its command-line client, and with it rich, click and
+    pygments, wherever those are installed (the dev extras install them): about 55 ms of
+    CPU in each process that imports httpx, for a client no process of the suite runs."""
+    sys.modules.setdefault("httpx._main", None)  # httpx's own fallback: no CLI
+
+
 _drop_zips()
+_no_httpx_cli()
 _next_sitecustomize()
