@@ -5,6 +5,8 @@ a call the server never answers times out on its own without holding up the othe
 
 from __future__ import annotations
 
+import asyncio
+import asyncio.trsock
 import socket
 import ssl
 import threading
@@ -300,3 +302,60 @@ def test_bulk_lookups_on_a_refused_connection_are_each_its_error() -> None:
     with Fanout(ssl.create_default_context, TIMEOUTS) as fanout:
         run = fanout.run_tails(url, [b"/tail-1", b"/tail-2"], [], 1024)
     assert _tails(run) == ["ConnectError", "ConnectError"]
+
+
+QUICKACK = getattr(socket, "TCP_QUICKACK", None)
+
+
+@pytest.mark.skipif(QUICKACK is None, reason="TCP_QUICKACK is Linux's")
+@pytest.mark.parametrize("bulk", [False, True])
+def test_answers_due_are_acknowledged_at_once(
+    server: SlowServer, monkeypatch: pytest.MonkeyPatch, bulk: bool,
+) -> None:
+    """A server with Nagle's algorithm on holds a pipeline's next answer until the one
+    before is acknowledged: a connection with answers due asks for quick acks (a delayed
+    one costs 40 ms a window of pipelined requests, issue 54)."""
+    asked: list[tuple[int, int, int]] = []
+    original = asyncio.trsock.TransportSocket.setsockopt
+
+    def setsockopt(self: Any, level: int, option: int, value: int) -> None:
+        asked.append((level, option, value))
+        original(self, level, option, value)
+
+    monkeypatch.setattr(asyncio.trsock.TransportSocket, "setsockopt", setsockopt)
+    server.delay = 0.0
+    with Fanout(ssl.create_default_context, TIMEOUTS, width=2, depth=8) as fanout:
+        if bulk:
+            got = _tails(fanout.run_tails(server.url, [b"/tail-%d" % k for k in range(50)],
+                                          [], 1024))
+            assert got == [(k, 10 * k) for k in range(50)]
+        else:
+            results = fanout.run([get(server.url, f"/{k}") for k in range(50)])
+            assert [r.content for r in results if isinstance(r, Response)] == [
+                str(k).encode() for k in range(50)]
+    assert (socket.IPPROTO_TCP, QUICKACK, 1) in asked
+
+
+@pytest.mark.parametrize("bulk", [False, True])
+def test_a_socket_that_takes_no_quick_ack_still_gets_its_answers(
+    server: SlowServer, monkeypatch: pytest.MonkeyPatch, bulk: bool,
+) -> None:
+    """Asking for quick acks is a hint: a socket that refuses it is asked no more."""
+    asked: list[int] = []
+
+    def refuse(self: Any, level: int, option: int, value: int) -> None:
+        asked.append(option)
+        raise OSError("not here")
+
+    monkeypatch.setattr(asyncio.trsock.TransportSocket, "setsockopt", refuse)
+    server.delay = 0.0
+    with Fanout(ssl.create_default_context, TIMEOUTS, width=1, depth=8) as fanout:
+        if bulk:
+            got = _tails(fanout.run_tails(server.url, [b"/tail-%d" % k for k in range(50)],
+                                          [], 1024))
+            assert got == [(k, 10 * k) for k in range(50)]
+        else:
+            results = fanout.run([get(server.url, f"/{k}") for k in range(50)])
+            assert [r.content for r in results if isinstance(r, Response)] == [
+                str(k).encode() for k in range(50)]
+    assert len(asked) <= 1  # once on the one connection, if at all
