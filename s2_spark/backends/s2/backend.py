@@ -9,13 +9,14 @@ between the asked and the first returned seq_num is data loss; a read session bo
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from s2_spark.backends._batches import coalesced, read_ahead
+from s2_spark.backends._batches import coalesced, read_ahead, read_in_order
 from s2_spark.backends._clients import SharedClients
 from s2_spark.backends.base import (
     DataLossHandler,
@@ -40,6 +41,8 @@ UNARY_RECORDS = 1000
 #: Small ranges whose reads go out together, at most this many and this many records.
 WINDOW_RANGES = 256
 WINDOW_RECORDS = 64_000
+#: Windows read ahead, each in a thread of its own, while a task takes the current one.
+WINDOWS_AHEAD = 2
 #: Payload bytes of consecutive ReadBatches a catch-up read decodes together into one
 #: Arrow batch: about `COALESCE_ROWS` records of 100 B, which `coalesced` then hands on
 #: as they are (one decode and no concatenation per 8 frames: a third of the read's CPU).
@@ -163,33 +166,25 @@ class S2Backend(StreamBackend[int]):
     ) -> Iterator[pa.RecordBatch]:
         """Exactly the records of every range, range after range. Ranges one unary read
         may hold go in windows whose reads are sent together (`BasinClient.read_many`),
-        the next window read while Spark takes this one; a range its read does not finish,
-        and every larger one, is read on as `read` reads it."""
-        def pieces() -> Iterator[list[pa.RecordBatch]]:
-            window: list[RangeRead] = []
-            records = 0
-            for r in ranges:
-                if r.end - r.start <= UNARY_RECORDS:
-                    window.append(r)
-                    records += r.end - r.start
-                    if len(window) >= WINDOW_RANGES or records >= WINDOW_RECORDS:
-                        yield self._window(window, settings, on_data_loss)
-                        window, records = [], 0
-                    continue
-                if window:
-                    yield self._window(window, settings, on_data_loss)
-                    window, records = [], 0
-                for batch in self.read(r.stream, r.start, r.end, settings, on_data_loss,
-                                       leading_gap_ok=r.from_origin):
-                    yield [batch]
-            if window:
-                yield self._window(window, settings, on_data_loss)
-
-        for piece in read_ahead(pieces, depth=1):
-            yield from piece
+        `WINDOWS_AHEAD` windows read in threads while this one is taken: one window's
+        answers decoded while the next ones' are on the way (a window at a time left the
+        server idle while its answers were decoded, and the client while it answered);
+        a range its read does not finish, and every larger one, is read on as `read`
+        reads it, in its turn."""
+        sources: list[Callable[[], Iterator[pa.RecordBatch]]] = []
+        windows: list[bool] = []
+        for item in _windows(ranges):
+            if isinstance(item, list):
+                sources.append(functools.partial(self._window, item, settings, on_data_loss))
+            else:
+                sources.append(functools.partial(self.read, item.stream, item.start, item.end,
+                                                 settings, on_data_loss,
+                                                 leading_gap_ok=item.from_origin))
+            windows.append(isinstance(item, list))
+        return read_in_order(sources, ahead=WINDOWS_AHEAD, prefetch=windows.__getitem__)
 
     def _window(self, window: Sequence[RangeRead], settings: ReadSettings,
-                on_data_loss: DataLossHandler) -> list[pa.RecordBatch]:
+                on_data_loss: DataLossHandler) -> Iterator[pa.RecordBatch]:
         """The records of small ranges, their first reads sent together."""
         from s2_spark.s2 import SmallRead
 
@@ -203,7 +198,7 @@ class S2Backend(StreamBackend[int]):
             if r.end > r.start:
                 out.extend(self._frames(r.stream, r.start, r.end, settings, on_data_loss,
                                         r.from_origin, next(results)))
-        return out
+        return iter(out)
 
     def _decoded(
         self, stream: str, start: int, end: int, settings: ReadSettings,
@@ -213,18 +208,20 @@ class S2Backend(StreamBackend[int]):
         tail) takes unary reads, whose connections go back to the pool, where a session
         stopped at its count is closed; each continues after the last record the one
         before delivered (S2's 1 MiB cap, or an answer cut short in transit). `first`:
-        the first unary read's outcome, already made (`read_ranges`)."""
-        s = self._stream(stream)
+        the first unary read's outcome, already made (`read_ranges`); the stream's client
+        is made only for a read still to make (10 us a range of a window, most of which
+        its first read finishes)."""
         kept = {"include_command_records": settings.include_command_records,
                 "include_headers": settings.include_headers}
         if end - start > UNARY_RECORDS:
-            with s.read_session(seq_num=start, count=end - start, batch_bytes=BATCH_BYTES,
-                                **kept) as session:
+            with self._stream(stream).read_session(
+                    seq_num=start, count=end - start, batch_bytes=BATCH_BYTES,
+                    **kept) as session:
                 yield from session
             return
         while start < end:
             if first is None:
-                decoded = s.read(seq_num=start, count=end - start, **kept)
+                decoded = self._stream(stream).read(seq_num=start, count=end - start, **kept)
             elif isinstance(first, S2Error):
                 raise first
             else:
@@ -264,6 +261,27 @@ class S2Backend(StreamBackend[int]):
         if expected < end:
             # The session ended (or the stream vanished) before the planned end.
             on_data_loss(stream, expected, end)
+
+
+def _windows(ranges: Sequence[RangeRead]) -> Iterator[list[RangeRead] | RangeRead]:
+    """The ranges in order: consecutive small ones in windows (lists of up to
+    `WINDOW_RANGES` and `WINDOW_RECORDS`), a larger one alone."""
+    window: list[RangeRead] = []
+    records = 0
+    for r in ranges:
+        if r.end - r.start > UNARY_RECORDS:
+            if window:
+                yield window
+                window, records = [], 0
+            yield r
+            continue
+        window.append(r)
+        records += r.end - r.start
+        if len(window) >= WINDOW_RANGES or records >= WINDOW_RECORDS:
+            yield window
+            window, records = [], 0
+    if window:
+        yield window
 
 
 def _cut(batch: pa.RecordBatch, end: int) -> pa.RecordBatch:
