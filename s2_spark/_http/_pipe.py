@@ -191,7 +191,7 @@ class Pipe(asyncio.Protocol, Generic[R], abc.ABC):
     def data_received(self, data: bytes) -> None:
         if not self.sound:
             return
-        if self._sock is not None and self.in_flight:
+        if self._sock is not None and self.in_flight > 1:  # answers due behind these
             self._ack_now()
         reader = self._reader
         if reader is None:
