@@ -104,7 +104,7 @@ def test_docs_tables_come_from_the_declaration() -> None:
                                       "|---|---|---|---|"]
     names = [line.split("`")[1] for line in table.splitlines()[2:]]
     assert names == [o.name for o in S2_OPTIONS.declared("read")]
-    assert "| `maxStreamsPerPartition` | a positive integer | `5000` |" in table
+    assert "| `maxStreamsPerPartition` | a positive integer | `1000` |" in table
     writer = options_markdown("durable-streams", "write")
     assert "_testFaultAfterAppends" not in writer  # hidden: a test hook
     assert "| `maxBytesPerAppend` | a positive integer | `1048576` |" in writer

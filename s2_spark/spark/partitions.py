@@ -33,12 +33,10 @@ __all__ = [
 #: Records a packed partition holds at most when maxRecordsPerPartition is not set.
 DEFAULT_PACK_RECORDS = 100_000
 #: What one range costs beyond its records, in records: a request to the service and a
-#: fixed amount of decoding set-up, whatever the range's size. Read in bulk, a small range
-#: costs a task about what 20 records do (issue 54: 100 had 100,000 one-record streams
-#: in 100 tasks, each paying Spark's fixed cost of a task, about 0.2 s on 2 cores).
-RANGE_COST = 20
+#: fixed amount of decoding set-up, whatever the range's size.
+RANGE_COST = 100
 #: Ranges (streams) one packed partition holds at most, by default.
-DEFAULT_MAX_STREAMS_PER_PARTITION = 5000
+DEFAULT_MAX_STREAMS_PER_PARTITION = 1000
 #: Partitions that ranges of unknown size are spread over (see `pack_ranges`).
 UNSIZED_SPREAD = 64
 
@@ -161,8 +159,7 @@ def pack_ranges(
     ranges per partition so there are at least that many partitions where there are that
     many ranges, and spreads the weight evenly), their records within
     `maxRecordsPerPartition`, and their number within `max_streams_per_partition`; a range
-    that alone exceeds a bound stays alone; then the same number of partitions share the
-    ranges alike where the bounds allow (`_evened`). Only the ranges' sizes and the options decide,
+    that alone exceeds a bound stays alone. Only the ranges' sizes and the options decide,
     so a replayed micro-batch packs the same way on any cluster. A pack of one range is
     that range.
 
@@ -181,26 +178,12 @@ def pack_ranges(
         max_streams_per_partition = min(max_streams_per_partition,
                                         max(1, len(parts) // min_partitions))
     record_cap = max_records_per_partition or budget
-    out = _packed(parts, sizes, budget, record_cap, max_streams_per_partition)
-    if len(out) > 1:  # the same number of packs, alike, where the bounds allow it
-        even_budget, even_streams = _evened(sizes, len(out))
-        even_budget = min(budget, even_budget + max(sizes) + RANGE_COST - 1)
-        evened = _packed(parts, sizes, even_budget, record_cap, even_streams)
-        if len(evened) <= len(out):
-            return evened
-    return out
-
-
-def _packed(parts: list[RangePartition], sizes: list[int], budget: int, record_cap: int,
-            max_streams: int) -> list[RangePartition | PackedPartition]:
-    """Consecutive ranges packed while their weight, records and number stay within the
-    bounds (a range that alone exceeds one stays alone)."""
     out: list[RangePartition | PackedPartition] = []
     group: list[RangePartition] = []
     weight = records = 0
     for part, size in zip(parts, sizes, strict=True):
         if group and (weight + size + RANGE_COST > budget or records + size > record_cap
-                      or len(group) >= max_streams):
+                      or len(group) >= max_streams_per_partition):
             out.append(group[0] if len(group) == 1 else PackedPartition(tuple(group)))
             group, weight, records = [], 0, 0
         group.append(part)
@@ -209,13 +192,3 @@ def _packed(parts: list[RangePartition], sizes: list[int], budget: int, record_c
     if group:
         out.append(group[0] if len(group) == 1 else PackedPartition(tuple(group)))
     return out
-
-
-def _evened(sizes: list[int], packs: int) -> tuple[int, int]:
-    """The weight and number of ranges of a pack when `packs` packs share them alike:
-    the bounds' greedy packing leaves the last one short (1,200 ranges at a bound of 1,000
-    go 1,000 and 200: the task of 1,000 alone on a core for the last 5/6 of the
-    micro-batch), these 600 and 600. (The caller adds a range's most weight less one to
-    the weight: packs then hold at least their share, so the same number hold them.)"""
-    weight = sum(sizes) + RANGE_COST * len(sizes)
-    return max(1, -(-weight // packs)), max(1, -(-len(sizes) // packs))
