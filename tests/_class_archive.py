@@ -12,21 +12,23 @@ whose jars changed), by one throwaway driver that runs a batch query and a strea
 through the benchmarks' trivial Python source and Arrow sink, and kept in the cache folder
 of the external servers (`s2_spark.testing.external.cache_root`). `start_archive` makes it
 in the background: the README's test command starts it before its checks (`python
-tests/_class_archive.py`), so it is ready when the tests start, and the suite starts it
-where it is missing. `use_archive` hands it to every JVM started once it is there
-(`JAVA_TOOL_OPTIONS`). The JDK maps it only under the class path it was made with, whose
-head is Spark's conf folder: every Spark JVM of the suite gets the same empty one
-(`conf_dir`). A JVM with another class path does not use it, silently; nothing else
-changes. `S2_SPARK_CLASS_ARCHIVE=0` turns it off.
+tests/_class_archive.py`), and the suite starts it where it is missing; either way the
+suite waits for it before its first driver starts (`await_archive`). `use_archive`
+hands it to every JVM started once it is there (`JAVA_TOOL_OPTIONS`). The JDK maps it
+only under the class path it was made with, whose head is Spark's conf folder: every
+Spark JVM of the suite gets the same empty one (`conf_dir`). A JVM with another class
+path does not use it, silently; nothing else changes. `S2_SPARK_CLASS_ARCHIVE=0` turns it off.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 SWITCH = "S2_SPARK_CLASS_ARCHIVE"
@@ -73,6 +75,29 @@ def start_archive(path: Path) -> subprocess.Popen[bytes] | None:
     with open(path.with_suffix(".log"), "wb") as log:
         return subprocess.Popen([sys.executable, __file__, str(path)], start_new_session=True,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+
+
+def await_archive(path: Path, maker: subprocess.Popen[bytes] | None = None,
+                  timeout: float = 180.0) -> bool:
+    """Wait, up to `timeout` seconds, for `maker` or any other maker at work on `path`
+    (its lock held) to finish; whether the archive is there. The test command starts one
+    just before the checks, which can end first on a fresh checkout: the session drivers
+    pytest then starts ran the whole suite without it (a fresh clone's tests took 715-826 s
+    against 645-660 s in the same tree once the archive was there)."""
+    deadline = time.monotonic() + timeout
+    if maker is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            maker.wait(timeout)
+    while not path.exists() and time.monotonic() < deadline:
+        try:
+            with open(f"{path}.lock") as lock:
+                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            break  # no maker at work
+        except FileNotFoundError:
+            break  # none ever started
+        except BlockingIOError:
+            time.sleep(0.2)  # a maker holds it: the archive comes when it exits
+    return path.exists()
 
 
 def conf_dir(path: Path) -> Path:

@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from _class_archive import LIGHT_JVM, archive_path, conf_dir, start_archive, use_archive
+from _class_archive import (
+    LIGHT_JVM,
+    archive_path,
+    await_archive,
+    conf_dir,
+    start_archive,
+    use_archive,
+)
 from _s2_target import (
     ENDPOINT,
     EXTERNAL,
@@ -52,17 +59,17 @@ os.environ.setdefault("JAVA_TOOL_OPTIONS", LIGHT_JVM)
 CLASS_ARCHIVE = archive_path()
 if CLASS_ARCHIVE is not None:  # every Spark JVM's, the archive's class path begins with it
     os.environ.setdefault("SPARK_CONF_DIR", str(conf_dir(CLASS_ARCHIVE)))
-_archive_maker: list[object] = []  # held, not waited for: it may outlive the run
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Make the class archive in the background where it is missing, and our modules'
-    bytecode (once: the xdist controller, or the only process)."""
+    """Our modules' bytecode, and the class archive: made where it is missing, waited for
+    (up to 3 minutes) where a maker is at work, so that the workers' session drivers start
+    with it (once: the xdist controller, or the only process)."""
     if "PYTEST_XDIST_WORKER" in os.environ:
         return
-    if CLASS_ARCHIVE is not None:
-        _archive_maker.append(start_archive(CLASS_ARCHIVE))
     compile_tree()
+    if CLASS_ARCHIVE is not None:
+        await_archive(CLASS_ARCHIVE, start_archive(CLASS_ARCHIVE))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -4,12 +4,15 @@ would only be slower, so this is where it shows)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _class_archive import use_archive
+from _class_archive import await_archive, use_archive
 from conftest import CLASS_ARCHIVE
 
 
@@ -37,3 +40,28 @@ def test_the_session_driver_maps_the_archive_it_was_given(spark: Any) -> None:
     assert given == [f"-XX:SharedArchiveFile={CLASS_ARCHIVE}"]
     assert str(CLASS_ARCHIVE) in Path(f"/proc/{pid}/maps").read_text(), (
         "the JDK refused the class archive (another class path or jar set?)")
+
+
+def test_the_suite_waits_for_a_maker_at_work(tmp_path: Path) -> None:
+    """While a maker holds the lock, `await_archive` waits for the archive; with no maker
+    at work (the lock free, or never taken), it returns at once."""
+    archive = tmp_path / "spark.jsa"
+    assert not await_archive(archive, timeout=30)  # never started
+    maker = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, pathlib, sys, time\n"
+        f"lock = open({str(archive)!r} + '.lock', 'w')\n"
+        "fcntl.flock(lock, fcntl.LOCK_EX)\n"
+        "print('locked', flush=True)\n"
+        "sys.stdin.readline()\n"
+        f"pathlib.Path({str(archive)!r}).write_bytes(b'jsa')\n")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert maker.stdout is not None and maker.stdin is not None
+    assert maker.stdout.readline() == "locked\n"
+    waiting = concurrent.futures.ThreadPoolExecutor(1).submit(await_archive, archive)
+    with pytest.raises(concurrent.futures.TimeoutError):
+        waiting.result(timeout=0.5)  # the maker is at work: still waiting
+    maker.stdin.write("done\n")
+    maker.stdin.flush()
+    assert waiting.result(timeout=30) and maker.wait(30) == 0
+    archive.unlink()
+    assert not await_archive(archive, timeout=30)  # the lock free: no maker at work
