@@ -45,7 +45,6 @@ from s2_spark.errors import (
     OffsetGoneError,
     StreamNotFoundError,
 )
-from s2_spark.wire.durable import binary_array
 
 if TYPE_CHECKING:
     from s2_spark.durable import DurableStream, DurableStreamsClient, PieceReader, ReadPiece
@@ -308,6 +307,8 @@ class _Rows:
                 yield self._bytes_row()
 
     def _bytes_row(self) -> pa.RecordBatch:
+        from s2_spark.wire.durable import binary_array  # a task's reader unpickles without
+
         row = self._batch(binary_array([bytes(self.pending)]), self.index)
         self.index += len(self.pending)
         self.pending = bytearray()
