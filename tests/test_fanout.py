@@ -307,6 +307,17 @@ def test_bulk_lookups_on_a_refused_connection_are_each_its_error() -> None:
 QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 
 
+def _fifty_answered(fanout: Fanout, url: str, bulk: bool) -> None:
+    """50 pipelined requests (tail lookups in bulk, or plain GETs), each answered."""
+    if bulk:
+        got = _tails(fanout.run_tails(url, [b"/tail-%d" % k for k in range(50)], [], 1024))
+        assert got == [(k, 10 * k) for k in range(50)]
+    else:
+        results = fanout.run([get(url, f"/{k}") for k in range(50)])
+        assert [r.content for r in results if isinstance(r, Response)] == [
+            str(k).encode() for k in range(50)]
+
+
 @pytest.mark.skipif(QUICKACK is None, reason="TCP_QUICKACK is Linux's")
 @pytest.mark.parametrize("bulk", [False, True])
 def test_answers_due_are_acknowledged_at_once(
@@ -325,14 +336,7 @@ def test_answers_due_are_acknowledged_at_once(
     monkeypatch.setattr(asyncio.trsock.TransportSocket, "setsockopt", setsockopt)
     server.delay = 0.0
     with Fanout(ssl.create_default_context, TIMEOUTS, width=2, depth=8) as fanout:
-        if bulk:
-            got = _tails(fanout.run_tails(server.url, [b"/tail-%d" % k for k in range(50)],
-                                          [], 1024))
-            assert got == [(k, 10 * k) for k in range(50)]
-        else:
-            results = fanout.run([get(server.url, f"/{k}") for k in range(50)])
-            assert [r.content for r in results if isinstance(r, Response)] == [
-                str(k).encode() for k in range(50)]
+        _fifty_answered(fanout, server.url, bulk)
     assert (socket.IPPROTO_TCP, QUICKACK, 1) in asked
 
 
@@ -350,12 +354,5 @@ def test_a_socket_that_takes_no_quick_ack_still_gets_its_answers(
     monkeypatch.setattr(asyncio.trsock.TransportSocket, "setsockopt", refuse)
     server.delay = 0.0
     with Fanout(ssl.create_default_context, TIMEOUTS, width=1, depth=8) as fanout:
-        if bulk:
-            got = _tails(fanout.run_tails(server.url, [b"/tail-%d" % k for k in range(50)],
-                                          [], 1024))
-            assert got == [(k, 10 * k) for k in range(50)]
-        else:
-            results = fanout.run([get(server.url, f"/{k}") for k in range(50)])
-            assert [r.content for r in results if isinstance(r, Response)] == [
-                str(k).encode() for k in range(50)]
+        _fifty_answered(fanout, server.url, bulk)
     assert len(asked) <= 1  # once on the one connection, if at all
