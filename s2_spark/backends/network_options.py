@@ -84,8 +84,8 @@ def _seconds(option: Option, options: Mapping[str, str], least: int) -> float:
     value = raw.strip()
     if not value.isdigit() or int(value) < least:
         raise OptionError(
-            f"option {option.name}={raw!r} is not accepted: use milliseconds, an integer "
-            f">= {least} ({_WHAT[option]}; default {option.default})"
+            f"option {option.name}={raw!r} is not accepted: use {option.takes} "
+            f"({_WHAT[option]}; default {option.default})"
         )
     return int(value) / 1000.0
 
