@@ -12,7 +12,11 @@ server or another, `--server`; `local[2]`):
   (a new target basin per run, so micro-batch 0 creates the streams; the rest is the
   steady state); with `--repartition`, `repartition(partitions, "stream")` first (each
   user's events in one task);
-* peer: the same query into one stream (option `stream`, which overrides the column).
+* peer: the same query into one stream (option `stream`, which overrides the column);
+* `--restart`: each query, from a source of its own, is then started again from its
+  checkpoint for one micro-batch more, as after a deploy or a driver's failure: a new run
+  of the query, whose tasks take every stream over (read its marks back, then append
+  conditioned on its tail).
 
 Printed per `--users` value: rows/s of each and the ratio (fan-out / one stream, higher is
 better), micro-batch seconds (`durationMs.triggerExecution`) p50/p99 of the steady state
@@ -24,7 +28,9 @@ layout, or (micro-batch, user) pairs after --repartition.
 The queries alternate over `--repeat` rounds; the best run counts. `--rtt-ms`: the
 queries reach the server through `s2_spark.testing.DelayProxy`. The server runs on a CPU
 of its own and everything else on the others (`_pinning`; `--no-pin`: all on all), and
-each run prints the CPU seconds of each side (JVM, Python workers, server, driver). Ends with
+each run prints the CPU seconds of each side (JVM, Python workers, server, driver), and
+each users value the server's CPU a micro-batch and an append in the steady state, and its
+share of the micro-batch p50 (near 100%: the server bounds the query). Ends with
 `fanout: <r>x one stream at <U> users (<s> s a micro-batch, <a> appends per task and
 stream), ...`.
 """
@@ -61,16 +67,19 @@ def user_of(i: int, users: int) -> int:
     return (i * PRIME) % users
 
 
-def fill_events(client: S2Client, basin: str, events: int, users: int) -> None:
-    """One stream `events` of `events` records: "<user>:<i>" padded to RECORD bytes."""
-    client.ensure_basin(basin)
-    client.basin(basin).create_stream("events")
+def fill_events(client: S2Client, basin: str, events: int, users: int, first: int = 0
+                ) -> None:
+    """One stream `events` of `events` records: "<user>:<i>" padded to RECORD bytes (from
+    event `first` on: appended to the stream made before)."""
+    if not first:
+        client.ensure_basin(basin)
+        client.basin(basin).create_stream("events")
     stream = client.basin(basin).stream("events")
     chunk = 50_000
-    for start in range(0, events, chunk):
+    for start in range(first, first + events, chunk):
         stream.append_many([
             AppendRecord(f"{user_of(i, users):05d}:{i}".encode().ljust(RECORD, b"."))
-            for i in range(start, min(events, start + chunk))])
+            for i in range(start, min(first + events, start + chunk))])
 
 
 def task_stream_pairs(events: int, users: int, per_batch: int, partitions: int,
@@ -97,6 +106,11 @@ class Run:
     refused: int | None
     creates: int | None
     cpu: dict[str, float]
+    # The server's CPU seconds after the first micro-batch, and the micro-batches they
+    # served (None: the query ended before the first was seen).
+    steady_server: tuple[float, int] | None = None
+    # --restart: the restarted query's one micro-batch (seconds) and its CPU seconds.
+    restart: tuple[float, dict[str, float]] | None = None
 
     def rows_per_s(self, rows: int) -> float:
         return rows / self.seconds
@@ -104,10 +118,14 @@ class Run:
 
 def run_query(spark: Any, server: S2Server, cpu: CpuMeter, url: str, src: str,
               args: argparse.Namespace, users: int, *, single: bool) -> Run:
-    """The fan-out (or, `single`, the same into one stream) into a new basin, to the end."""
+    """The fan-out (or, `single`, the same into one stream) into a new basin, to the end;
+    with --restart, from a source of its own, and then once more from its checkpoint."""
     dst = f"fan-dst-{uuid.uuid4().hex[:10]}"
     with S2Client(S2Config(endpoint=server.url)) as client:
         client.create_basin(dst)
+        if args.restart:
+            src = f"fan-src-{users}-{uuid.uuid4().hex[:8]}"
+            fill_events(client, src, args.events, users)
     df = (spark.readStream.format("s2").option("endpoint", url).option("basin", src)
           .option("stream", "events").option("includeHeaders", "false")
           .option("minPartitions", str(args.partitions))
@@ -127,18 +145,51 @@ def run_query(spark: Any, server: S2Server, cpu: CpuMeter, url: str, src: str,
             w = w.option("stream", "one")
         t0 = time.perf_counter()
         q = w.start()
+        after_first = _after_first_batch(q, cpu)
         q.awaitTermination()
         seconds = time.perf_counter() - t0
         if q.exception() is not None:
             raise RuntimeError(str(q.exception()))
         progress = [p for p in q.recentProgress if p["numInputRows"]]
-    spent = cpu.since(cpu_before)
+        spent = cpu.since(cpu_before)
+        restart = _restarted(w, server, cpu, src, args, users) if args.restart else None
     after, requests_after = server.append_counts(), server.request_counts()
     rows = sum(p["numInputRows"] for p in progress)
     assert rows == args.events, f"read {rows} rows, expected {args.events}"
+    steady = None
+    if after_first is not None and len(progress) > 1:
+        steady = (cpu.since(after_first).get("server", 0.0), len(progress) - 1)
     return Run(seconds, [p["durationMs"]["triggerExecution"] / 1000 for p in progress],
                _grew(before, after, "landed"), _grew(before, after, "refused"),
-               _grew(requests_before, requests_after, "create_stream"), spent)
+               _grew(requests_before, requests_after, "create_stream"), spent, steady, restart)
+
+
+def _restarted(w: Any, server: S2Server, cpu: CpuMeter, src: str, args: argparse.Namespace,
+               users: int) -> tuple[float, dict[str, float]]:
+    """A micro-batch more of events, read by the query started again from its checkpoint
+    (a new run of it, which takes every stream over): that micro-batch's seconds, and the
+    CPU of each side over the restart."""
+    with S2Client(S2Config(endpoint=server.url)) as client:
+        fill_events(client, src, args.rows_per_batch, users, first=args.events)
+    before = cpu.sample()
+    q = w.start()
+    q.awaitTermination()
+    if q.exception() is not None:
+        raise RuntimeError(str(q.exception()))
+    progress = [p for p in q.recentProgress if p["numInputRows"]]
+    assert [p["numInputRows"] for p in progress] == [args.rows_per_batch], progress
+    return progress[0]["durationMs"]["triggerExecution"] / 1000, cpu.since(before)
+
+
+def _after_first_batch(q: Any, cpu: CpuMeter) -> Any:
+    """A CPU sample taken as soon as the query reports its first micro-batch (polled every
+    50 ms), so the steady state's server CPU can be told apart from micro-batch 0's stream
+    creations; None if the query ended first."""
+    while q.isActive:
+        if q.lastProgress is not None:
+            return cpu.sample()
+        time.sleep(0.05)
+    return None
 
 
 def _grew(before: dict[str, int] | None, after: dict[str, int] | None, key: str) -> int | None:
@@ -158,8 +209,9 @@ def bench(spark: Any, server: S2Server, cpu: CpuMeter, url: str, users: int,
           args: argparse.Namespace) -> tuple[float, float, float | None]:
     """(ratio, steady micro-batch p50 s, appends per task and stream) for `users`."""
     src = f"fan-src-{users}-{uuid.uuid4().hex[:8]}"
-    with S2Client(S2Config(endpoint=server.url)) as client:
-        fill_events(client, src, args.events, users)
+    if not args.restart:  # (each run then fills a source of its own)
+        with S2Client(S2Config(endpoint=server.url)) as client:
+            fill_events(client, src, args.events, users)
     best: dict[str, Run] = {}
     for k in range(args.repeat):
         for single in ((False, True) if k % 2 == 0 else (True, False)):
@@ -192,7 +244,28 @@ def bench(spark: Any, server: S2Server, cpu: CpuMeter, url: str, users: int,
     print(f"fan-out to {users:,} users: {many.seconds:.2f}s against {single.seconds:.2f}s into "
           f"one stream -> {ratio:.2f}x; micro-batch p50 {steady:.2f}s p99 "
           f"{pct(many.batches[1:] or many.batches, 0.99):.2f}s; {counted}")
+    print(f"  server in the steady state: {_server_share(many, pairs, batches)}; one stream: "
+          f"{_server_share(single, None, 0)}")
+    if many.restart is not None and single.restart is not None:
+        print(f"  restarted from the checkpoint, a micro-batch taking every stream over: "
+              f"{many.restart[0]:.2f}s ({many.restart[0] / steady:.2f}x the steady p50; "
+              f"CPU s: {cpu.format(many.restart[1])}); into one stream {single.restart[0]:.2f}s"
+              f" -> {single.restart[0] / many.restart[0]:.2f}x")
     return ratio, steady, per_pair
+
+
+def _server_share(r: Run, appends: int | None, batches: int) -> str:
+    """The server's CPU a steady micro-batch and (given) an append (of `appends` over
+    `batches` micro-batches, the first's included, one per (task, stream) with events),
+    and its share of the steady micro-batch p50: near 100%, the server is the bound."""
+    if r.steady_server is None or not r.steady_server[1]:
+        return "n/a (one micro-batch)"
+    spent, steady_batches = r.steady_server
+    per_batch = spent / steady_batches
+    each = "" if appends is None else f" ({per_batch / (appends / batches) * 1e6:.0f} us an append)"
+    p50 = statistics.median(r.batches[1:])
+    return (f"{per_batch:.2f}s of CPU a micro-batch{each}, {per_batch / p50:.0%} of the "
+            "micro-batch p50")
 
 
 def _counted(r: Run, server: S2Server) -> str:
@@ -212,6 +285,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="minPartitions of the read (and partitions after --repartition)")
     ap.add_argument("--repartition", action="store_true",
                     help="repartition by stream before writing")
+    ap.add_argument("--restart", action="store_true",
+                    help="each query then started again from its checkpoint, a micro-batch "
+                         "more (every stream taken over by the new run)")
     ap.add_argument("--rtt-ms", type=float, default=0.0,
                     help="round trip the queries see (s2_spark.testing.DelayProxy)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each query (best counts)")
@@ -240,6 +316,7 @@ def main(argv: list[str] | None = None) -> None:
         # Warm-up (JVM, Python workers): a small fan-out, not measured.
         if args.warmup_events:
             warm = argparse.Namespace(**{**vars(args), "events": args.warmup_events,
+                                         "restart": False,
                                          "rows_per_batch": max(1, args.warmup_events // 2)})
             src = f"fan-warm-{uuid.uuid4().hex[:8]}"
             with S2Client(S2Config(endpoint=server.url)) as client:

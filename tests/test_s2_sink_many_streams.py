@@ -20,8 +20,9 @@ import pytest
 from test_s2_sink import bodies, data_rows, marks, token, wid
 
 from s2_spark.backends._sink_rows import drop_command_rows, group_by_stream
+from s2_spark.backends.s2._history import StreamMarks
 from s2_spark.backends.s2.sink import PartitionWriter, SinkSettings, StreamSink
-from s2_spark.backends.s2.tokens import Seen
+from s2_spark.backends.s2.tokens import Seen, WriterId, run_key
 from s2_spark.errors import S2SparkError, WriterFencedError
 from s2_spark.s2 import S2Client, S2Config
 from s2_spark.testing import TcpProxy
@@ -264,15 +265,16 @@ def test_close_writes_streams_at_once(basin: Any, unique: Callable[[str], str]) 
 
 
 def _run_partitions(basin: Any, plans: list[Plan], settings: SinkSettings,
-                    sizes: list[int]) -> None:
-    """Write each plan as its own partition of one micro-batch, all from their own
-    threads started together; raise the first error."""
+                    sizes: list[int], writer: Callable[[int], WriterId] | None = None) -> None:
+    """Write each plan as its own partition of one micro-batch (`writer(p)`: partition
+    p's writer; default `wid(partition=p)`), all from their own threads started
+    together; raise the first error."""
     start = threading.Barrier(len(plans), timeout=DEADLINE)
     errors: list[BaseException] = []
 
     def run(p: int) -> None:
         try:
-            w = PartitionWriter(basin, wid(partition=p), settings)
+            w = PartitionWriter(basin, (writer or (lambda k: wid(partition=k)))(p), settings)
             start.wait()
             feed(w, plans[p], sizes)
             w.close()
@@ -321,6 +323,73 @@ def test_partitions_share_streams_at_once(
     appends = 2 * (10 * 1 + 10 * 3)  # per partition: 10 streams of 40 rows, 10 of 250
     assert after.get("refused", 0) - before.get("refused", 0) == 0
     assert after["landed"] - before.get("landed", 0) == appends
+
+
+def _run_2(p: int) -> WriterId:
+    """Partition p's writer of micro-batch 4 in a later run of the query (restarted from
+    its checkpoint after the run of `wid`)."""
+    return wid(run=run_key("run-2"), generation=2000, batch=4, partition=p)
+
+
+@pytest.fixture
+def own_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The streams writers read marks from one at a time (`StreamMarks._fences`), a name
+    per read."""
+    reads: list[str] = []
+    fences = StreamMarks._fences
+
+    def counted(self: StreamMarks, lo: int, hi: int) -> list[tuple[int, str]]:
+        reads.append(self._stream.name)
+        return fences(self, lo, hi)
+
+    monkeypatch.setattr(StreamMarks, "_fences", counted)
+    return reads
+
+
+def test_a_new_run_takes_over_many_streams_reading_their_marks_in_bulk(
+    basin: Any, unique: Callable[[str], str], own_reads: list[str]
+) -> None:
+    """A query restarted from its checkpoint meets the earlier run's token on every
+    stream: partitions 0 and 1 of its first micro-batch take over 40 streams (20 shared)
+    with the tails and the marks before them read for all streams together, none by a
+    stream alone. Every row once, each partition's rows in input order, every stream
+    left under the new run's token."""
+    names = new_streams(basin, unique, 40, written=True)
+    mine = [names[:30], names[10:][::-1]]
+    before = [[(f"p{p}-a{i}".encode(), [], s) for i, s in enumerate(mine[p] * 2)]
+              for p in (0, 1)]
+    _run_partitions(basin, before, SinkSettings(), [1000])  # run 1, micro-batch 3
+    own_reads.clear()
+    after = [[(f"p{p}-b{i}".encode(), [], s) for i, s in enumerate(mine[p])] for p in (0, 1)]
+    _run_partitions(basin, after, SinkSettings(), [1000], writer=_run_2)
+    assert own_reads == []
+    _check_partitions(basin, [before[p] + after[p] for p in (0, 1)])
+    for name in names:
+        assert _run_2(0).sees(token(basin, name)) in (Seen.OURS, Seen.OURS_BUMPED), name
+
+
+def test_a_new_run_replaying_a_micro_batch_over_many_streams_writes_each_row_once(
+    basin: Any, unique: Callable[[str], str], own_reads: list[str]
+) -> None:
+    """The earlier run wrote part of partition 0's micro-batch 4 before it stopped: two
+    rows to each of 30 streams, and 100 to one more (its marks before them reach past
+    the first window read back in bulk, so that stream reads on alone). The new run
+    replays micro-batch 4 from both partitions: the rows found are not written again,
+    every row once, each partition's rows in input order."""
+    names = new_streams(basin, unique, 31, written=True)
+    big = names[0]
+    plans = [[(f"p{p}-{i}".encode(), [], s) for i, s in
+              enumerate([big] * 150 + names[1:] * 3 if p == 0 else names[::-1] * 2)]
+             for p in (0, 1)]
+    landed = [row for row in plans[0] if row[2] == big][:100] + [
+        row for row in plans[0] if row[2] != big][:60]
+    killed = PartitionWriter(basin, wid(batch=4), SinkSettings())
+    feed(killed, landed, [1000])
+    killed.close()
+    own_reads.clear()
+    _run_partitions(basin, plans, SinkSettings(), [1000], writer=_run_2)
+    assert big in own_reads
+    _check_partitions(basin, plans)
 
 
 def test_partitions_flushing_the_same_streams_while_adding(

@@ -16,10 +16,11 @@ they differ, reads those records back (`_replay`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -27,8 +28,9 @@ from s2_spark.backends.s2.tokens import Mark, WriterId, is_token, parse_mark
 
 if TYPE_CHECKING:
     from s2_spark.s2 import StreamClient
+    from s2_spark.wire.records import DecodedBatch
 
-__all__ = ["History", "Landed", "StreamMarks"]
+__all__ = ["History", "Landed", "StreamMarks", "first_window", "read_windows"]
 
 #: Records read in the first window back from the tail (doubling up to `_MAX_WINDOW`):
 #: the marks a writer looks for are usually the stream's last few records.
@@ -103,15 +105,18 @@ class StreamMarks:
         self._stream = stream
         self._me = me
 
-    def back(self, end: int | None = None) -> History:
+    def back(self, end: int | None = None, *, first: list[tuple[int, str]] | None = None
+             ) -> History:
         """The marks before `end` (default: the tail), read backwards until the stream's
         records before `me`'s micro-batch: a data mark of an earlier micro-batch of the
-        query, another writer's mark, or a fence record s2-spark did not write."""
+        query, another writer's mark, or a fence record s2-spark did not write. `first`:
+        the fence records of the first window back from `end` (`first_window`), read
+        already (a writer reads its streams' in bulk)."""
         if end is None:
             end = self._stream.check_tail().seq_num
         me = self._me
         found: list[tuple[int, Mark]] = []
-        for seq, raw in self._fences_back(end):
+        for seq, raw in self._fences_back(end, first):
             m = parse_mark(raw)
             if m is None:
                 if is_token(raw):
@@ -132,19 +137,19 @@ class StreamMarks:
                  if (m := parse_mark(raw)) is not None and me.same_writer_kind(m)]
         return summarize(me, found, end, before)
 
-    def _fences_back(self, end: int) -> Iterator[tuple[int, str]]:
+    def _fences_back(self, end: int, first: list[tuple[int, str]] | None
+                     ) -> Iterator[tuple[int, str]]:
         """The fence records before `end` (seq_num, body), newest first: a window at a
-        time, each twice the last."""
+        time, each twice the last (the first one's given as `first`, if it is)."""
         hi, window = end, _FIRST_WINDOW
         while hi > 0:
             lo = max(0, hi - window)
-            yield from reversed(self._fences(lo, hi))
-            hi = lo
+            yield from reversed(self._fences(lo, hi) if first is None else first)
+            first, hi = None, lo
             window = min(window * 2, _MAX_WINDOW)
 
     def _fences(self, lo: int, hi: int) -> list[tuple[int, str]]:
-        """The fence records in [lo, hi) (seq_num, body), in order (picked out in Arrow:
-        the data records around them are most of what is read)."""
+        """The fence records in [lo, hi) (seq_num, body), in order."""
         bodies: list[tuple[int, str]] = []
         pos = lo
         while pos < hi:
@@ -152,14 +157,58 @@ class StreamMarks:
                                         include_command_records=True)
             if decoded.count == 0 or decoded.last_seq_num is None:
                 break
-            batch = decoded.batch
-            fences = batch.filter(_fence_mask(batch.column("headers")))
-            for s, b in zip(fences.column("seq_num").to_pylist(),
-                            fences.column("body").to_pylist(), strict=True):
-                if s < hi:
-                    bodies.append((s, b.decode("utf-8", "replace")))
+            bodies += _window_fences(decoded, hi)
             pos = decoded.last_seq_num + 1
         return bodies
+
+
+def first_window(end: int) -> int:
+    """Where `StreamMarks.back`'s first window before `end` starts (it ends at `end`)."""
+    return max(0, end - _FIRST_WINDOW)
+
+
+def read_windows(results: Sequence[DecodedBatch | Exception], ends: Sequence[int]
+                 ) -> list[list[tuple[int, str]] | None]:
+    """For each i, the fence records of the first window back from `ends[i]`, from
+    `results[i]`, its read made elsewhere (`read_many`, with command records and
+    headers), picked out of all the reads in one pass; None unless that read came plainly
+    and reached its end (`back` then reads for itself)."""
+    out: list[list[tuple[int, str]] | None] = [None] * len(results)
+    owners: list[int] = []
+    batches: list[pa.RecordBatch] = []
+    for i, (result, end) in enumerate(zip(results, ends, strict=True)):
+        if isinstance(result, Exception):
+            continue
+        out[i] = []  # a read of nothing, as `_fences` takes one, has none
+        if result.count and result.last_seq_num is not None:
+            if result.last_seq_num + 1 < end:
+                out[i] = None
+            else:
+                owners.append(i)
+                batches.append(result.batch)
+    if not batches:
+        return out
+    table = pa.Table.from_batches(batches).combine_chunks()
+    mask = _fence_mask(table.column("headers").combine_chunks())
+    rows = np.repeat(np.array(owners, np.int64), [len(b) for b in batches])
+    fences = table.filter(mask)
+    for i, seq, body in zip(rows[np.asarray(mask)].tolist(),
+                            fences.column("seq_num").to_pylist(),
+                            fences.column("body").to_pylist(), strict=True):
+        if seq < ends[i]:
+            out[i].append((seq, body.decode("utf-8", "replace")))
+    return out
+
+
+def _window_fences(decoded: DecodedBatch, hi: int) -> list[tuple[int, str]]:
+    """The fence records of one read (with command records and headers) before `hi`
+    (seq_num, body), in order (picked out in Arrow: the data records around them are
+    most of what is read)."""
+    batch = decoded.batch
+    fences = batch.filter(_fence_mask(batch.column("headers")))
+    return [(s, b.decode("utf-8", "replace"))
+            for s, b in zip(fences.column("seq_num").to_pylist(),
+                            fences.column("body").to_pylist(), strict=True) if s < hi]
 
 
 def _fence_mask(headers: pa.Array) -> pa.Array:

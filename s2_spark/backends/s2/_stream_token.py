@@ -142,6 +142,17 @@ class StreamToken:
         """Whether the next append can go out without reading or bumping first."""
         return not self._must_bump and self._check is None
 
+    @property
+    def takes_over(self) -> bool:
+        """Whether the next append is a takeover that only waits for the marks read back
+        from the tail (nothing to bump first): `take_over` can be given them."""
+        return not self._must_bump and self._check == "takeover"
+
+    @property
+    def match_seq_num(self) -> int | None:
+        """The tail the next append is conditioned on (a takeover's), if any."""
+        return self._match
+
     def _remember(self, token: str) -> None:
         """Later writers of this process guess that the stream's token is `token`."""
         if len(_SEEN_TOKENS) >= _SEEN_MAX:
@@ -219,14 +230,27 @@ class StreamToken:
             self._bump()
         check, self._check = self._check, None
         if check == "takeover":
-            history = self._apply(self._marks.back())
-            self._match = history.end
-            self._sets = self._new_token(clean=history.clean)
+            self._took_over(self._marks.back())
         elif check == "forward":
             assert self._read_to is not None
             self._apply(self._marks.forward(self._read_to, before=self._progress))
         elif check == "back":
             self._apply(self._marks.back())
+
+    def take_over(self, end: int, first: list[tuple[int, str]]) -> None:
+        """`_prepare` of a sink that `takes_over`, from the stream's tail `end` and the
+        fence records of the first window back from it (`first_window`), read already
+        with other streams' (`PartitionWriter` reads its takeovers in bulk)."""
+        assert self.takes_over
+        self._check = None
+        self._took_over(self._marks.back(end, first=first))
+
+    def _took_over(self, history: History) -> None:
+        """The takeover goes on from `history`: conditioned on its end (the tail read),
+        setting the run's token if no earlier run left rows of this micro-batch."""
+        history = self._apply(history)
+        self._match = history.end
+        self._sets = self._new_token(clean=history.clean)
 
     def _apply(self, history: History) -> History:
         """Take what the marks say: stop if stale, else note the partition's appends

@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from s2_spark.backends._sink_rows import drop_command_rows, stream_runs
 from s2_spark.backends.s2._first_appends import FreshRows, landed_results
+from s2_spark.backends.s2._history import first_window, read_windows
 from s2_spark.backends.s2.settings import InputLayout
 from s2_spark.backends.s2.stream_sink import (
     DATA_MAX_BYTES,
@@ -226,9 +227,35 @@ class PartitionWriter:
                                   strict=True):
             sink.single_failed(err)
 
+    def _read_takeovers(self, sinks: list[StreamSink]) -> None:
+        """The marks the takeovers among `sinks` wait for (a new run's first micro-batch
+        meets an earlier run's token on every stream), read for all of them together:
+        their tails in bulk, then the first window back from each (`first_window`) in
+        bulk, so most are ready for `_write_singles`' next round. A stream whose tail or
+        window did not come plainly (missing, an error, a read cut short), or whose marks
+        reach further back, reads for itself, as before."""
+        from s2_spark.s2 import SmallRead
+
+        due = [sink for sink in sinks if sink.takes_over and not sink.settled]
+        if not due:
+            return
+        tails = self._basin.check_tails([sink.name for sink in due])
+        ends = {sink.name: tail.seq_num for sink in due if (tail := tails[sink.name])}
+        reads = [SmallRead(name, first_window(end), end - first_window(end))
+                 for name, end in ends.items() if end]
+        windows = dict(zip((r.stream for r in reads), read_windows(
+            self._basin.read_many(reads), [ends[r.stream] for r in reads]), strict=True))
+        for sink in due:
+            end = ends.get(sink.name)
+            if end == 0:  # nothing to read back
+                sink.take_over(0, [])
+            elif end is not None and (first := windows[sink.name]) is not None:
+                sink.take_over(end, first)
+
     def _write_singles(self, sinks: list[StreamSink]) -> None:
         """Streams whose rows fit one append, and which need nothing read or bumped first,
-        are written by one append each, sent together (`BasinClient.append_each`): a
+        are written by one append each, sent together (`BasinClient.append_each`), a
+        takeover's too once its marks are read (`_read_takeovers`, each round): a
         missing stream is created there and then (createStreams), and odd partitions go
         through the streams backwards, so tasks sharing new streams mostly meet each
         already created by the other. A refusal names the stream's token, and a sink
@@ -239,12 +266,14 @@ class PartitionWriter:
         if self.writer.partition % 2:
             sinks = sinks[::-1]
         for _ in range(_SINGLE_ROUNDS):
+            self._read_takeovers(sinks)
             ready = [(sink, link) for sink in sinks
                      if (link := sink.single_append()) is not None]
             if not ready:
                 return
             outcomes = self._basin.append_each(
-                [SingleAppend(sink.name, link.payload, link.condition) for sink, link in ready],
+                [SingleAppend(sink.name, link.payload, link.condition, sink.match_seq_num)
+                 for sink, link in ready],
                 in_flight=self.settings.max_inflight_appends,
                 create_missing=self.settings.create_streams)
             for (sink, link), outcome in zip(ready, outcomes, strict=True):

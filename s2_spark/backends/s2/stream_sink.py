@@ -209,9 +209,10 @@ class StreamSink(StreamToken):
 
     def single_append(self) -> _Link | None:
         """The one append that writes every buffered row, when they fit one and nothing
-        must be read or bumped first; else None. Many streams' go out together
-        (`PartitionWriter.close`); `after_single` records what became of each."""
-        if (not self.ready or not self._chunks or self._match is not None
+        must be read or bumped first (a takeover's is conditioned on `match_seq_num` too);
+        else None. Many streams' go out together (`PartitionWriter.close`);
+        `after_single` records what became of each."""
+        if (not self.ready or not self._chunks
                 or self._after_append is not None or self._replaying
                 or self._buffered_rows > self.settings.max_records):
             return None
