@@ -31,8 +31,8 @@ of its own and everything else on the others (`_pinning`; `--no-pin`: all on all
 each run prints the CPU seconds of each side (JVM, Python workers, server, driver), and
 each users value the server's CPU a micro-batch and an append in the steady state, and its
 share of the micro-batch p50 (near 100%: the server bounds the query). Ends with
-`fanout: <r>x one stream at <U> users (<s> s a micro-batch, <a> appends per task and
-stream), ...`.
+`fanout (<shape>): <r>x one stream at <U> users (<s> s a micro-batch, <a> appends per task
+and stream[, <s> s a restart's micro-batch]), ...`.
 """
 
 from __future__ import annotations
@@ -206,8 +206,9 @@ def pct(values: list[float], q: float) -> float:
 
 
 def bench(spark: Any, server: S2Server, cpu: CpuMeter, url: str, users: int,
-          args: argparse.Namespace) -> tuple[float, float, float | None]:
-    """(ratio, steady micro-batch p50 s, appends per task and stream) for `users`."""
+          args: argparse.Namespace) -> tuple[float, float, float | None, float | None]:
+    """(ratio, steady micro-batch p50 s, appends per task and stream, the restarted
+    query's micro-batch s) for `users`."""
     src = f"fan-src-{users}-{uuid.uuid4().hex[:8]}"
     if not args.restart:  # (each run then fills a source of its own)
         with S2Client(S2Config(endpoint=server.url)) as client:
@@ -251,7 +252,7 @@ def bench(spark: Any, server: S2Server, cpu: CpuMeter, url: str, users: int,
               f"{many.restart[0]:.2f}s ({many.restart[0] / steady:.2f}x the steady p50; "
               f"CPU s: {cpu.format(many.restart[1])}); into one stream {single.restart[0]:.2f}s"
               f" -> {single.restart[0] / many.restart[0]:.2f}x")
-    return ratio, steady, per_pair
+    return ratio, steady, per_pair, many.restart[0] if many.restart is not None else None
 
 
 def _server_share(r: Run, appends: int | None, batches: int) -> str:
@@ -323,10 +324,11 @@ def main(argv: list[str] | None = None) -> None:
                 fill_events(client, src, warm.events, 50)
             run_query(spark, server, cpu, url, src, warm, 50, single=False)
         for users in args.users:
-            ratio, steady, per_pair = bench(spark, server, cpu, url, users, args)
+            ratio, steady, per_pair, restart = bench(spark, server, cpu, url, users, args)
             appends = "n/a" if per_pair is None else f"{per_pair:.2f}"
+            restarted = "" if restart is None else f", {restart:.2f}s a restart's micro-batch"
             out.append(f"{ratio:.2f}x one stream at {users:,} users ({steady:.2f}s a "
-                       f"micro-batch, {appends} appends per task and stream)")
+                       f"micro-batch, {appends} appends per task and stream{restarted})")
     stop_session(spark)
     shape = (f"{args.events:,} events, {args.rows_per_batch:,} a micro-batch, "
              f"{args.partitions} partitions{', repartitioned' if args.repartition else ''}"
