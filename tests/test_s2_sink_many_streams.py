@@ -392,6 +392,39 @@ def test_a_new_run_replaying_a_micro_batch_over_many_streams_writes_each_row_onc
     _check_partitions(basin, plans)
 
 
+def test_marks_read_in_bulk_are_the_ones_a_stream_reads_alone(
+    basin: Any, unique: Callable[[str], str]
+) -> None:
+    """`read_windows` over `read_many`'s reads gives each stream the fence records the
+    stream's own `StreamMarks._fences` reads of the same window: for streams of 10 to 157
+    records (windows from a stream's first record, and within it); a failed read and one
+    cut short give None (the stream reads on alone), an empty one no fences."""
+    from s2_spark.backends.s2._history import first_window, read_windows
+    from s2_spark.s2 import SmallRead
+    from s2_spark.wire.records import DecodedBatch
+
+    names = new_streams(basin, unique, 4, written=True)
+    for k, name in enumerate(names):  # 3 micro-batches: rows, marks and tokens
+        for batch in range(3):
+            w = PartitionWriter(basin, wid(batch=batch), SinkSettings(max_records=7))
+            feed(w, plan_rows(1 + 13 * k, lambda i, n=name: n), [1000])
+            w.close()
+    ends = [basin.stream(name).check_tail().seq_num for name in names]
+    reads = [SmallRead(n, first_window(e), e - first_window(e))
+             for n, e in zip(names, ends, strict=True)]
+    got = read_windows(basin.read_many(reads), ends)
+    for name, end, fences in zip(names, ends, got, strict=True):
+        alone = StreamMarks(basin.stream(name), wid())._fences(first_window(end), end)
+        assert fences == alone and len(alone) >= 4, name
+    cut = basin.read_many([reads[-1]])[0]
+    assert isinstance(cut, DecodedBatch)
+    short = DecodedBatch(cut.batch.slice(0, 3), cut.tail, 3, cut.first_seq_num,
+                         cut.first_seq_num + 2, 0)
+    empty = DecodedBatch(cut.batch.slice(0, 0), cut.tail, 0, None, None, 0)
+    assert read_windows([S2SparkError("failed"), short, empty], [ends[-1]] * 3) == [
+        None, None, []]
+
+
 def test_partitions_flushing_the_same_streams_while_adding(
     basin: Any, unique: Callable[[str], str]
 ) -> None:
