@@ -152,13 +152,13 @@ def run_query(spark: Any, server: S2Server, cpu: CpuMeter, url: str, src: str,
             raise RuntimeError(str(q.exception()))
         progress = [p for p in q.recentProgress if p["numInputRows"]]
         spent = cpu.since(cpu_before)
+        after, requests_after = server.append_counts(), server.request_counts()
+        steady = None
+        if after_first is not None and len(progress) > 1:
+            steady = (cpu.since(after_first).get("server", 0.0), len(progress) - 1)
         restart = _restarted(w, server, cpu, src, args, users) if args.restart else None
-    after, requests_after = server.append_counts(), server.request_counts()
     rows = sum(p["numInputRows"] for p in progress)
     assert rows == args.events, f"read {rows} rows, expected {args.events}"
-    steady = None
-    if after_first is not None and len(progress) > 1:
-        steady = (cpu.since(after_first).get("server", 0.0), len(progress) - 1)
     return Run(seconds, [p["durationMs"]["triggerExecution"] / 1000 for p in progress],
                _grew(before, after, "landed"), _grew(before, after, "refused"),
                _grew(requests_before, requests_after, "create_stream"), spent, steady, restart)
