@@ -143,14 +143,7 @@ def run_query(spark: Any, server: S2Server, cpu: CpuMeter, url: str, src: str,
              .trigger(availableNow=True))
         if single:
             w = w.option("stream", "one")
-        t0 = time.perf_counter()
-        q = w.start()
-        after_first = _after_first_batch(q, cpu)
-        q.awaitTermination()
-        seconds = time.perf_counter() - t0
-        if q.exception() is not None:
-            raise RuntimeError(str(q.exception()))
-        progress = [p for p in q.recentProgress if p["numInputRows"]]
+        seconds, progress, after_first = _ran(w, cpu)
         spent = cpu.since(cpu_before)
         after, requests_after = server.append_counts(), server.request_counts()
         steady = None
@@ -172,13 +165,23 @@ def _restarted(w: Any, server: S2Server, cpu: CpuMeter, src: str, args: argparse
     with S2Client(S2Config(endpoint=server.url)) as client:
         fill_events(client, src, args.rows_per_batch, users, first=args.events)
     before = cpu.sample()
-    q = w.start()
-    q.awaitTermination()
-    if q.exception() is not None:
-        raise RuntimeError(str(q.exception()))
-    progress = [p for p in q.recentProgress if p["numInputRows"]]
+    _, progress, _ = _ran(w, cpu)
     assert [p["numInputRows"] for p in progress] == [args.rows_per_batch], progress
     return progress[0]["durationMs"]["triggerExecution"] / 1000, cpu.since(before)
+
+
+def _ran(w: Any, cpu: CpuMeter) -> tuple[float, list[dict[str, Any]], Any]:
+    """The query of writer `w` started and run to its end: its seconds, the progress of
+    its micro-batches that had rows, and a CPU sample from its first micro-batch's end
+    (`_after_first_batch`)."""
+    t0 = time.perf_counter()
+    q = w.start()
+    after_first = _after_first_batch(q, cpu)
+    q.awaitTermination()
+    seconds = time.perf_counter() - t0
+    if q.exception() is not None:
+        raise RuntimeError(str(q.exception()))
+    return seconds, [p for p in q.recentProgress if p["numInputRows"]], after_first
 
 
 def _after_first_batch(q: Any, cpu: CpuMeter) -> Any:
