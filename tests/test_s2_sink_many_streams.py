@@ -392,6 +392,31 @@ def test_a_new_run_replaying_a_micro_batch_over_many_streams_writes_each_row_onc
     _check_partitions(basin, plans)
 
 
+@pytest.mark.parametrize(("per_stream", "streams", "sizes"), [
+    (1 << 20, 100, [32, 16, 16, 16, 16, 4]),  # 1 MiB read back a stream: 16 at a time
+    (10_000, 1100, [32, 1024, 44]),  # 100 B records: up to 1024 streams at a time
+])
+def test_takeovers_are_read_in_windows_that_hold_a_bounded_size(
+    monkeypatch: pytest.MonkeyPatch, per_stream: int, streams: int, sizes: list[int]
+) -> None:
+    """A writer reads its takeovers' marks 32 streams at first, then as many as held about
+    16 MiB so far, at most 1024: a bulk read holds all its answers at once, so streams
+    of big records are read back fewer at a time."""
+    class Due:
+        takes_over, settled = True, False
+
+    windows: list[int] = []
+
+    def together(self: PartitionWriter, due: list[Any]) -> int:
+        windows.append(len(due))
+        return per_stream * len(due)
+
+    monkeypatch.setattr(PartitionWriter, "_take_over_together", together)
+    w = PartitionWriter(None, wid(), SinkSettings())  # type: ignore[arg-type]
+    w._read_takeovers([Due() for _ in range(streams)])  # type: ignore[misc]
+    assert windows == sizes
+
+
 def test_marks_read_in_bulk_are_the_ones_a_stream_reads_alone(
     basin: Any, unique: Callable[[str], str]
 ) -> None:

@@ -83,6 +83,13 @@ MAX_STREAM_WORKERS = 32
 #: Rounds of single appends sent together at close (a first try; after refusals and
 #: creations; once more).
 _SINGLE_ROUNDS = 3
+#: Takeovers whose marks are read together: a bulk read holds every answer until its last
+#: is in (64 records a stream, up to S2's 1 MiB a read). The first 32 at once (as many as
+#: the writer's threads read alone before), then as many as held about `_TAKEOVER_BYTES`
+#: so far, up to `_TAKEOVERS_MOST` (10 MB or so for 1024 streams of 100 B records).
+_TAKEOVERS_FIRST = 32
+_TAKEOVERS_MOST = 1024
+_TAKEOVER_BYTES = 16 << 20
 _T = TypeVar("_T")
 
 
@@ -234,23 +241,32 @@ class PartitionWriter:
         bulk, so most are ready for `_write_singles`' next round. A stream whose tail or
         window did not come plainly (missing, an error, a read cut short), or whose marks
         reach further back, reads for itself, as before."""
+        due = [sink for sink in sinks if sink.takes_over and not sink.settled]
+        at, size = 0, _TAKEOVERS_FIRST
+        while at < len(due):
+            held = self._take_over_together(due[at:at + size])
+            at += size
+            size = max(1, min(_TAKEOVERS_MOST, size * _TAKEOVER_BYTES // max(held, 1)))
+
+    def _take_over_together(self, due: list[StreamSink]) -> int:
+        """`_read_takeovers` for some of them: their tails, then their first windows back,
+        each in one bulk call; the bytes of records the reads held."""
         from s2_spark.s2 import SmallRead
 
-        due = [sink for sink in sinks if sink.takes_over and not sink.settled]
-        if not due:
-            return
         tails = self._basin.check_tails([sink.name for sink in due])
         ends = {sink.name: tail.seq_num for sink in due if (tail := tails[sink.name])}
         reads = [SmallRead(name, first_window(end), end - first_window(end))
                  for name, end in ends.items() if end]
+        got = self._basin.read_many(reads)
         windows = dict(zip((r.stream for r in reads), read_windows(
-            self._basin.read_many(reads), [ends[r.stream] for r in reads]), strict=True))
+            got, [ends[r.stream] for r in reads]), strict=True))
         for sink in due:
             end = ends.get(sink.name)
             if end == 0:  # nothing to read back
                 sink.take_over(0, [])
             elif end is not None and (first := windows[sink.name]) is not None:
                 sink.take_over(end, first)
+        return sum(r.batch.nbytes for r in got if not isinstance(r, Exception))
 
     def _write_singles(self, sinks: list[StreamSink]) -> None:
         """Streams whose rows fit one append, and which need nothing read or bumped first,
