@@ -113,6 +113,41 @@ def test_stream_lifecycle_and_listing(client: S2Client, basin_name: str) -> None
         basin.get_stream_config("missing")
 
 
+@pytest.mark.parametrize("what", ["stream", "basin"])
+def test_a_delete_whose_answer_was_cut_off_is_done_when_its_retry_finds_nothing(
+    client: S2Client, unique: Callable[[str], str], monkeypatch: pytest.MonkeyPatch, what: str
+) -> None:
+    """A DELETE that landed but whose answer never came (the connection cut after the
+    request) is retried; the retry's 404 says the first try deleted it, so the call
+    returns. A DELETE of something not there, with no try cut off before, still raises."""
+    from s2_spark.errors import S2UnavailableError
+    from s2_spark.s2 import _transport
+
+    run = _transport._Attempt.run
+    landed: list[object] = []
+
+    def cut_off(self: Any) -> Any:
+        outcome = run(self)
+        if self.method == "DELETE" and not landed:
+            landed.append(outcome)
+            return S2UnavailableError("the connection was cut after the request was sent")
+        return outcome
+
+    name = unique("gone")
+    if what == "stream":
+        client.create_basin(basin := unique("b"))
+        client.basin(basin).create_stream(name)
+        delete = client.basin(basin).delete_stream
+    else:
+        client.create_basin(name)
+        delete = client.delete_basin
+    monkeypatch.setattr(_transport._Attempt, "run", cut_off)
+    delete(name)
+    assert len(landed) == 1 and not isinstance(landed[0], Exception)  # it did land
+    with pytest.raises(NotFoundError):
+        delete(name)
+
+
 def test_list_streams_paginates(client: S2Client, basin_name: str, s2_server: Any) -> None:
     basin = client.basin(basin_name)
     names = [f"p-{i:04d}" for i in range(1005)]

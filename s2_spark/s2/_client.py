@@ -50,6 +50,24 @@ def check_stream_name(name: str) -> str:
     return name
 
 
+def _delete(transport: Transport, path: str, *, basin: str | None, target: str,
+            missing_ok: bool) -> None:
+    """A DELETE, retried as any request. A try whose outcome is unknown (cut off after it
+    was sent) may have deleted the thing: a 404 (or "being deleted") after it says it
+    did, not that it was missing."""
+    may_have_landed = False
+
+    def note(err: ServiceError) -> None:
+        nonlocal may_have_landed
+        may_have_landed = may_have_landed or (err.retryable and not err.unsent)
+
+    try:
+        transport.request("DELETE", path, basin=basin, target=target, on_retry=note)
+    except S2NotFoundError:
+        if not (missing_ok or may_have_landed):
+            raise
+
+
 def _basin_info(d: dict[str, Any]) -> BasinInfo:
     return BasinInfo(
         name=str(d["name"]),
@@ -139,16 +157,8 @@ class S2Client(Closeable):
 
     def delete_basin(self, name: str, *, missing_ok: bool = False) -> None:
         check_basin_name(name)
-        try:
-            self._transport.request(
-                "DELETE",
-                f"/basins/{quote(name, safe='')}",
-                basin=None,
-                target=f"basin {name!r}",
-            )
-        except S2NotFoundError:
-            if not missing_ok:
-                raise
+        _delete(self._transport, f"/basins/{quote(name, safe='')}", basin=None,
+                target=f"basin {name!r}", missing_ok=missing_ok)
 
     def get_basin_config(self, name: str) -> dict[str, Any]:
         check_basin_name(name)
@@ -283,16 +293,8 @@ class BasinClient:
 
     def delete_stream(self, name: str, *, missing_ok: bool = False) -> None:
         check_stream_name(name)
-        try:
-            self._transport.request(
-                "DELETE",
-                f"/streams/{quote(name, safe='')}",
-                basin=self.name,
-                target=self._target(name),
-            )
-        except S2NotFoundError:
-            if not missing_ok:
-                raise
+        _delete(self._transport, f"/streams/{quote(name, safe='')}", basin=self.name,
+                target=self._target(name), missing_ok=missing_ok)
 
     def get_stream_config(self, name: str) -> StreamConfig:
         check_stream_name(name)
