@@ -116,14 +116,15 @@ class Run:
         return rows / self.seconds
 
 
-def run_query(spark: Any, server: S2Server, cpu: CpuMeter, url: str, src: str,
+def run_query(spark: Any, server: S2Server, cpu: CpuMeter, url: str, src: str | None,
               args: argparse.Namespace, users: int, *, single: bool) -> Run:
-    """The fan-out (or, `single`, the same into one stream) into a new basin, to the end;
-    with --restart, from a source of its own, and then once more from its checkpoint."""
+    """The fan-out (or, `single`, the same into one stream) from basin `src` (None: one of
+    its own, filled here) into a new basin, to the end; with --restart, then once more
+    from its checkpoint (after more events: `src` is then None)."""
     dst = f"fan-dst-{uuid.uuid4().hex[:10]}"
     with S2Client(S2Config(endpoint=server.url)) as client:
         client.create_basin(dst)
-        if args.restart:
+        if src is None:
             src = f"fan-src-{users}-{uuid.uuid4().hex[:8]}"
             fill_events(client, src, args.events, users)
     df = (spark.readStream.format("s2").option("endpoint", url).option("basin", src)
@@ -212,8 +213,9 @@ def bench(spark: Any, server: S2Server, cpu: CpuMeter, url: str, users: int,
           args: argparse.Namespace) -> tuple[float, float, float | None, float | None]:
     """(ratio, steady micro-batch p50 s, appends per task and stream, the restarted
     query's micro-batch s) for `users`."""
-    src = f"fan-src-{users}-{uuid.uuid4().hex[:8]}"
-    if not args.restart:  # (each run then fills a source of its own)
+    src = None  # with --restart, each run fills a source of its own
+    if not args.restart:
+        src = f"fan-src-{users}-{uuid.uuid4().hex[:8]}"
         with S2Client(S2Config(endpoint=server.url)) as client:
             fill_events(client, src, args.events, users)
     best: dict[str, Run] = {}
