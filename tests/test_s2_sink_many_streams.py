@@ -20,13 +20,13 @@ import pytest
 from test_s2_sink import bodies, data_rows, marks, token, wid
 
 from s2_spark.backends._sink_rows import drop_command_rows, group_by_stream
-from s2_spark.backends.s2._history import StreamMarks
+from s2_spark.backends.s2._history import StreamMarks, first_window, read_windows
 from s2_spark.backends.s2.sink import PartitionWriter, SinkSettings, StreamSink
 from s2_spark.backends.s2.tokens import Seen, WriterId, run_key
 from s2_spark.errors import S2SparkError, WriterFencedError
-from s2_spark.s2 import S2Client, S2Config
+from s2_spark.s2 import S2Client, S2Config, SmallRead
 from s2_spark.testing import TcpProxy
-from s2_spark.wire.records import HEADER_TYPE
+from s2_spark.wire.records import HEADER_TYPE, DecodedBatch
 
 pytestmark = pytest.mark.backend
 
@@ -264,17 +264,21 @@ def test_close_writes_streams_at_once(basin: Any, unique: Callable[[str], str]) 
 # -- partitions of one micro-batch sharing streams ----------------------------------------
 
 
+def _run_1(p: int) -> WriterId:
+    """Partition p's writer of the writers' micro-batch (`wid`'s)."""
+    return wid(partition=p)
+
+
 def _run_partitions(basin: Any, plans: list[Plan], settings: SinkSettings,
-                    sizes: list[int], writer: Callable[[int], WriterId] | None = None) -> None:
+                    sizes: list[int], writer: Callable[[int], WriterId] = _run_1) -> None:
     """Write each plan as its own partition of one micro-batch (`writer(p)`: partition
-    p's writer; default `wid(partition=p)`), all from their own threads started
-    together; raise the first error."""
+    p's writer), all from their own threads started together; raise the first error."""
     start = threading.Barrier(len(plans), timeout=DEADLINE)
     errors: list[BaseException] = []
 
     def run(p: int) -> None:
         try:
-            w = PartitionWriter(basin, (writer or (lambda k: wid(partition=k)))(p), settings)
+            w = PartitionWriter(basin, writer(p), settings)
             start.wait()
             feed(w, plans[p], sizes)
             w.close()
@@ -424,10 +428,6 @@ def test_marks_read_in_bulk_are_the_ones_a_stream_reads_alone(
     stream's own `StreamMarks._fences` reads of the same window: for streams of 10 to 157
     records (windows from a stream's first record, and within it); a failed read and one
     cut short give None (the stream reads on alone), an empty one no fences."""
-    from s2_spark.backends.s2._history import first_window, read_windows
-    from s2_spark.s2 import SmallRead
-    from s2_spark.wire.records import DecodedBatch
-
     names = new_streams(basin, unique, 4, written=True)
     for k, name in enumerate(names):  # 3 micro-batches: rows, marks and tokens
         for batch in range(3):
