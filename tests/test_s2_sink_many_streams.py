@@ -599,6 +599,27 @@ def test_cutting_network_many_streams_exactly_once(
     assert_written_once(basin, plan)
 
 
+def test_a_new_run_taking_over_many_streams_over_a_cutting_network_writes_each_row_once(
+    s2_server: Any, basin: Any, unique: Callable[[str], str]
+) -> None:
+    """A restarted query's first micro-batch takes over 60 streams, its tails, marks and
+    takeover appends in bulk, while connections are cut every 2-8 KiB: whatever a cut
+    leaves unknown is settled alone, and each row lands once, in order."""
+    names = new_streams(basin, unique, 60, written=True)
+    before = [(f"p0-a{i}".encode(), [], s) for i, s in enumerate(names * 2)]
+    _run_partitions(basin, [before], SinkSettings(), [1000])  # run 1, micro-batch 3
+    after = [(f"p0-b{i}".encode(), [], s) for i, s in enumerate(names * 3)]
+    with TcpProxy(s2_server.url, cut_after=(2 << 10, 8 << 10), seed=5) as proxy, \
+            S2Client(S2Config(endpoint=proxy.url)) as client:
+        w = PartitionWriter(client.basin(basin.name), _run_2(0), SinkSettings())
+        feed(w, after, [1000])
+        w.close()
+        assert proxy.cuts >= 3
+    _check_partitions(basin, [before + after])
+    for name in names:
+        assert _run_2(0).sees(token(basin, name)) in (Seen.OURS, Seen.OURS_BUMPED), name
+
+
 def test_two_attempts_racing_over_many_streams(basin: Any, unique: Callable[[str], str]) -> None:
     """Attempts 0 and 1 of one task write the same rows to 200 streams at the same time
     (a speculative attempt), while partition 1 writes them too: every row lands once, each
